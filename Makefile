@@ -1,0 +1,83 @@
+# catenc developer entry points.
+#
+#   make demo    compile every sample with --test, then build and run samples/c
+#   make test    run the test suite
+#   make lint    ruff check + ruff format --check
+#   make clean   remove build outputs (keeps .venv; `make distclean` removes it too)
+#
+# Works on a fresh Debian machine with only python3, gcc and make: `setup` installs clang,
+# libomp-dev (and python3-venv) with apt-get where they are missing, creates .venv and installs
+# catenc into it (editable, with the dev extra). It runs once (stamp file) and again only when
+# pyproject.toml changes.
+
+PYTHON ?= python3
+VENV   := .venv
+STAMP  := $(VENV)/.setup-stamp
+CATENC := $(VENV)/bin/catenc
+PYBIN  := $(VENV)/bin/python
+RUFF   := $(VENV)/bin/ruff
+
+# apt-get as root directly; otherwise through sudo where there is one.
+SUDO := $(shell if [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
+
+# Samples and the sizes `make demo` tests each one at (symbol=value,...).
+SAMPLES         := gemm mlp softmax layernorm attention conv2d
+SIZES_gemm      := M=100,N=64,K=37
+SIZES_mlp       := B=8,D=48
+SIZES_softmax   := N=33,D=100
+SIZES_layernorm := N=33,D=100
+SIZES_attention := T=45,D=64
+SIZES_conv2d    := N=2,C=3,H=13,W=11,K=8
+
+LINT_DIRS := catenc tests runtimes samples
+
+.PHONY: setup demo test lint clean distclean $(addprefix sample-,$(SAMPLES))
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@set -e; \
+	apt_install() { \
+	  if ! command -v apt-get >/dev/null 2>&1; then \
+	    echo "error: no apt-get here; please install: $$*" >&2; exit 1; fi; \
+	  if [ "$$(id -u)" != 0 ] && [ -z "$(SUDO)" ]; then \
+	    echo "error: not root and no sudo; please install: $$*" >&2; exit 1; fi; \
+	  echo "==> apt-get install $$*"; \
+	  $(SUDO) apt-get update; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$*; \
+	}; \
+	if ! command -v clang >/dev/null 2>&1; then apt_install clang libomp-dev; fi; \
+	echo "==> $(PYTHON) -m venv $(VENV)"; \
+	if ! $(PYTHON) -m venv $(VENV); then \
+	  rm -rf $(VENV); apt_install python3-venv; $(PYTHON) -m venv $(VENV); \
+	fi
+	$(VENV)/bin/pip install -e '.[dev]'
+	@touch $@
+
+demo: $(addprefix sample-,$(SAMPLES))
+	$(MAKE) --no-print-directory -C samples/c CATENC=$(abspath $(CATENC))
+	@echo
+	@echo "==> built:"
+	@for d in build/samples/*/ samples/c/build/; do \
+	  [ -d "$$d" ] || continue; echo "  $$d"; \
+	  for f in "$$d"*; do [ -f "$$f" ] && printf '    %-40s %8s bytes\n' "$$(basename "$$f")" "$$(wc -c < "$$f")"; done; \
+	done; true
+
+# Samples are found by stem: samples/<stem>.toml or samples/<stem>.yaml.
+$(addprefix sample-,$(SAMPLES)): sample-%: $(STAMP)
+	$(CATENC) compile $(firstword $(wildcard samples/$*.toml samples/$*.yaml)) \
+	  -o build/samples/$* --test "$(SIZES_$*)"
+
+test: $(STAMP)
+	$(PYBIN) -m pytest -q -p no:cacheprovider tests
+
+lint: $(STAMP)
+	$(RUFF) check $(LINT_DIRS)
+	$(RUFF) format --check $(LINT_DIRS)
+
+clean:
+	rm -rf build samples/c/build Reports.md .pytest_cache .ruff_cache *.egg-info
+	find . \( -path ./$(VENV) -o -path ./.git \) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,3 @@
+from catenc.cli import main
+
+main()

@@ -1,0 +1,1475 @@
+"""Name resolution, dtype and shape inference, and index-bounds proofs of one composite body.
+
+`check_entry` types a composite as an entry (its symbols free or fixed by `-D`); composite calls
+inside it are instantiated recursively by `instantiate`, with the callee's symbols and dtype
+variables inferred from the arguments. The result is a `typed.Program`.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import count
+
+from catenc.diagnostics import CatencError, Loc
+from catenc.dtypes import BOOL, DTYPES, F32, I64, DType
+from catenc.frontend import typed as T
+from catenc.frontend.body import BodyText
+from catenc.frontend.composites import Composite, Constraint, Library, TensorDecl, closest
+from catenc.symbolic import (
+    ONE,
+    ZERO,
+    Expr,
+    Facts,
+    const,
+    floordiv,
+    maximum,
+    minimum,
+    mod,
+    product,
+    prove_less,
+    prove_nonneg,
+    sym,
+)
+
+UNARY_FLOAT = frozenset(
+    "exp exp2 log log2 log1p expm1 sqrt rsqrt reciprocal sin cos tan tanh sinh cosh asin acos "
+    "atan erf floor ceil round trunc sigmoid silu gelu gelu_tanh softplus".split()
+)
+UNARY_NUMERIC = frozenset("abs neg sign relu".split())
+FLOAT_PREDICATES = frozenset("isnan isinf isfinite".split())
+BINARY_NUMERIC = frozenset("maximum minimum".split())
+BINARY_FLOAT = frozenset("atan2".split())
+ELEMENTWISE = UNARY_FLOAT | UNARY_NUMERIC | FLOAT_PREDICATES | BINARY_NUMERIC | BINARY_FLOAT | {
+    "pow",
+    "clip",
+    "where",
+    "cast",
+}
+REDUCTIONS = ("sum", "mean", "max", "min", "prod")
+SHAPE_FUNCS = frozenset(
+    "reshape transpose expand squeeze unsqueeze flatten concat arange zeros ones full stack pad".split()
+)
+LEFT_TO_SPEC = frozenset("take einsum tril triu".split())
+CONSTANTS = {"inf": math.inf, "nan": math.nan, "pi": math.pi, "True": True, "False": False}
+BIN_OPS = {
+    ast.Add: "add",
+    ast.Sub: "sub",
+    ast.Mult: "mul",
+    ast.Div: "div",
+    ast.FloorDiv: "floordiv",
+    ast.Mod: "mod",
+    ast.Pow: "pow",
+    ast.BitAnd: "and",
+    ast.BitOr: "or",
+    ast.BitXor: "xor",
+}
+CMP_OPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
+MAX_CALL_DEPTH = 32
+
+
+@dataclass
+class RuntimeCheck:
+    """A constraint the entry checks when called (it could not be decided at compile time)."""
+
+    lhs: Expr
+    op: str
+    rhs: Expr
+    text: str
+    loc: Loc
+
+    def render(self) -> str:
+        return f"{self.lhs} {self.op} {self.rhs}"
+
+
+@dataclass
+class EntryContext:
+    """State shared by an entry and every composite instantiated inside it."""
+
+    library: Library
+    facts: Facts = field(default_factory=Facts)
+    checks: list[RuntimeCheck] = field(default_factory=list)
+    serial: count = field(default_factory=lambda: count(1))
+
+    def add_check(self, lhs: Expr, op: str, rhs: Expr, text: str, loc: Loc) -> None:
+        if any(c.lhs == lhs and c.op == op and c.rhs == rhs for c in self.checks):
+            return
+        self.checks.append(RuntimeCheck(lhs, op, rhs, text, loc))
+        self.facts = self.facts.with_nonneg(*constraint_facts(lhs, op, rhs))
+
+
+@dataclass
+class Bindings:
+    """How a composite's names are bound for one instantiation."""
+
+    symbols: dict[str, Expr]
+    dtypes: dict[str, DType]
+    params: dict[str, bool | int | float]
+    batch: tuple[Expr, ...] | None = None
+
+
+def constraint_facts(lhs: Expr, op: str, rhs: Expr) -> list[Expr]:
+    """`lhs op rhs` as facts of the form e >= 0."""
+    if op == "<=":
+        return [rhs - lhs]
+    if op == "<":
+        return [rhs - lhs - 1]
+    if op == ">=":
+        return [lhs - rhs]
+    if op == ">":
+        return [lhs - rhs - 1]
+    if op == "==":
+        return [lhs - rhs, rhs - lhs]
+    return []
+
+
+def decide(lhs: Expr, op: str, rhs: Expr, facts: Facts) -> bool | None:
+    """True or False when `lhs op rhs` is decided by the facts, else None."""
+    negation = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}[op]
+    if op == "!=":
+        verdict = decide(lhs, "==", rhs, facts)
+        return None if verdict is None else not verdict
+    if op == "==":
+        diff = lhs - rhs
+        if diff.is_const:
+            return diff.value == 0
+        if prove_nonneg(diff - 1, facts) or prove_nonneg(-diff - 1, facts):
+            return False
+        return None
+    if all(prove_nonneg(f, facts) for f in constraint_facts(lhs, op, rhs)):
+        return True
+    if all(prove_nonneg(f, facts) for f in constraint_facts(lhs, negation, rhs)):
+        return False
+    return None
+
+
+# ---- entry points ------------------------------------------------------------------------------
+
+
+def check_entry(comp: Composite, ctx: EntryContext, fixed: dict[str, object]) -> tuple[T.Program, Bindings]:
+    """Type a composite as a compiled entry; `fixed` holds -D values (symbols, params, dtypes)."""
+    symbols: dict[str, Expr] = {}
+    for name in comp.symbols():
+        value = fixed.get(name)
+        if name in comp.derived:
+            continue
+        if value is not None:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise CatencError(f"-D {name}: a symbol needs a non-negative integer, got {value!r}", comp.loc)
+            symbols[name] = const(value)
+        else:
+            symbols[name] = sym(name)
+    for name, expr in comp.derived.items():
+        symbols[name] = expr.substitute(symbols)
+    dtypes: dict[str, DType] = {}
+    for var, choices in comp.types.items():
+        chosen = fixed.get(var, choices[0])
+        if chosen not in choices:
+            raise CatencError(
+                f"-D {var}={chosen}: '{comp.name}' allows {var} in {', '.join(choices)}", comp.loc
+            )
+        dtypes[var] = DTYPES[str(chosen)]
+    params = dict(comp.params)
+    for name, value in fixed.items():
+        if name in params:
+            params[name] = _coerce_param(name, value, params[name], comp.loc)
+    for c in comp.constraints:
+        lhs, rhs = c.lhs.substitute(symbols), c.rhs.substitute(symbols)
+        verdict = decide(lhs, c.op, rhs, ctx.facts)
+        if verdict is False:
+            raise CatencError(f"constraint '{c.text}' can never hold here", c.loc)
+        if verdict is None:
+            ctx.add_check(lhs, c.op, rhs, c.text, c.loc)
+    bindings = Bindings(symbols, dtypes, params)
+    return BodyChecker(comp, bindings, ctx, depth=0).run(), bindings
+
+
+def _coerce_param(name: str, value: object, default: object, loc: Loc) -> bool | int | float:
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        if value in (0, 1):
+            return bool(value)
+        raise CatencError(f"param '{name}' is a bool; got {value!r}", loc)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CatencError(f"param '{name}' is a number; got {value!r}", loc)
+    if isinstance(default, int) and isinstance(value, float):
+        if value != int(value):
+            raise CatencError(f"param '{name}' is an integer; got {value!r}", loc)
+        return int(value)
+    return value
+
+
+# ---- the checker -------------------------------------------------------------------------------
+
+
+@dataclass
+class IndexScope:
+    """Index form: the indices in scope (display name -> internal name, extent) and guards."""
+
+    names: dict[str, tuple[str, Expr]]
+    guards: tuple[Expr, ...] = ()
+
+    def bind(self, items: Sequence[tuple[str, str, Expr]]) -> IndexScope:
+        names = dict(self.names)
+        for display, internal, extent in items:
+            names[display] = (internal, extent)
+        return IndexScope(names, self.guards)
+
+    def guarded(self, facts: Sequence[Expr]) -> IndexScope:
+        return IndexScope(self.names, self.guards + tuple(facts))
+
+
+def is_weak(node: T.Node) -> bool:
+    if isinstance(node, (T.Lit, T.SymVal)):
+        return node.weak
+    if isinstance(node, T.Apply) and node.op not in ("cast", "where") and node.args:
+        return all(is_weak(a) for a in node.args) and node.type.dtype != BOOL
+    return False
+
+
+def display(name: str) -> str:
+    return name.split("'")[0]
+
+
+class BodyChecker:
+    def __init__(self, comp: Composite, bindings: Bindings, ctx: EntryContext, depth: int):
+        self.comp = comp
+        self.bindings = bindings
+        self.ctx = ctx
+        self.depth = depth
+        self.text = BodyText.of(comp)
+        self.values: dict[str, tuple[T.TType, Loc]] = {}
+        self.outputs: dict[str, T.TType] = {}
+        self.statements: list[T.Statement] = []
+
+    # -- helpers --
+    def loc(self, node: ast.AST) -> Loc:
+        return self.text.node_loc(node)
+
+    def error(self, message: str, node: ast.AST, notes=()) -> CatencError:
+        return CatencError(message, self.loc(node), notes)
+
+    def decl_type(self, decl: TensorDecl) -> T.TType:
+        dtype = DTYPES.get(decl.dtype) or self.bindings.dtypes[decl.dtype]
+        dims = tuple(d.substitute(self.bindings.symbols) for d in decl.dims)
+        if decl.batch:
+            dims = (self.bindings.batch or ()) + dims
+        return T.TType(dtype, dims)
+
+    @property
+    def facts(self) -> Facts:
+        return self.ctx.facts
+
+    # -- program --
+    def run(self) -> T.Program:
+        comp = self.comp
+        inputs = tuple((d.name, self.decl_type(d)) for d in comp.inputs)
+        for (name, ttype), decl in zip(inputs, comp.inputs):
+            self.values[name] = (ttype, decl.loc)
+        for decl in comp.outputs:
+            self.outputs[decl.name] = self.decl_type(decl)
+        for stmt in self.text.parse():
+            self.statement(stmt)
+        for decl in comp.outputs:
+            if decl.name not in self.values:
+                raise CatencError(f"output '{decl.name}' is never assigned in the body of '{comp.name}'", decl.loc)
+        outputs = tuple((d.name, self.outputs[d.name]) for d in comp.outputs)
+        params = tuple(sorted(self.bindings.params.items()))
+        return T.Program(comp.name, inputs, outputs, tuple(self.statements), params)
+
+    def define(self, name: str, ttype: T.TType, node: ast.AST) -> None:
+        if name in self.values:
+            raise self.error(
+                f"'{name}' is already defined; every name is assigned once", node, [("defined here", self.values[name][1])]
+            )
+        if name in self.bindings.symbols or name in self.bindings.params or name in CONSTANTS:
+            raise self.error(f"'{name}' is a symbol, param or constant and cannot be assigned", node)
+        self.values[name] = (ttype, self.loc(node))
+
+    def statement(self, stmt: ast.stmt) -> None:
+        if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+            if isinstance(stmt, ast.Expr):
+                raise self.error("a statement must assign its value: 'name = expr' or 'name[i, ...] = expr'", stmt)
+            raise self.error("only assignments 'name = expr' and 'name[i, ...] = expr' are allowed in a body", stmt)
+        target = stmt.targets[0]
+        if isinstance(target, ast.Name):
+            value = self.finish_value(self.expr(stmt.value, None), target.id, stmt.value)
+            self.define(target.id, value.type, target)
+            self.statements.append(T.Assign(target.id, value, self.loc(target)))
+        elif isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts):
+            self.tuple_assign(target, stmt.value)
+        elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+            self.index_assign(target, stmt.value)
+        else:
+            raise self.error("cannot assign to this; expected a name, names 'a, b' or 'name[i, j]'", target)
+
+    def finish_value(self, value: T.Node, name: str, node: ast.AST) -> T.Node:
+        """Resolve weak literals and check an output's declared type."""
+        declared = self.outputs.get(name)
+        if declared is None:
+            return self.strengthen(value)
+        if is_weak(value):
+            value = self.retype(value, declared.dtype, node)
+        if value.type.dtype != declared.dtype:
+            raise self.error(
+                f"'{name}' is declared {declared.dtype.name} but this value is {value.type.dtype.name}; "
+                f"use cast(..., {declared.dtype.name})",
+                node,
+            )
+        if not self.same_shape(value.type.shape, declared.shape):
+            raise self.error(
+                f"'{name}' is declared with shape {_shape(declared.shape)} but this value has shape "
+                f"{_shape(value.type.shape)}",
+                node,
+            )
+        return value
+
+    def same_shape(self, a: tuple[Expr, ...], b: tuple[Expr, ...]) -> bool:
+        return len(a) == len(b) and all(self.equal(x, y) for x, y in zip(a, b))
+
+    def equal(self, a: Expr, b: Expr) -> bool:
+        return a == b or decide(a, "==", b, self.facts) is True
+
+    def tuple_assign(self, target: ast.Tuple, value_node: ast.expr) -> None:
+        value = self.expr(value_node, None, allow_tuple=True)
+        if not isinstance(value, T.Call):
+            raise self.error("only a composite call with several outputs can be assigned to several names", value_node)
+        names = [e.id for e in target.elts]
+        outs = value.program.outputs
+        if len(names) != len(outs):
+            raise self.error(f"'{value.callee}' returns {len(outs)} outputs but {len(names)} names are assigned", target)
+        for k, (elt, name) in enumerate(zip(target.elts, names)):
+            node = self.finish_value(T.CallOut(outs[k][1], self.loc(value_node), value, k), name, value_node)
+            self.define(name, node.type, elt)
+            self.statements.append(T.Assign(name, node, self.loc(elt)))
+
+    # -- array-form expressions ---
+    def expr(self, node: ast.expr, scope: IndexScope | None, allow_tuple: bool = False) -> T.Node:
+        result = self._expr(node, scope)
+        if isinstance(result, T.Call):
+            if allow_tuple:
+                return result
+            if len(result.program.outputs) != 1:
+                raise self.error(f"'{result.callee}' returns several outputs; assign them with 'a, b = ...'", node)
+            return T.CallOut(result.program.outputs[0][1], result.loc, result, 0)
+        return result
+
+    def _expr(self, node: ast.expr, scope: IndexScope | None) -> T.Node:
+        loc = self.loc(node)
+        if isinstance(node, ast.Constant):
+            return self.constant(node)
+        if isinstance(node, ast.Name):
+            return self.name(node, scope)
+        if isinstance(node, ast.UnaryOp):
+            arg = self.expr(node.operand, scope)
+            if isinstance(node.op, ast.UAdd):
+                return arg
+            if isinstance(node.op, ast.USub):
+                if isinstance(arg, T.Lit) and arg.weak:
+                    return T.Lit(arg.type, loc, -arg.value, True)
+                return self.elementwise("neg", [arg], node)
+            if isinstance(node.op, ast.Invert):
+                return self.elementwise("not", [arg], node)
+            raise self.error("'not' is not supported; use '~' on bool values", node)
+        if isinstance(node, ast.BinOp):
+            if isinstance(node.op, ast.MatMult):
+                return self.matmul(self.expr(node.left, scope), self.expr(node.right, scope), node, scope)
+            op = BIN_OPS.get(type(node.op))
+            if op is None:
+                raise self.error("unsupported operator", node)
+            return self.elementwise(op, [self.expr(node.left, scope), self.expr(node.right, scope)], node)
+        if isinstance(node, ast.Compare):
+            if len(node.ops) != 1:
+                raise self.error("chained comparisons are not supported; combine with '&'", node)
+            op = CMP_OPS.get(type(node.ops[0]))
+            if op is None:
+                raise self.error("unsupported comparison; use < <= > >= == !=", node)
+            return self.elementwise(op, [self.expr(node.left, scope), self.expr(node.comparators[0], scope)], node)
+        if isinstance(node, ast.BoolOp):
+            raise self.error("'and'/'or' are not supported; use '&' and '|' on bool values", node)
+        if isinstance(node, ast.Call):
+            return self.call(node, scope)
+        if isinstance(node, ast.Subscript):
+            if scope is not None:
+                return self.access(node, scope)
+            return self.slice(node)
+        if isinstance(node, ast.Attribute):
+            if node.attr == "T" and scope is None:
+                arg = self.expr(node.value, scope)
+                perm = tuple(reversed(range(arg.type.rank)))
+                return T.Permute(T.TType(arg.type.dtype, tuple(arg.type.shape[p] for p in perm)), loc, arg, perm)
+            raise self.error(f"unknown attribute '.{node.attr}' (only '.T' is supported)", node)
+        raise self.error("this expression is not part of the body language", node)
+
+    def constant(self, node: ast.Constant) -> T.Node:
+        value = node.value
+        loc = self.loc(node)
+        if isinstance(value, bool):
+            return T.Lit(T.TType(BOOL, ()), loc, value, True)
+        if isinstance(value, int):
+            return T.Lit(T.TType(I64, ()), loc, value, True)
+        if isinstance(value, float):
+            return T.Lit(T.TType(F32, ()), loc, value, True)
+        raise self.error("strings and other constants are not values in the body language", node)
+
+    def name(self, node: ast.Name, scope: IndexScope | None) -> T.Node:
+        name, loc = node.id, self.loc(node)
+        if scope is not None and name in scope.names:
+            return T.IndexVal(T.TType(I64, ()), loc, scope.names[name][0])
+        if name in self.values:
+            ttype = self.values[name][0]
+            if scope is not None and ttype.rank:
+                raise self.error(f"'{name}' is a tensor of rank {ttype.rank}; index it in index form: {name}[...]", node)
+            return T.Ref(ttype, loc, name)
+        if name in self.bindings.params:
+            value = self.bindings.params[name]
+            dtype = BOOL if isinstance(value, bool) else I64 if isinstance(value, int) else F32
+            return T.Lit(T.TType(dtype, ()), loc, value, True)
+        if name in self.bindings.symbols:
+            return T.SymVal(T.TType(I64, ()), loc, self.bindings.symbols[name])
+        if name in CONSTANTS:
+            value = CONSTANTS[name]
+            return T.Lit(T.TType(BOOL if isinstance(value, bool) else F32, ()), loc, value, True)
+        known = list(self.values) + list(self.bindings.params) + list(self.bindings.symbols)
+        if scope is not None:
+            known += list(scope.names)
+        raise self.error(f"unknown name '{name}'{closest(name, known)}", node)
+
+    # -- dtypes --
+    def strengthen(self, node: T.Node) -> T.Node:
+        if not is_weak(node):
+            return node
+        return self.retype(node, node.type.dtype, None)
+
+    def retype(self, node: T.Node, dtype: DType, where: ast.AST | None) -> T.Node:
+        """Give a weak value the dtype it meets."""
+        if isinstance(node, T.Lit):
+            value = node.value
+            if dtype.is_int and isinstance(value, float):
+                if not math.isfinite(value) or value != int(value):
+                    raise CatencError(
+                        f"the literal {value!r} cannot take the integer dtype {dtype.name}; use cast(...)", node.loc
+                    )
+                value = int(value)
+            if dtype == BOOL and not isinstance(value, bool):
+                raise CatencError(f"the number {value!r} cannot take dtype bool; compare it instead", node.loc)
+            if dtype != BOOL and isinstance(value, bool):
+                raise CatencError(f"the bool {value!r} cannot take dtype {dtype.name}; use cast(...)", node.loc)
+            if dtype.is_int and not _fits(int(value), dtype):
+                raise CatencError(f"the literal {value!r} does not fit in {dtype.name}", node.loc)
+            if dtype.is_float and not isinstance(value, bool):
+                value = float(value)
+            return T.Lit(T.TType(dtype, ()), node.loc, value, False)
+        if isinstance(node, T.SymVal):
+            if dtype == BOOL:
+                raise CatencError("a symbol cannot be used as a bool", node.loc)
+            return T.SymVal(T.TType(dtype, ()), node.loc, node.expr, False)
+        assert isinstance(node, T.Apply)
+        if node.op in ("div",) and dtype.is_int:
+            raise CatencError("'/' on integers is not allowed; use '//' or cast(...) to a float", node.loc)
+        args = tuple(self.retype(a, dtype, where) for a in node.args)
+        result = node.type.dtype if node.type.dtype == BOOL else dtype
+        return T.Apply(T.TType(result, node.type.shape), node.loc, node.op, args)
+
+    def unify(self, args: list[T.Node], node: ast.AST) -> list[T.Node]:
+        """Make operands share one dtype (weak literals adopt the strong one's)."""
+        strong = [a for a in args if not is_weak(a)]
+        if not strong:
+            target = F32 if any(a.type.dtype.is_float for a in args) else args[0].type.dtype
+            if all(a.type.dtype == BOOL for a in args):
+                target = BOOL
+            if target != BOOL and any(a.type.dtype == BOOL for a in args):
+                raise self.error("cannot mix bool and numbers; use cast(...)", node)
+            return [a if a.type.dtype == target else self._reweak(a, target) for a in args]
+        dtype = strong[0].type.dtype
+        for other in strong[1:]:
+            if other.type.dtype != dtype:
+                raise self.error(
+                    f"operands have different dtypes {dtype.name} and {other.type.dtype.name}; "
+                    f"use cast(x, {dtype.name}) or cast(x, {other.type.dtype.name})",
+                    node,
+                )
+        return [self.retype(a, dtype, node) if is_weak(a) else a for a in args]
+
+    def _reweak(self, node: T.Node, dtype: DType) -> T.Node:
+        """Between weak values only: an int literal meeting a float one becomes a float literal."""
+        if isinstance(node, T.Lit):
+            return T.Lit(T.TType(dtype, ()), node.loc, float(node.value) if dtype.is_float else node.value, True)
+        if isinstance(node, T.SymVal):
+            return T.SymVal(T.TType(dtype, ()), node.loc, node.expr, True)
+        assert isinstance(node, T.Apply)
+        args = tuple(self._reweak(a, dtype) for a in node.args)
+        return T.Apply(T.TType(dtype, node.type.shape), node.loc, node.op, args)
+
+    def broadcast(self, shapes: list[tuple[Expr, ...]], node: ast.AST) -> tuple[Expr, ...]:
+        rank = max((len(s) for s in shapes), default=0)
+        out: list[Expr] = []
+        for axis in range(rank):
+            dim: Expr | None = None
+            for shape in shapes:
+                k = axis - (rank - len(shape))
+                if k < 0:
+                    continue
+                d = shape[k]
+                if dim is None or dim == ONE:
+                    dim = d
+                elif d == ONE or self.equal(d, dim):
+                    continue
+                else:
+                    raise self.error(
+                        f"shapes {' and '.join(_shape(s) for s in shapes)} do not broadcast: {dim} vs {d} "
+                        f"in axis {axis - rank}",
+                        node,
+                    )
+            out.append(dim if dim is not None else ONE)
+        return tuple(out)
+
+    def elementwise(self, op: str, args: list[T.Node], node: ast.AST) -> T.Node:
+        loc = self.loc(node)
+        if op == "where":
+            cond, a, b = args
+            if cond.type.dtype != BOOL:
+                raise self.error(f"the condition of where(...) must be bool, not {cond.type.dtype.name}", node)
+            a, b = self.unify([a, b], node)
+            shape = self.broadcast([cond.type.shape, a.type.shape, b.type.shape], node)
+            return T.Apply(T.TType(a.type.dtype, shape), loc, "where", (cond, a, b))
+        args = self.unify(args, node)
+        dtype = args[0].type.dtype
+        shape = self.broadcast([a.type.shape for a in args], node)
+        weak = all(is_weak(a) for a in args)
+        name = _OP_SPELLING.get(op, op)
+        result = dtype
+        if op in ("lt", "le", "gt", "ge", "eq", "ne"):
+            result = BOOL
+            if dtype == BOOL and op not in ("eq", "ne"):
+                raise self.error(f"cannot order bool values with '{name}'", node)
+        elif op in ("and", "or", "xor", "not"):
+            if dtype.is_float:
+                raise self.error(f"'{name}' needs bool or integer operands, not {dtype.name}", node)
+        elif op in FLOAT_PREDICATES:
+            if not dtype.is_float:
+                raise self.error(f"{op}(...) needs a float operand, not {dtype.name}", node)
+            result = BOOL
+        elif op in UNARY_FLOAT or op in BINARY_FLOAT or op == "div":
+            if dtype.is_int and not weak:
+                hint = "use '//' or cast(...)" if op == "div" else "use cast(x, f32)"
+                raise self.error(f"'{name}' needs float operands, not {dtype.name}; {hint}", node)
+            if dtype == BOOL:
+                raise self.error(f"'{name}' needs float operands, not bool", node)
+            if weak and not dtype.is_float:
+                args = [self._reweak(a, F32) for a in args]
+                result = F32
+        elif dtype == BOOL:
+            raise self.error(f"'{name}' needs numeric operands, not bool; use cast(...)", node)
+        if op == "pow" and dtype.is_int and not weak:
+            pass
+        return T.Apply(T.TType(result, shape), loc, op, tuple(args))
+
+    # -- calls --
+    def call(self, node: ast.Call, scope: IndexScope | None) -> T.Node:
+        func = node.func
+        if isinstance(func, ast.Subscript) and isinstance(func.value, ast.Name) and func.value.id in REDUCTIONS:
+            if scope is None:
+                raise self.error(
+                    f"'{func.value.id}[...](...)' binds indices and belongs to index form; in array form "
+                    f"write {func.value.id}(x, axis=...)",
+                    node,
+                )
+            return self.index_reduce(node, scope)
+        if not isinstance(func, ast.Name):
+            raise self.error("only named functions can be called", node)
+        name = func.id
+        if name in ELEMENTWISE:
+            return self.call_elementwise(name, node, scope)
+        if name in REDUCTIONS or name in ("argmax", "argmin"):
+            if scope is not None:
+                raise self.error(f"in index form reduce with {name}[k](...) over bound indices", node)
+            return self.reduction(name, node)
+        if name in SHAPE_FUNCS:
+            if scope is not None:
+                raise self.error(f"{name}(...) works on whole tensors; use it in array form", node)
+            return self.shape_func(name, node)
+        if name in LEFT_TO_SPEC:
+            raise self.error(f"'{name}' is not supported yet by this version of catenc", node)
+        comp = self.ctx.library.find(name)
+        if comp is None:
+            known = sorted(ELEMENTWISE | SHAPE_FUNCS | set(REDUCTIONS)) + list(self.ctx.library.local)
+            raise self.error(f"unknown function or composite '{name}'{closest(name, known)}", func)
+        if scope is not None:
+            raise self.error(f"composite '{name}' cannot be called inside index form; assign it to a name first", node)
+        return self.composite_call(comp, node)
+
+    def positional(self, node: ast.Call, low: int, high: int, what: str) -> None:
+        n = len(node.args)
+        if not low <= n <= high:
+            expected = str(low) if low == high else f"{low} to {high}"
+            raise self.error(f"{what} takes {expected} arguments, got {n}", node)
+
+    def keywords(self, node: ast.Call, allowed: Sequence[str]) -> dict[str, ast.expr]:
+        out = {}
+        for kw in node.keywords:
+            if kw.arg is None or kw.arg not in allowed:
+                valid = ", ".join(allowed) if allowed else "none"
+                raise self.error(f"unknown keyword '{kw.arg}'{closest(kw.arg or '', allowed)}; valid: {valid}", kw.value)
+            out[kw.arg] = kw.value
+        return out
+
+    def dtype_arg(self, node: ast.expr) -> DType:
+        if isinstance(node, ast.Name):
+            if node.id in DTYPES:
+                return DTYPES[node.id]
+            if node.id in self.bindings.dtypes:
+                return self.bindings.dtypes[node.id]
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in DTYPES:
+            return DTYPES[node.value]
+        raise self.error(f"expected a dtype ({' '.join(DTYPES)}) or a type variable", node)
+
+    def call_elementwise(self, name: str, node: ast.Call, scope: IndexScope | None) -> T.Node:
+        if name == "cast":
+            self.positional(node, 2, 2, "cast")
+            self.keywords(node, ())
+            arg = self.strengthen(self.expr(node.args[0], scope))
+            dtype = self.dtype_arg(node.args[1])
+            return T.Apply(T.TType(dtype, arg.type.shape), self.loc(node), "cast", (arg,))
+        arity = {"where": 3, "clip": 3, "pow": 2, "maximum": 2, "minimum": 2, "atan2": 2}.get(name, 1)
+        self.positional(node, arity, arity, f"{name}(...)")
+        self.keywords(node, ())
+        if name == "where" and scope is not None:
+            cond = self.expr(node.args[0], scope)
+            when_true, when_false = self.guard_facts(cond)
+            a = self.expr(node.args[1], scope.guarded(when_true))
+            b = self.expr(node.args[2], scope.guarded(when_false))
+            return self.elementwise("where", [cond, a, b], node)
+        args = [self.expr(a, scope) for a in node.args]
+        if name == "clip":
+            x, lo, hi = self.unify(args, node)
+            return self.elementwise("minimum", [self.elementwise("maximum", [x, lo], node), hi], node)
+        return self.elementwise(name, args, node)
+
+    def axes_arg(self, node: ast.expr | None, rank: int, call: ast.AST) -> tuple[int, ...]:
+        if node is None or (isinstance(node, ast.Constant) and node.value is None):
+            return tuple(range(rank))
+        items = node.elts if isinstance(node, (ast.Tuple, ast.List)) else [node]
+        axes = []
+        for item in items:
+            axis = self.int_const(item)
+            if not -rank <= axis < rank:
+                raise self.error(f"axis {axis} is out of range for a tensor of rank {rank}", item)
+            axis %= rank
+            if axis in axes:
+                raise self.error(f"axis {axis} is repeated", item)
+            axes.append(axis)
+        return tuple(sorted(axes))
+
+    def int_const(self, node: ast.expr) -> int:
+        value = self.index_expr(node, None)
+        if not value.is_const:
+            raise self.error("expected an integer constant", node)
+        return value.value
+
+    def bool_const(self, node: ast.expr) -> bool:
+        if isinstance(node, ast.Constant) and isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.Name) and isinstance(self.bindings.params.get(node.id), bool):
+            return bool(self.bindings.params[node.id])
+        raise self.error("expected True or False", node)
+
+    def reduction(self, name: str, node: ast.Call) -> T.Node:
+        self.positional(node, 1, 1, f"{name}(...)")
+        kws = self.keywords(node, ("axis", "keepdims"))
+        arg = self.strengthen(self.expr(node.args[0], None))
+        keepdims = self.bool_const(kws["keepdims"]) if "keepdims" in kws else False
+        dtype = arg.type.dtype
+        if name in ("argmax", "argmin"):
+            if "axis" not in kws:
+                raise self.error(f"{name}(...) needs axis=", node)
+            (axis,) = self.axes_arg(kws["axis"], arg.type.rank, node) or (None,)
+            shape = _reduced(arg.type.shape, (axis,), keepdims)
+            return T.ArgReduce(T.TType(I64, shape), self.loc(node), name, arg, axis, keepdims)
+        if dtype == BOOL:
+            raise self.error(f"{name}(...) of bool values: use cast(x, i64) first", node)
+        if name == "mean" and not dtype.is_float:
+            raise self.error(f"mean(...) of {dtype.name} values: use cast(x, f32) first", node)
+        axes = self.axes_arg(kws.get("axis"), arg.type.rank, node)
+        shape = _reduced(arg.type.shape, axes, keepdims)
+        return T.Reduce(T.TType(dtype, shape), self.loc(node), name, arg, axes, keepdims)
+
+    def matmul(self, a: T.Node, b: T.Node, node: ast.AST, scope: IndexScope | None) -> T.Node:
+        if scope is not None:
+            raise self.error("'@' works on whole tensors; in index form write sum[k](a[i, k] * b[k, j])", node)
+        a, b = self.unify([a, b], node)
+        if a.type.rank == 0 or b.type.rank == 0:
+            raise self.error("'@' needs operands of rank 1 or more", node)
+        if a.type.dtype == BOOL:
+            raise self.error("'@' of bool values: use cast(...) first", node)
+        loc = self.loc(node)
+        a2 = a if a.type.rank >= 2 else T.Reshape(T.TType(a.type.dtype, (ONE,) + a.type.shape), loc, a)
+        b2 = b if b.type.rank >= 2 else T.Reshape(T.TType(b.type.dtype, b.type.shape + (ONE,)), loc, b)
+        k1, k2 = a2.type.shape[-1], b2.type.shape[-2]
+        if not self.equal(k1, k2):
+            raise self.error(
+                f"matmul shapes {_shape(a.type.shape)} @ {_shape(b.type.shape)}: inner dims {k1} and {k2} differ", node
+            )
+        batch = self.broadcast([a2.type.shape[:-2], b2.type.shape[:-2]], node)
+        shape = batch + (a2.type.shape[-2], b2.type.shape[-1])
+        out: T.Node = T.MatMul(T.TType(a.type.dtype, shape), loc, a2, b2)
+        final = batch + ((a.type.shape[-2],) if a.type.rank >= 2 else ()) + ((b.type.shape[-1],) if b.type.rank >= 2 else ())
+        if final != shape:
+            out = T.Reshape(T.TType(a.type.dtype, final), loc, out)
+        return out
+
+    # -- shape functions --
+    def shape_list(self, node: ast.expr) -> list[tuple[Expr, ast.expr]]:
+        if not isinstance(node, (ast.List, ast.Tuple)):
+            raise self.error("expected a list of dims like [M, 2*N]", node)
+        return [(self.index_expr(e, None), e) for e in node.elts]
+
+    def shape_func(self, name: str, node: ast.Call) -> T.Node:
+        loc = self.loc(node)
+        handler = getattr(self, f"fn_{name}")
+        result = handler(node, loc)
+        for dim in result.type.shape:
+            if not prove_nonneg(dim, self.facts):
+                raise self.error(f"the dim {dim} of this {name}(...) may be negative", node)
+        return result
+
+    def fn_reshape(self, node: ast.Call, loc: Loc) -> T.Node:
+        self.positional(node, 2, 2, "reshape")
+        self.keywords(node, ())
+        arg = self.strengthen(self.expr(node.args[0], None))
+        dims = self.shape_list(node.args[1])
+        total = product(arg.type.shape)
+        unknown = [i for i, (d, _) in enumerate(dims) if d.is_const and d.value == -1]
+        if len(unknown) > 1:
+            raise self.error("reshape allows only one -1", node.args[1])
+        known = product(d for i, (d, _) in enumerate(dims) if i not in unknown)
+        shape = [d for d, _ in dims]
+        if unknown:
+            inferred = floordiv(total, known)
+            if inferred * known != total and not self.equal(inferred * known, total):
+                raise self.error(
+                    f"reshape cannot infer -1: {total} elements are not a multiple of {known}", dims[unknown[0]][1]
+                )
+            shape[unknown[0]] = inferred
+        elif not self.equal(product(shape), total):
+            raise self.error(
+                f"reshape from {_shape(arg.type.shape)} to {_shape(tuple(shape))} changes the number of elements",
+                node,
+            )
+        return T.Reshape(T.TType(arg.type.dtype, tuple(shape)), loc, arg)
+
+    def fn_transpose(self, node: ast.Call, loc: Loc) -> T.Node:
+        self.positional(node, 1, 2, "transpose")
+        self.keywords(node, ())
+        arg = self.strengthen(self.expr(node.args[0], None))
+        rank = arg.type.rank
+        if len(node.args) == 1:
+            perm = tuple(reversed(range(rank)))
+        else:
+            if not isinstance(node.args[1], (ast.List, ast.Tuple)):
+                raise self.error("transpose needs a permutation list like [1, 0]", node.args[1])
+            perm = tuple(self.int_const(e) % max(rank, 1) for e in node.args[1].elts)
+            if sorted(perm) != list(range(rank)):
+                raise self.error(f"{list(perm)} is not a permutation of the {rank} axes", node.args[1])
+        return T.Permute(T.TType(arg.type.dtype, tuple(arg.type.shape[p] for p in perm)), loc, arg, perm)
+
+    def fn_expand(self, node: ast.Call, loc: Loc) -> T.Node:
+        self.positional(node, 2, 2, "expand")
+        self.keywords(node, ())
+        arg = self.strengthen(self.expr(node.args[0], None))
+        shape = tuple(d for d, _ in self.shape_list(node.args[1]))
+        if len(shape) < arg.type.rank or self.broadcast([arg.type.shape, shape], node) != shape:
+            raise self.error(f"cannot expand {_shape(arg.type.shape)} to {_shape(shape)}", node)
+        return T.Expand(T.TType(arg.type.dtype, shape), loc, arg)
+
+    def _axis(self, node: ast.expr, rank: int) -> int:
+        axis = self.int_const(node)
+        if not -rank <= axis < rank:
+            raise self.error(f"axis {axis} is out of range for rank {rank}", node)
+        return axis % rank
+
+    def fn_squeeze(self, node: ast.Call, loc: Loc) -> T.Node:
+        self.positional(node, 2, 2, "squeeze")
+        arg = self.strengthen(self.expr(node.args[0], None))
+        axis = self._axis(node.args[1], arg.type.rank)
+        if arg.type.shape[axis] != ONE:
+            raise self.error(f"squeeze: axis {axis} has size {arg.type.shape[axis]}, not 1", node.args[1])
+        shape = arg.type.shape[:axis] + arg.type.shape[axis + 1 :]
+        return T.Reshape(T.TType(arg.type.dtype, shape), loc, arg)
+
+    def fn_unsqueeze(self, node: ast.Call, loc: Loc) -> T.Node:
+        self.positional(node, 2, 2, "unsqueeze")
+        arg = self.strengthen(self.expr(node.args[0], None))
+        axis = self._axis(node.args[1], arg.type.rank + 1)
+        shape = arg.type.shape[:axis] + (ONE,) + arg.type.shape[axis:]
+        return T.Reshape(T.TType(arg.type.dtype, shape), loc, arg)
+
+    def fn_flatten(self, node: ast.Call, loc: Loc) -> T.Node:
+        self.positional(node, 1, 3, "flatten")
+        kws = self.keywords(node, ("start", "end"))
+        arg = self.strengthen(self.expr(node.args[0], None))
+        rank = max(arg.type.rank, 1)
+        start_node = node.args[1] if len(node.args) > 1 else kws.get("start")
+        end_node = node.args[2] if len(node.args) > 2 else kws.get("end")
+        start = self._axis(start_node, rank) if start_node is not None else 0
+        end = self._axis(end_node, rank) if end_node is not None else rank - 1
+        if arg.type.rank == 0:
+            return T.Reshape(T.TType(arg.type.dtype, (ONE,)), loc, arg)
+        if start > end:
+            raise self.error("flatten: start must not be after end", node)
+        shape = arg.type.shape[:start] + (product(arg.type.shape[start : end + 1]),) + arg.type.shape[end + 1 :]
+        return T.Reshape(T.TType(arg.type.dtype, shape), loc, arg)
+
+    def fn_concat(self, node: ast.Call, loc: Loc) -> T.Node:
+        self.positional(node, 1, 2, "concat")
+        kws = self.keywords(node, ("axis",))
+        if not isinstance(node.args[0], (ast.List, ast.Tuple)) or not node.args[0].elts:
+            raise self.error("concat needs a non-empty list of tensors: concat([a, b], axis)", node.args[0])
+        args = self.unify([self.expr(e, None) for e in node.args[0].elts], node)
+        args = [self.strengthen(a) for a in args]
+        rank = args[0].type.rank
+        if rank == 0:
+            raise self.error("concat of rank-0 values; use stack", node)
+        axis_node = node.args[1] if len(node.args) > 1 else kws.get("axis")
+        axis = self._axis(axis_node, rank) if axis_node is not None else 0
+        for a, e in zip(args, node.args[0].elts):
+            if a.type.rank != rank or not all(
+                self.equal(x, y) for k, (x, y) in enumerate(zip(a.type.shape, args[0].type.shape)) if k != axis
+            ):
+                raise self.error(
+                    f"concat: shape {_shape(a.type.shape)} does not match {_shape(args[0].type.shape)} "
+                    f"outside axis {axis}",
+                    e,
+                )
+        shape = list(args[0].type.shape)
+        shape[axis] = sum((a.type.shape[axis] for a in args[1:]), args[0].type.shape[axis])
+        return T.Concat(T.TType(args[0].type.dtype, tuple(shape)), loc, tuple(args), axis)
+
+    def fn_stack(self, node: ast.Call, loc: Loc) -> T.Node:
+        self.positional(node, 1, 2, "stack")
+        kws = self.keywords(node, ("axis",))
+        if not isinstance(node.args[0], (ast.List, ast.Tuple)) or not node.args[0].elts:
+            raise self.error("stack needs a non-empty list of tensors: stack([a, b], axis)", node.args[0])
+        args = [self.strengthen(a) for a in self.unify([self.expr(e, None) for e in node.args[0].elts], node)]
+        rank = args[0].type.rank
+        axis_node = node.args[1] if len(node.args) > 1 else kws.get("axis")
+        axis = self._axis(axis_node, rank + 1) if axis_node is not None else 0
+        for a, e in zip(args, node.args[0].elts):
+            if not self.same_shape(a.type.shape, args[0].type.shape):
+                raise self.error(f"stack: shape {_shape(a.type.shape)} differs from {_shape(args[0].type.shape)}", e)
+        parts = [
+            T.Reshape(T.TType(a.type.dtype, a.type.shape[:axis] + (ONE,) + a.type.shape[axis:]), loc, a) for a in args
+        ]
+        shape = list(parts[0].type.shape)
+        shape[axis] = const(len(parts))
+        return T.Concat(T.TType(args[0].type.dtype, tuple(shape)), loc, tuple(parts), axis)
+
+    def fn_pad(self, node: ast.Call, loc: Loc) -> T.Node:
+        self.positional(node, 2, 3, "pad")
+        kws = self.keywords(node, ("value",))
+        arg = self.strengthen(self.expr(node.args[0], None))
+        widths = node.args[1]
+        if not isinstance(widths, (ast.List, ast.Tuple)) or len(widths.elts) != arg.type.rank:
+            raise self.error(f"pad needs one [lo, hi] pair per axis ({arg.type.rank})", widths)
+        before, shape = [], []
+        for dim, pair in zip(arg.type.shape, widths.elts):
+            if not isinstance(pair, (ast.List, ast.Tuple)) or len(pair.elts) != 2:
+                raise self.error("each pad entry is [lo, hi]", pair)
+            lo, hi = (self.index_expr(e, None) for e in pair.elts)
+            for value, e in ((lo, pair.elts[0]), (hi, pair.elts[1])):
+                if not prove_nonneg(value, self.facts):
+                    raise self.error("pad widths must be non-negative", e)
+            before.append(lo)
+            shape.append(dim + lo + hi)
+        value_node = node.args[2] if len(node.args) > 2 else kws.get("value")
+        value = self.expr(value_node, None) if value_node is not None else T.Lit(T.TType(I64, ()), loc, 0, True)
+        if value.type.rank:
+            raise self.error("pad value must be a scalar", value_node)
+        (value,) = [self.retype(value, arg.type.dtype, node) if is_weak(value) else value]
+        if value.type.dtype != arg.type.dtype:
+            raise self.error("pad value dtype differs from the tensor's; use cast(...)", value_node)
+        return T.Pad(T.TType(arg.type.dtype, tuple(shape)), loc, arg, tuple(before), value)
+
+    def fn_arange(self, node: ast.Call, loc: Loc) -> T.Node:
+        self.positional(node, 1, 1, "arange")
+        kws = self.keywords(node, ("dtype",))
+        n = self.index_expr(node.args[0], None)
+        dtype = self.dtype_arg(kws["dtype"]) if "dtype" in kws else I64
+        if dtype == BOOL:
+            raise self.error("arange cannot make bool values", node)
+        return T.Arange(T.TType(dtype, (n,)), loc)
+
+    def _filled(self, node: ast.Call, loc: Loc, value: T.Node, shape_node: ast.expr, dtype_node: ast.expr | None) -> T.Node:
+        shape = tuple(d for d, _ in self.shape_list(shape_node))
+        dtype = self.dtype_arg(dtype_node) if dtype_node is not None else F32
+        value = self.strengthen(value)
+        if value.type.rank:
+            raise self.error("the fill value must be a scalar", node)
+        if is_weak(value) or value.type.dtype != dtype:
+            if isinstance(value, T.Lit):
+                value = self.retype(T.Lit(value.type, value.loc, value.value, True), dtype, node)
+            else:
+                value = T.Apply(T.TType(dtype, ()), loc, "cast", (value,))
+        return T.Expand(T.TType(dtype, shape), loc, value)
+
+    def fn_zeros(self, node: ast.Call, loc: Loc) -> T.Node:
+        self.positional(node, 1, 2, "zeros")
+        kws = self.keywords(node, ("dtype",))
+        dtype_node = node.args[1] if len(node.args) > 1 else kws.get("dtype")
+        return self._filled(node, loc, T.Lit(T.TType(I64, ()), loc, 0, True), node.args[0], dtype_node)
+
+    def fn_ones(self, node: ast.Call, loc: Loc) -> T.Node:
+        self.positional(node, 1, 2, "ones")
+        kws = self.keywords(node, ("dtype",))
+        dtype_node = node.args[1] if len(node.args) > 1 else kws.get("dtype")
+        return self._filled(node, loc, T.Lit(T.TType(I64, ()), loc, 1, True), node.args[0], dtype_node)
+
+    def fn_full(self, node: ast.Call, loc: Loc) -> T.Node:
+        self.positional(node, 2, 3, "full")
+        kws = self.keywords(node, ("dtype",))
+        dtype_node = node.args[2] if len(node.args) > 2 else kws.get("dtype")
+        value = self.expr(node.args[1], None)
+        return self._filled(node, loc, value, node.args[0], dtype_node)
+
+    # -- slicing (array form) --
+    def slice(self, node: ast.Subscript) -> T.Node:
+        arg = self.strengthen(self.expr(node.value, None))
+        items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        ellipses = [i for i, e in enumerate(items) if isinstance(e, ast.Constant) and e.value is Ellipsis]
+        if len(ellipses) > 1:
+            raise self.error("only one '...' is allowed in a slice", node)
+        explicit = len(items) - len(ellipses)
+        if explicit > arg.type.rank:
+            raise self.error(f"too many indices ({explicit}) for a tensor of rank {arg.type.rank}", node)
+        if ellipses:
+            k = ellipses[0]
+            fill = [ast.Slice(None, None, None)] * (arg.type.rank - explicit)
+            items = items[:k] + fill + items[k + 1 :]
+        else:
+            items = items + [ast.Slice(None, None, None)] * (arg.type.rank - explicit)
+        axes: list[T.SliceAxis] = []
+        shape: list[Expr] = []
+        for dim, item in zip(arg.type.shape, items):
+            if isinstance(item, ast.Slice):
+                start, step, length = self.slice_axis(dim, item, node)
+                axes.append(T.SliceAxis(start, step, True))
+                shape.append(length)
+            else:
+                index = self.index_expr(item, None)
+                if index.is_const and index.value < 0:
+                    index = dim + index
+                if not (prove_nonneg(index, self.facts) and prove_less(index, dim, self.facts)):
+                    raise self.error(f"index {index} may be out of bounds for a dim of size {dim}", item)
+                axes.append(T.SliceAxis(index, 1, False))
+        return T.Slice(T.TType(arg.type.dtype, tuple(shape)), self.loc(node), arg, tuple(axes))
+
+    def slice_axis(self, dim: Expr, item: ast.Slice, node: ast.AST) -> tuple[Expr, int, Expr]:
+        step = self.int_const(item.step) if item.step is not None else 1
+        if step == 0:
+            raise self.error("slice step cannot be zero", item.step)
+
+        def bound(e: ast.expr | None, default: Expr) -> Expr | None:
+            if e is None:
+                return None
+            value = self.index_expr(e, None)
+            if value.is_const and value.value < 0:
+                value = dim + value
+            return value
+
+        start, stop = bound(item.lower, ZERO), bound(item.upper, dim)
+        if step > 0:
+            start = ZERO if start is None else minimum(maximum(start, ZERO), dim)
+            stop = dim if stop is None else minimum(maximum(stop, ZERO), dim)
+            length = maximum(floordiv(stop - start + step - 1, step), ZERO)
+        else:
+            start = dim - 1 if start is None else minimum(start, dim - 1)
+            stop = const(-1) if stop is None else maximum(stop, const(-1))
+            length = maximum(floordiv(start - stop + (-step) - 1, -step), ZERO)
+        for e in (start,):
+            if not prove_nonneg(e, self.facts) and not prove_nonneg(-length, self.facts):
+                if step < 0:
+                    raise self.error("cannot prove this reversed slice in bounds; use constant bounds", node)
+        return start, step, length
+
+    # -- index form --
+    def index_expr(self, node: ast.expr, scope: IndexScope | None) -> Expr:
+        """An integer expression of indices, symbols, int params and literals."""
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+            return const(node.value)
+        if isinstance(node, ast.Name):
+            if scope is not None and node.id in scope.names:
+                return sym(scope.names[node.id][0])
+            if node.id in self.bindings.symbols:
+                return self.bindings.symbols[node.id]
+            value = self.bindings.params.get(node.id)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return const(value)
+            raise self.error(f"'{node.id}' is not an index, symbol or integer param", node)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            inner = self.index_expr(node.operand, scope)
+            return -inner if isinstance(node.op, ast.USub) else inner
+        if isinstance(node, ast.BinOp) and type(node.op) in (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod):
+            a, b = self.index_expr(node.left, scope), self.index_expr(node.right, scope)
+            if isinstance(node.op, ast.Add):
+                return a + b
+            if isinstance(node.op, ast.Sub):
+                return a - b
+            if isinstance(node.op, ast.Mult):
+                return a * b
+            if not b.is_const or b.value <= 0:
+                if scope is not None and b.free_symbols() & {v for v, _ in scope.names.values()}:
+                    raise self.error("an index may only be divided by a positive constant or symbol", node.right)
+            return floordiv(a, b) if isinstance(node.op, ast.FloorDiv) else mod(a, b)
+        raise self.error("expected an integer expression of indices and symbols (+ - * // %)", node)
+
+    def index_assign(self, target: ast.Subscript, value: ast.expr) -> None:
+        name = target.value.id
+        items = target.slice.elts if isinstance(target.slice, ast.Tuple) else [target.slice]
+        declared = self.outputs.get(name)
+        lhs: list[tuple[str, str, Expr | None, ast.AST]] = []  # display, internal, extent, node
+        batch_dims: tuple[Expr, ...] = ()
+        for k, item in enumerate(items):
+            if isinstance(item, ast.Constant) and item.value is Ellipsis:
+                if k != 0:
+                    raise self.error("'...' may only be the first index", item)
+                if declared is None or not self._declared_batched(name):
+                    batch_dims = self.bindings.batch or ()
+                    if declared is None and self.bindings.batch is None:
+                        raise self.error("'...' needs a composite declared with '...' dims", item)
+                else:
+                    batch_dims = self.bindings.batch or ()
+                for b, dim in enumerate(batch_dims):
+                    lhs.append((f"...{b}", self.fresh(f"b{b}"), dim, item))
+                continue
+            if not isinstance(item, ast.Name):
+                raise self.error("left-hand indices must be distinct index names", item)
+            if any(item.id == d for d, _, _, _ in lhs):
+                raise self.error(f"index '{item.id}' is repeated on the left-hand side", item)
+            self._check_index_name(item.id, item)
+            lhs.append((item.id, self.fresh(item.id), None, item))
+        if declared is not None:
+            if len(lhs) != declared.rank:
+                raise self.error(
+                    f"'{name}' has rank {declared.rank} ({_shape(declared.shape)}) but {len(lhs)} indices are given",
+                    target,
+                )
+            lhs = [(d, i, declared.shape[k], n) for k, (d, i, _, n) in enumerate(lhs)]
+        uses = self.alone_uses(value, {d: "lhs" for d, _, _, _ in lhs if not d.startswith("...")}, {})
+        resolved: list[tuple[str, str, Expr]] = []
+        for display_name, internal, extent, node in lhs:
+            found = uses.get(("lhs", display_name), [])
+            extent = self._agree(display_name, extent, node, found)
+            resolved.append((display_name, internal, extent))
+        self._pending_uses = uses
+        scope = IndexScope({}).bind(resolved)
+        body = self.strengthen(self.expr(value, scope))
+        if body.type.rank:
+            raise self.error("the right-hand side of an index-form statement must be a scalar", value)
+        shape = tuple(e for _, _, e in resolved)
+        dtype = body.type.dtype
+        if declared is not None and dtype != declared.dtype:
+            if isinstance(body, T.Lit):
+                body = self.retype(T.Lit(body.type, body.loc, body.value, True), declared.dtype, value)
+            else:
+                raise self.error(
+                    f"'{name}' is declared {declared.dtype.name} but this value is {dtype.name}; "
+                    f"use cast(..., {declared.dtype.name})",
+                    value,
+                )
+        ttype = T.TType(body.type.dtype, shape)
+        self.define(name, ttype, target.value)
+        indices = tuple((internal, extent) for _, internal, extent in resolved)
+        self.statements.append(T.IndexAssign(name, indices, body, ttype, self.loc(target)))
+
+    def _declared_batched(self, name: str) -> bool:
+        return any(d.name == name and d.batch for d in self.comp.outputs)
+
+    def _check_index_name(self, name: str, node: ast.AST) -> None:
+        if name in self.values or name in self.bindings.symbols or name in self.bindings.params or name in CONSTANTS:
+            raise self.error(f"index '{name}' shadows a tensor, symbol or param of the same name", node)
+
+    def fresh(self, name: str) -> str:
+        return f"{name}'{next(self.ctx.serial)}"
+
+    def _agree(self, name: str, extent: Expr | None, node: ast.AST, found: list[tuple[Expr, Loc, str]]) -> Expr:
+        first_loc = self.loc(node)
+        for dim, loc, tensor in found:
+            if extent is None:
+                extent, first_loc = dim, loc
+            elif not self.equal(extent, dim):
+                raise CatencError(
+                    f"index '{name}' ranges over {extent} here but over {dim} in {tensor}", loc,
+                    [("first range given here", first_loc)],
+                )
+        if extent is None:
+            raise self.error(
+                f"cannot infer the range of index '{name}': use it alone in some position of an access", node
+            )
+        return extent
+
+    def alone_uses(self, node: ast.AST, bound: dict[str, object], out: dict) -> dict:
+        """(binding, index) -> [(dim, loc, tensor)] for every access position holding the index alone."""
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) and isinstance(node.func.value, ast.Name):
+            if node.func.value.id in REDUCTIONS:
+                names = _index_names(node.func.slice)
+                inner = dict(bound)
+                for n in names:
+                    inner[n] = id(node)
+                for arg in node.args:
+                    self.alone_uses(arg, inner, out)
+                return out
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in self.values:
+            shape = self.values[node.value.id][0].shape
+            items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            explicit = [e for e in items if not (isinstance(e, ast.Constant) and e.value is Ellipsis)]
+            dims = shape[len(shape) - len(explicit) :] if len(explicit) <= len(shape) else ()
+            for item, dim in zip(explicit, dims):
+                if isinstance(item, ast.Name) and item.id in bound:
+                    out.setdefault((bound[item.id], item.id), []).append((dim, self.loc(item), node.value.id))
+            return out
+        for child in ast.iter_child_nodes(node):
+            self.alone_uses(child, bound, out)
+        return out
+
+    def index_reduce(self, node: ast.Call, scope: IndexScope) -> T.Node:
+        op = node.func.value.id
+        self.positional(node, 1, 1, f"{op}[...](...)")
+        self.keywords(node, ())
+        names = _index_names(node.func.slice)
+        if names is None:
+            raise self.error(f"{op}[...] binds index names, like {op}[k](...) or {op}[c, r](...)", node.func)
+        uses = self._pending_uses
+        items = []
+        for n in names:
+            self._check_index_name(n, node.func)
+            extent = self._agree(n, None, node.func, uses.get((id(node), n), []))
+            items.append((n, self.fresh(n), extent))
+        inner = scope.bind(items)
+        body = self.strengthen(self.expr(node.args[0], inner))
+        dtype = body.type.dtype
+        if dtype == BOOL:
+            raise self.error(f"{op}[...] of bool values: use cast(x, i64) first", node)
+        if op == "mean" and not dtype.is_float:
+            raise self.error(f"mean[...] of {dtype.name} values: use cast(..., f32) first", node)
+        indices = tuple((internal, extent) for _, internal, extent in items)
+        return T.IndexReduce(T.TType(dtype, ()), self.loc(node), op, indices, body)
+
+    def access(self, node: ast.Subscript, scope: IndexScope) -> T.Node:
+        if not isinstance(node.value, ast.Name) or node.value.id not in self.values:
+            if isinstance(node.value, ast.Name):
+                return self.name(node.value, scope)  # raises the unknown-name error
+            raise self.error("only named tensors can be indexed in index form", node)
+        name = node.value.id
+        ttype = self.values[name][0]
+        items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if any(isinstance(e, ast.Slice) for e in items):
+            raise self.error("slices are array form; in index form use index expressions", node)
+        batch_vars = [internal for d, (internal, _) in scope.names.items() if d.startswith("...")]
+        indices: list[Expr] = []
+        explicit = [e for e in items if not (isinstance(e, ast.Constant) and e.value is Ellipsis)]
+        has_batch = len(explicit) != len(items)
+        if has_batch:
+            nbatch = ttype.rank - len(explicit)
+            if nbatch < 0 or nbatch > len(batch_vars):
+                raise self.error(f"'{name}' has rank {ttype.rank}; cannot index it with {len(items)} indices", node)
+            for k in range(nbatch):
+                var = batch_vars[len(batch_vars) - nbatch + k]
+                dim = ttype.shape[k]
+                indices.append(ZERO if dim == ONE else sym(var))
+        elif len(items) != ttype.rank:
+            raise self.error(f"'{name}' has rank {ttype.rank} but {len(items)} indices are given", node)
+        indices.extend(self.index_expr(e, scope) for e in explicit)
+        facts = self.facts
+        for internal, extent in scope.names.values():
+            facts = facts.with_range(internal, extent)
+        facts = facts.with_nonneg(*scope.guards)
+        positions = [None] * (len(indices) - len(explicit)) + explicit
+        for k, (index, dim) in enumerate(zip(indices, ttype.shape)):
+            if not (prove_nonneg(index, facts) and prove_less(index, dim, facts)):
+                shown = _display_expr(index)
+                raise CatencError(
+                    f"access to '{name}' may be out of bounds in axis {k}: cannot prove 0 <= {shown} < {dim}; "
+                    "guard it with where(condition, ..., ...)",
+                    self.loc(positions[k] or node),
+                )
+        return T.Access(T.TType(ttype.dtype, ()), self.loc(node), name, tuple(indices))
+
+    def guard_facts(self, cond: T.Node) -> tuple[list[Expr], list[Expr]]:
+        """Facts (e >= 0) that hold where cond is true, and where it is false."""
+        if isinstance(cond, T.Apply):
+            if cond.op in ("lt", "le", "gt", "ge", "eq", "ne"):
+                a, b = (as_symbolic(x) for x in cond.args)
+                if a is None or b is None:
+                    return [], []
+                op = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}[cond.op]
+                negated = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}[op]
+                return constraint_facts(a, op, b), constraint_facts(a, negated, b)
+            if cond.op == "and":
+                (t1, f1), (t2, f2) = (self.guard_facts(x) for x in cond.args)
+                return t1 + t2, []
+            if cond.op == "or":
+                (t1, f1), (t2, f2) = (self.guard_facts(x) for x in cond.args)
+                return [], f1 + f2
+            if cond.op == "not":
+                t, f = self.guard_facts(cond.args[0])
+                return f, t
+        return [], []
+
+    # -- composite calls --
+    def composite_call(self, comp: Composite, node: ast.Call) -> T.Node:
+        if self.depth >= MAX_CALL_DEPTH:
+            raise self.error(f"composite calls nest too deeply (recursive call of '{comp.name}'?)", node)
+        if len(node.args) != len(comp.inputs):
+            raise self.error(
+                f"'{comp.name}' takes {len(comp.inputs)} inputs ({', '.join(d.name for d in comp.inputs)}), "
+                f"got {len(node.args)}",
+                node,
+                [("declared here", comp.loc)],
+            )
+        args = [self.expr(a, None) for a in node.args]
+        params = dict(comp.params)
+        for kw in node.keywords:
+            if kw.arg is None or kw.arg not in comp.params:
+                valid = ", ".join(comp.params) or "none"
+                raise self.error(
+                    f"'{comp.name}' has no param '{kw.arg}'{closest(kw.arg or '', list(comp.params))}; params: {valid}",
+                    kw.value,
+                )
+            value = self.expr(kw.value, None)
+            if not isinstance(value, T.Lit):
+                raise self.error(f"param '{kw.arg}' needs a constant value", kw.value)
+            params[kw.arg] = _coerce_param(kw.arg, value.value, comp.params[kw.arg], self.loc(kw.value))
+        bindings, args = self.bind_call(comp, args, node)
+        bindings.params = params
+        checker = BodyChecker(comp, bindings, self.ctx, self.depth + 1)
+        program = checker.run()
+        dtype = program.outputs[0][1]
+        return T.Call(dtype, self.loc(node), comp.name, tuple(args), program)
+
+    def bind_call(self, comp: Composite, args: list[T.Node], node: ast.Call) -> tuple[Bindings, list[T.Node]]:
+        """Infer the callee's dtype variables, batch dims and symbols from the arguments."""
+        dtypes: dict[str, DType] = {}
+        for decl, arg, arg_node in zip(comp.inputs, args, node.args):
+            if is_weak(arg):
+                continue
+            want = decl.dtype
+            if want in DTYPES:
+                if arg.type.dtype.name != want:
+                    raise self.error(
+                        f"'{comp.name}' wants {decl.name} as {want}, got {arg.type.dtype.name}; use cast(...)",
+                        arg_node,
+                        [("declared here", decl.loc)],
+                    )
+            elif want in dtypes:
+                if dtypes[want] != arg.type.dtype:
+                    raise self.error(
+                        f"type variable {want} of '{comp.name}' is {dtypes[want].name} from an earlier argument "
+                        f"but {arg.type.dtype.name} here",
+                        arg_node,
+                    )
+            else:
+                if arg.type.dtype.name not in comp.types[want]:
+                    raise self.error(
+                        f"'{comp.name}' does not support {arg.type.dtype.name} for {decl.name} "
+                        f"({want} may be {', '.join(comp.types[want])})",
+                        arg_node,
+                        [("declared here", decl.loc)],
+                    )
+                dtypes[want] = arg.type.dtype
+        for var, choices in comp.types.items():
+            dtypes.setdefault(var, DTYPES[choices[0]])
+        fixed_args = []
+        for decl, arg in zip(comp.inputs, args):
+            dtype = DTYPES.get(decl.dtype) or dtypes[decl.dtype]
+            fixed_args.append(self.retype(arg, dtype, node) if is_weak(arg) else arg)
+        batches: list[tuple[Expr, ...]] = []
+        symbols: dict[str, Expr] = {}
+        pending: list[tuple[Expr, Expr, ast.AST, TensorDecl]] = []
+        for decl, arg, arg_node in zip(comp.inputs, fixed_args, node.args):
+            shape = arg.type.shape
+            if decl.batch:
+                if len(shape) < len(decl.dims):
+                    raise self.error(
+                        f"'{comp.name}' wants {decl.name} of rank {len(decl.dims)} or more, got {_shape(shape)}",
+                        arg_node,
+                    )
+                batches.append(shape[: len(shape) - len(decl.dims)])
+                shape = shape[len(shape) - len(decl.dims) :]
+            elif len(shape) != len(decl.dims):
+                raise self.error(
+                    f"'{comp.name}' wants {decl} (rank {len(decl.dims)}), got shape {_shape(shape)}",
+                    arg_node,
+                    [("declared here", decl.loc)],
+                )
+            for want, got in zip(decl.dims, shape):
+                name = want.as_symbol()
+                if name is not None and name not in symbols and name not in comp.derived:
+                    symbols[name] = got
+                else:
+                    pending.append((want, got, arg_node, decl))
+        batch = self.broadcast(batches, node) if batches else None
+        if comp.is_batched and batch is None:
+            batch = ()
+        for name, expr in comp.derived.items():
+            if name not in symbols:
+                symbols[name] = expr.substitute(symbols)
+            else:
+                pending.append((expr, symbols[name], node, None))
+        for want, got, arg_node, decl in pending:
+            missing = want.free_symbols() - set(symbols)
+            if missing:
+                solved = _solve_linear(want, got, missing, symbols)
+                if solved is None:
+                    raise self.error(
+                        f"cannot infer {', '.join(sorted(missing))} of '{comp.name}' from a dim {got} "
+                        f"matched against {want}",
+                        arg_node,
+                    )
+                var, value, remainder_check = solved
+                symbols[var] = value
+                if remainder_check is not None:
+                    self.require(remainder_check, "==", ZERO, f"{got} matches {want}", arg_node)
+                continue
+            expected = want.substitute(symbols)
+            self.require(expected, "==", got, f"{want} == {got}", arg_node, decl)
+        all_symbols = set()
+        for decl in comp.inputs + comp.outputs:
+            for dim in decl.dims:
+                all_symbols |= dim.free_symbols()
+        for name in sorted(all_symbols - set(symbols)):
+            raise self.error(f"cannot infer symbol '{name}' of '{comp.name}' from its arguments", node)
+        for c in comp.constraints:
+            lhs, rhs = c.lhs.substitute(symbols), c.rhs.substitute(symbols)
+            self.require(lhs, c.op, rhs, c.text, node, origin=c)
+        return Bindings(symbols, dtypes, {}, batch), fixed_args
+
+    def require(
+        self,
+        lhs: Expr,
+        op: str,
+        rhs: Expr,
+        text: str,
+        node: ast.AST,
+        decl: TensorDecl | None = None,
+        origin: Constraint | None = None,
+    ) -> None:
+        """A fact the call needs: proved now, refuted now (error), or checked at run time."""
+        verdict = decide(lhs, op, rhs, self.facts)
+        if verdict is True:
+            return
+        notes = [("declared here", decl.loc)] if decl else []
+        if origin is not None:
+            notes = [("constraint declared here", origin.loc)]
+        if verdict is False:
+            raise self.error(f"this call can never satisfy '{text}' ({lhs} {op} {rhs})", node, notes)
+        if op == "==" and origin is None:
+            raise self.error(f"cannot prove the shapes match: {lhs} vs {rhs}", node, notes)
+        self.ctx.add_check(lhs, op, rhs, text, self.loc(node))
+
+
+def _fits(value: int, dtype: DType) -> bool:
+    if dtype.kind == "uint":
+        return -(1 << dtype.bits) < value < (1 << dtype.bits)
+    return -(1 << (dtype.bits - 1)) <= value < (1 << dtype.bits)
+
+
+def _solve_linear(want: Expr, got: Expr, missing: set[str], known: dict[str, Expr]):
+    """Solve want(var) == got for a single unknown appearing as c*var; returns (var, value, remainder)."""
+    if len(missing) != 1:
+        return None
+    (var,) = missing
+    coefficient = want.coefficient(var)
+    rest = want.substitute({**known, var: ZERO})
+    if not coefficient.is_const or coefficient.value <= 0:
+        return None
+    if (want.substitute({**known, var: sym(var)}) - rest - coefficient * sym(var)).terms:
+        return None
+    numerator = got - rest
+    c = coefficient.value
+    return var, floordiv(numerator, c), (mod(numerator, c) if c != 1 else None)
+
+
+def _index_names(node: ast.expr) -> list[str] | None:
+    items = node.elts if isinstance(node, ast.Tuple) else [node]
+    if all(isinstance(e, ast.Name) for e in items):
+        return [e.id for e in items]
+    return None
+
+
+def _reduced(shape: tuple[Expr, ...], axes: tuple[int, ...], keepdims: bool) -> tuple[Expr, ...]:
+    if keepdims:
+        return tuple(ONE if k in axes else d for k, d in enumerate(shape))
+    return tuple(d for k, d in enumerate(shape) if k not in axes)
+
+
+def _shape(shape: tuple[Expr, ...]) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _display_expr(e: Expr) -> str:
+    return "".join(ch for ch in display_text(str(e)))
+
+
+def display_text(text: str) -> str:
+    """Drop the internal serial numbers of index names (i'3 -> i)."""
+    out, skip = [], False
+    for ch in text:
+        if ch == "'":
+            skip = True
+            continue
+        if skip and ch.isdigit():
+            continue
+        skip = False
+        out.append(ch)
+    return "".join(out)
+
+
+def as_symbolic(node: T.Node) -> Expr | None:
+    """An integer-valued typed expression of indices and symbols as a symbolic Expr."""
+    if isinstance(node, T.IndexVal):
+        return sym(node.name)
+    if isinstance(node, T.SymVal) and not node.type.dtype.is_float:
+        return node.expr
+    if isinstance(node, T.Lit) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return const(node.value)
+    if isinstance(node, T.Apply) and node.type.dtype.is_int:
+        parts = [as_symbolic(a) for a in node.args]
+        if any(p is None for p in parts):
+            return None
+        if node.op == "add":
+            return parts[0] + parts[1]
+        if node.op == "sub":
+            return parts[0] - parts[1]
+        if node.op == "mul":
+            return parts[0] * parts[1]
+        if node.op == "neg":
+            return -parts[0]
+        if node.op == "floordiv" and parts[1].is_const and parts[1].value > 0:
+            return floordiv(parts[0], parts[1])
+        if node.op == "mod" and parts[1].is_const and parts[1].value > 0:
+            return mod(parts[0], parts[1])
+    return None
+
+
+_OP_SPELLING = {
+    "add": "+",
+    "sub": "-",
+    "mul": "*",
+    "div": "/",
+    "floordiv": "//",
+    "mod": "%",
+    "pow": "**",
+    "and": "&",
+    "or": "|",
+    "xor": "^",
+    "not": "~",
+    "lt": "<",
+    "le": "<=",
+    "gt": ">",
+    "ge": ">=",
+    "eq": "==",
+    "ne": "!=",
+}

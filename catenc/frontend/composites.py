@@ -1,0 +1,495 @@
+"""Composite definitions: the checked contents of a composite file, and the search for them.
+
+`load_composites` reads a file and its includes into `Composite` records (declarations parsed,
+keys validated, every piece carrying its place in the file). `Library` finds a composite by
+name in the search order of SPEC §2: the file and its includes, each `-I` directory, `ops/`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import keyword
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from catenc.diagnostics import CatencError, Loc
+from catenc.dtypes import DTYPES
+from catenc.frontend.source import KeyPath, SourceFile, load_source
+from catenc.symbolic import Expr, SymbolicSyntaxError, parse_expr
+
+NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+COMPOSITE_KEYS = ("doc", "inputs", "outputs", "types", "where", "params", "body", "test")
+TOP_KEYS = ("composite", "include")
+TEST_KEYS = ("sizes", "rtol", "atol", "reference")
+C_RESERVED = frozenset(
+    """auto break case char const continue default do double else enum extern float for goto if
+    inline int long register restrict return short signed sizeof static struct switch typedef union
+    unsigned void volatile while _Bool _Complex _Imaginary _Alignas _Alignof _Atomic _Generic
+    _Noreturn _Static_assert _Thread_local bool true false NULL main
+    abort abs acos asin atan atan2 atof atoi atol calloc ceil cos cosh div exit exp fabs floor fmod
+    free frexp getenv labs ldexp log log10 malloc memchr memcmp memcpy memmove memset modf pow printf
+    qsort rand realloc sin sinh sqrt srand strcat strchr strcmp strcpy strlen strncmp strncpy strstr
+    tan tanh time exp2 log2 log1p expm1 erf erfc round trunc rint fmax fmin fma cbrt hypot lround
+    nearbyint tgamma lgamma isnan isinf isfinite signbit copysign puts putchar fprintf sprintf
+    snprintf scanf fopen fclose fread fwrite assert offsetof""".split()
+)
+CONSTRAINT_OPS = ("==", "!=", "<=", ">=", "<", ">")
+
+
+@dataclass(frozen=True)
+class TensorDecl:
+    """`name: dtype[dims]`; `batch` is True when the first dim is `...`."""
+
+    name: str
+    dtype: str
+    dims: tuple[Expr, ...]
+    batch: bool
+    loc: Loc
+
+    def __str__(self) -> str:
+        dims = (["..."] if self.batch else []) + [str(d) for d in self.dims]
+        return f"{self.name}: {self.dtype}[{', '.join(dims)}]"
+
+
+@dataclass(frozen=True)
+class Constraint:
+    lhs: Expr
+    op: str
+    rhs: Expr
+    text: str
+    loc: Loc
+
+    def holds(self, env: dict[str, int]) -> bool:
+        a, b = self.lhs.evaluate(env), self.rhs.evaluate(env)
+        return {
+            "==": a == b,
+            "!=": a != b,
+            "<": a < b,
+            "<=": a <= b,
+            ">": a > b,
+            ">=": a >= b,
+        }[self.op]
+
+
+@dataclass
+class Composite:
+    name: str
+    source: SourceFile
+    keypath: KeyPath
+    doc: str
+    inputs: list[TensorDecl]
+    outputs: list[TensorDecl]
+    types: dict[str, list[str]]
+    derived: dict[str, Expr]
+    constraints: list[Constraint]
+    params: dict[str, bool | int | float]
+    body: str
+    test: dict = field(default_factory=dict)
+
+    @property
+    def loc(self) -> Loc:
+        return self.source.key_loc(self.keypath)
+
+    @property
+    def is_batched(self) -> bool:
+        return any(d.batch for d in self.inputs + self.outputs)
+
+    def body_loc(self, offset: int) -> Loc:
+        return self.source.string_loc(self.keypath + ("body",), offset)
+
+    def symbols(self) -> list[str]:
+        """Symbols in order of first appearance in the input then output declarations."""
+        seen: list[str] = []
+        for decl in self.inputs + self.outputs:
+            for dim in decl.dims:
+                for name in _ordered_symbols(dim):
+                    if name not in seen:
+                        seen.append(name)
+        for expr in self.derived.values():
+            for name in _ordered_symbols(expr):
+                if name not in seen:
+                    seen.append(name)
+        return seen
+
+
+def _ordered_symbols(expr: Expr) -> list[str]:
+    """Symbols of expr in the order they are written (str form order is canonical, so sort
+    by first textual position in the rendered expression)."""
+    text = str(expr)
+    names = expr.free_symbols()
+    return sorted(names, key=lambda n: re.search(rf"\b{re.escape(n)}\b", text).start())
+
+
+def closest(word: str, choices: list[str] | tuple[str, ...]) -> str:
+    """A ' (did you mean 'x'?)' suffix, or '' when nothing is close."""
+    match = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def check_name(name: str, what: str, loc: Loc) -> None:
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise CatencError(f"invalid {what} name {name!r}: expected [A-Za-z_][A-Za-z0-9_]*", loc)
+    if name in C_RESERVED or keyword.iskeyword(name):
+        raise CatencError(f"{what} name '{name}' is reserved (a C or Python keyword or C library name)", loc)
+
+
+# ---- parsing one composite ---------------------------------------------------------------------
+
+
+class _Reader:
+    """Reads typed values out of a SourceFile at a key path, with located errors."""
+
+    def __init__(self, source: SourceFile, base: KeyPath):
+        self.source = source
+        self.base = base
+
+    def loc(self, *path: str | int) -> Loc:
+        return self.source.loc(self.base + path)
+
+    def get(self, table: dict, key: str, kind: type | tuple[type, ...], what: str, default=None):
+        if key not in table:
+            return default
+        value = table[key]
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool) and bool not in _as_tuple(kind)):
+            raise CatencError(f"'{key}' must be {what}, not {_describe(value)}", self.loc(key))
+        return value
+
+    def decl(self, text: object, path: tuple) -> TensorDecl:
+        loc = self.source.loc(self.base + path)
+        if not isinstance(text, str):
+            raise CatencError(f"a tensor declaration must be a string like \"A: f32[M, K]\", not {_describe(text)}", loc)
+        return parse_decl(text, lambda offset: self.source.string_loc(self.base + path, offset))
+
+
+def _as_tuple(kind) -> tuple:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _describe(value: object) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a table"}
+    return names.get(type(value), type(value).__name__)
+
+
+_DECL_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*:\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:\[(.*)\])?\s*\Z", re.S)
+
+
+def parse_decl(text: str, loc_at) -> TensorDecl:
+    """Parse `name: dtype[dim, ...]`; loc_at(offset) locates a character of text."""
+    match = _DECL_RE.match(text)
+    if not match:
+        raise CatencError(f"invalid tensor declaration '{text}': expected 'NAME: DTYPE[DIM, ...]'", loc_at(0))
+    name, dtype, dims_text = match.group(1), match.group(2), match.group(3)
+    check_name(name, "tensor", loc_at(match.start(1)))
+    dims: list[Expr] = []
+    batch = False
+    if dims_text is not None and dims_text.strip():
+        start = match.start(3)
+        for index, (piece, offset) in enumerate(_split_commas(dims_text)):
+            pos = start + offset + (len(piece) - len(piece.lstrip()))
+            if piece.strip() == "...":
+                if index != 0:
+                    raise CatencError("'...' may appear only as the first dim", loc_at(pos))
+                batch = True
+                continue
+            if not piece.strip():
+                raise CatencError("empty dim in declaration", loc_at(pos))
+            try:
+                dim = parse_expr(piece)
+            except SymbolicSyntaxError as err:
+                raise CatencError(
+                    f"invalid dim '{piece.strip()}': expected an integer, a symbol or an affine expression of them",
+                    loc_at(pos + err.col),
+                ) from None
+            for sym_name in dim.free_symbols():
+                check_name(sym_name, "symbol", loc_at(pos))
+            if dim.is_const and dim.value < 0:
+                raise CatencError(f"dim {dim} is negative", loc_at(pos))
+            dims.append(dim)
+    return TensorDecl(name, dtype, tuple(dims), batch, loc_at(0))
+
+
+def _split_commas(text: str) -> Iterator[tuple[str, int]]:
+    depth, start = 0, 0
+    for i, ch in enumerate(text):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            yield text[start:i], start
+            start = i + 1
+    yield text[start:], start
+
+
+def _split_constraint(text: str) -> tuple[str, str, str, int] | None:
+    for op in ("==", "!=", "<=", ">=", "<", ">"):
+        depth = 0
+        for i in range(len(text) - len(op) + 1):
+            ch = text[i]
+            depth += ch in "(["
+            depth -= ch in ")]"
+            if depth == 0 and text.startswith(op, i):
+                if op in ("<", ">") and text[i + 1 : i + 2] == "=":
+                    continue
+                if op in ("<", ">") and i > 0 and text[i - 1] in "<>=!":
+                    continue
+                return text[:i], op, text[i + len(op) :], i
+    return None
+
+
+def parse_composite(source: SourceFile, name: str, definition: object) -> Composite:
+    base: KeyPath = ("composite", name)
+    reader = _Reader(source, base)
+    check_name(name, "composite", source.key_loc(base))
+    if not isinstance(definition, dict):
+        raise CatencError(f"composite '{name}' must be a table, not {_describe(definition)}", source.loc(base))
+    for key in definition:
+        if key not in COMPOSITE_KEYS:
+            raise CatencError(
+                f"unknown key '{key}' in composite '{name}'{closest(key, COMPOSITE_KEYS)}; "
+                f"valid keys are {', '.join(COMPOSITE_KEYS)}",
+                source.key_loc(base + (key,)),
+            )
+    for required in ("inputs", "outputs", "body"):
+        if required not in definition:
+            raise CatencError(f"composite '{name}' has no '{required}'", source.key_loc(base))
+    doc = reader.get(definition, "doc", str, "a string", "")
+    inputs_raw = reader.get(definition, "inputs", list, "a list of tensor declarations")
+    outputs_raw = reader.get(definition, "outputs", list, "a list of tensor declarations")
+    inputs = [reader.decl(t, ("inputs", i)) for i, t in enumerate(inputs_raw)]
+    outputs = [reader.decl(t, ("outputs", i)) for i, t in enumerate(outputs_raw)]
+    if not outputs:
+        raise CatencError(f"composite '{name}' must declare at least one output", reader.loc("outputs"))
+    seen: dict[str, TensorDecl] = {}
+    for decl in inputs + outputs:
+        if decl.name in seen:
+            raise CatencError(
+                f"'{decl.name}' is declared twice", decl.loc, [("first declared here", seen[decl.name].loc)]
+            )
+        seen[decl.name] = decl
+
+    types = _read_types(reader, definition)
+    for decl in inputs + outputs:
+        if decl.dtype not in DTYPES and decl.dtype not in types:
+            raise CatencError(
+                f"unknown dtype '{decl.dtype}' for '{decl.name}'{closest(decl.dtype, list(DTYPES) + list(types))}; "
+                f"dtypes are {' '.join(DTYPES)} or a variable declared in 'types'",
+                decl.loc,
+            )
+    params = _read_params(reader, definition)
+    derived, constraints = _read_where(reader, definition)
+    body = reader.get(definition, "body", str, "a string")
+    test = _read_test(reader, definition)
+    return Composite(name, source, base, doc, inputs, outputs, types, derived, constraints, params, body, test)
+
+
+def _read_types(reader: _Reader, definition: dict) -> dict[str, list[str]]:
+    raw = reader.get(definition, "types", dict, "a table of TYPEVAR = [dtypes]", {})
+    types: dict[str, list[str]] = {}
+    for var, choices in raw.items():
+        loc = reader.loc("types", var)
+        check_name(var, "type variable", loc)
+        if var in DTYPES:
+            raise CatencError(f"type variable '{var}' shadows the dtype of that name", loc)
+        if not isinstance(choices, list) or not choices or not all(isinstance(c, str) for c in choices):
+            raise CatencError(f"type variable '{var}' needs a non-empty list of dtype names", loc)
+        for i, choice in enumerate(choices):
+            if choice not in DTYPES:
+                raise CatencError(
+                    f"unknown dtype '{choice}'{closest(choice, list(DTYPES))}", reader.loc("types", var, i)
+                )
+        types[var] = list(choices)
+    return types
+
+
+def _read_params(reader: _Reader, definition: dict) -> dict[str, bool | int | float]:
+    raw = reader.get(definition, "params", dict, "a table of name = number or bool", {})
+    params: dict[str, bool | int | float] = {}
+    for key, value in raw.items():
+        loc = reader.loc("params", key)
+        check_name(key, "param", loc)
+        if not isinstance(value, (bool, int, float)):
+            raise CatencError(f"param '{key}' must be a number or a bool, not {_describe(value)}", loc)
+        params[key] = value
+    return params
+
+
+def _read_where(reader: _Reader, definition: dict) -> tuple[dict[str, Expr], list[Constraint]]:
+    raw = reader.get(definition, "where", list, "a list of strings", [])
+    derived: dict[str, Expr] = {}
+    constraints: list[Constraint] = []
+    for i, text in enumerate(raw):
+        path = ("where", i)
+        if not isinstance(text, str):
+            raise CatencError(f"a 'where' entry must be a string, not {_describe(text)}", reader.loc(*path))
+
+        def loc_at(offset: int, path=path) -> Loc:
+            return reader.source.string_loc(reader.base + path, offset)
+
+        split = _split_constraint(text)
+        if split is None:
+            if "=" not in text:
+                raise CatencError(
+                    f"invalid 'where' entry '{text}': expected 'SYM = expr' or 'expr OP expr' "
+                    "with OP one of == != < <= > >=",
+                    loc_at(0),
+                )
+            lhs_text, rhs_text = text.split("=", 1)
+            lhs_name = lhs_text.strip()
+            lead = len(lhs_text) - len(lhs_text.lstrip())
+            if not NAME_RE.match(lhs_name):
+                raise CatencError(f"a derivation must assign a symbol, not '{lhs_name}'", loc_at(lead))
+            if lhs_name in derived:
+                raise CatencError(f"symbol '{lhs_name}' is derived twice", loc_at(lead))
+            derived[lhs_name] = _parse_side(rhs_text, loc_at, len(lhs_text) + 1)
+            continue
+        lhs_text, op, rhs_text, at = split
+        lhs = _parse_side(lhs_text, loc_at, 0)
+        rhs = _parse_side(rhs_text, loc_at, at + len(op))
+        constraints.append(Constraint(lhs, op, rhs, " ".join(text.split()), loc_at(0)))
+    return derived, constraints
+
+
+def _parse_side(text: str, loc_at, offset: int) -> Expr:
+    lead = len(text) - len(text.lstrip())
+    try:
+        return parse_expr(text)
+    except SymbolicSyntaxError as err:
+        raise CatencError(
+            f"invalid integer expression '{text.strip()}'", loc_at(offset + lead + err.col)
+        ) from None
+
+
+def _read_test(reader: _Reader, definition: dict) -> dict:
+    raw = reader.get(definition, "test", dict, "a table", {})
+    for key in raw:
+        if key not in TEST_KEYS:
+            raise CatencError(
+                f"unknown key '{key}' in 'test'{closest(key, TEST_KEYS)}; valid keys are {', '.join(TEST_KEYS)}",
+                reader.source.key_loc(reader.base + ("test", key)),
+            )
+    sizes = reader.get(raw, "sizes", dict, "a table of symbol = int", {})
+    for key, value in sizes.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise CatencError(f"test size '{key}' must be a non-negative integer", reader.loc("test", "sizes", key))
+    for key in ("rtol", "atol"):
+        if key in raw and (not isinstance(raw[key], (int, float)) or isinstance(raw[key], bool)):
+            raise CatencError(f"'{key}' must be a number", reader.loc("test", key))
+    if "reference" in raw and not isinstance(raw["reference"], str):
+        raise CatencError("'reference' must be a string of Python source", reader.loc("test", "reference"))
+    return raw
+
+
+# ---- files and the search path -----------------------------------------------------------------
+
+
+@dataclass
+class CompositeFile:
+    """One loaded file with its includes, in order."""
+
+    source: SourceFile
+    composites: dict[str, Composite]
+    includes: list[CompositeFile]
+
+
+def load_composite_file(path: str, display: str | None = None, _stack: tuple[str, ...] = ()) -> CompositeFile:
+    source = load_source(path, display)
+    data = source.data
+    for key in data:
+        if key not in TOP_KEYS:
+            raise CatencError(
+                f"unknown top-level key '{key}'{closest(key, TOP_KEYS)}; valid keys are composite, include",
+                source.key_loc((key,)),
+            )
+    includes: list[CompositeFile] = []
+    raw_includes = data.get("include", [])
+    if not isinstance(raw_includes, list):
+        raise CatencError("'include' must be a list of paths", source.loc(("include",)))
+    resolved = str(Path(path).resolve())
+    for i, item in enumerate(raw_includes):
+        loc = source.loc(("include", i))
+        if not isinstance(item, str):
+            raise CatencError("an include must be a path string", loc)
+        target = Path(path).parent / item
+        target_display = str(Path(display or path).parent / item) if not Path(item).is_absolute() else item
+        if str(target.resolve()) in _stack + (resolved,):
+            raise CatencError(f"include cycle: '{item}' includes this file again", loc)
+        if not target.is_file():
+            raise CatencError(f"cannot find included file '{item}'", loc)
+        includes.append(load_composite_file(str(target), _normalise(target_display), _stack + (resolved,)))
+    composites: dict[str, Composite] = {}
+    table = data.get("composite")
+    if table is None and not includes:
+        raise CatencError("no 'composite' table in this file", Loc(source.path, 1, 1))
+    if table is not None:
+        if not isinstance(table, dict):
+            raise CatencError("'composite' must be a table of composite definitions", source.loc(("composite",)))
+        for name, definition in table.items():
+            composites[name] = parse_composite(source, name, definition)
+    return CompositeFile(source, composites, includes)
+
+
+def _normalise(path: str) -> str:
+    parts: list[str] = []
+    for piece in Path(path).parts:
+        if piece == ".." and parts and parts[-1] != "..":
+            parts.pop()
+        elif piece != ".":
+            parts.append(piece)
+    return str(Path(*parts)) if parts else "."
+
+
+def all_composites(root: CompositeFile) -> dict[str, Composite]:
+    """The composites of a file and its includes; a name defined twice is an error."""
+    out: dict[str, Composite] = {}
+    for file in _walk(root):
+        for name, comp in file.composites.items():
+            if name in out:
+                raise CatencError(
+                    f"composite '{name}' is defined twice", comp.loc, [("first defined here", out[name].loc)]
+                )
+            out[name] = comp
+    return out
+
+
+def _walk(root: CompositeFile) -> Iterator[CompositeFile]:
+    yield root
+    for inc in root.includes:
+        yield from _walk(inc)
+
+
+class Library:
+    """Finds composites: the compiled file and its includes, then `-I` dirs, then `ops/`."""
+
+    def __init__(self, root: CompositeFile, search_dirs: list[tuple[str, str]]):
+        """search_dirs: (directory on disk, display prefix) in search order."""
+        self.root = root
+        self.local = all_composites(root)
+        self.search_dirs = search_dirs
+        self._dir_cache: dict[str, dict[str, Composite]] = {}
+        self.files_read: list[str] = [f.source.path for f in _walk(root)]
+
+    def find(self, name: str) -> Composite | None:
+        if name in self.local:
+            return self.local[name]
+        for directory, display in self.search_dirs:
+            found = self._load_dir(directory, display).get(name)
+            if found is not None:
+                if found.source.path not in self.files_read:
+                    self.files_read.append(found.source.path)
+                return found
+        return None
+
+    def _load_dir(self, directory: str, display: str) -> dict[str, Composite]:
+        if directory not in self._dir_cache:
+            found: dict[str, Composite] = {}
+            for path in sorted(Path(directory).glob("*")):
+                if path.suffix not in (".toml", ".yaml", ".yml"):
+                    continue
+                file = load_composite_file(str(path), f"{display}/{path.name}")
+                for name, comp in all_composites(file).items():
+                    found.setdefault(name, comp)
+            self._dir_cache[directory] = found
+        return self._dir_cache[directory]

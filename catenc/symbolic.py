@@ -1,0 +1,588 @@
+"""Symbolic integer expressions: shapes, indices, loop bounds, sizes.
+
+An `Expr` is a canonical polynomial with integer coefficients over atoms: symbols and the
+non-polynomial pieces `a // b`, `a % b`, `max(a, b)` and `min(a, b)`. Canonical means two
+expressions that differ only by reordering, collecting terms or folding constants compare
+equal, so shapes can be checked with `==`. The module also answers "is this expression
+non-negative under these facts?", which is how index bounds are proved.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import combinations
+
+Monomial = tuple[tuple["Atom", int], ...]
+
+
+class Atom:
+    """Base of the indivisible pieces of an expression."""
+
+    key: str
+
+    def substitute(self, mapping: Mapping[str, Expr]) -> Expr:
+        raise NotImplementedError
+
+    def evaluate(self, env: Mapping[str, int]) -> int:
+        raise NotImplementedError
+
+    def free_symbols(self) -> set[str]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Sym(Atom):
+    name: str
+
+    @property
+    def key(self) -> str:
+        return self.name
+
+    def substitute(self, mapping: Mapping[str, Expr]) -> Expr:
+        return mapping.get(self.name, Expr.atom(self))
+
+    def evaluate(self, env: Mapping[str, int]) -> int:
+        return env[self.name]
+
+    def free_symbols(self) -> set[str]:
+        return {self.name}
+
+
+@dataclass(frozen=True)
+class Call(Atom):
+    """`floordiv`, `mod`, `max` or `min` of sub-expressions that do not fold further."""
+
+    func: str
+    args: tuple[Expr, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.func}({', '.join(str(a) for a in self.args)})"
+
+    def substitute(self, mapping: Mapping[str, Expr]) -> Expr:
+        return _APPLY[self.func](*(a.substitute(mapping) for a in self.args))
+
+    def evaluate(self, env: Mapping[str, int]) -> int:
+        return _EVAL[self.func](*(a.evaluate(env) for a in self.args))
+
+    def free_symbols(self) -> set[str]:
+        return set().union(*(a.free_symbols() for a in self.args))
+
+
+def _floordiv_int(a: int, b: int) -> int:
+    return 0 if b == 0 else a // b
+
+
+def _mod_int(a: int, b: int) -> int:
+    return 0 if b == 0 else a % b
+
+
+_EVAL = {"floordiv": _floordiv_int, "mod": _mod_int, "max": max, "min": min}
+
+
+def _mul_monomials(a: Monomial, b: Monomial) -> Monomial:
+    powers: dict[Atom, int] = dict(a)
+    for atom, power in b:
+        powers[atom] = powers.get(atom, 0) + power
+    return tuple(sorted(powers.items(), key=lambda item: item[0].key))
+
+
+def _divide_monomial(a: Monomial, b: Monomial) -> Monomial | None:
+    """a / b when b divides a as a monomial, else None."""
+    powers = dict(a)
+    for atom, power in b:
+        if powers.get(atom, 0) < power:
+            return None
+        powers[atom] -= power
+    return tuple(sorted(((x, p) for x, p in powers.items() if p), key=lambda item: item[0].key))
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A canonical integer polynomial over atoms; build with `const`, `sym` and operators."""
+
+    terms: tuple[tuple[Monomial, int], ...]
+
+    # ---- construction -------------------------------------------------------------------
+    @staticmethod
+    def from_dict(terms: Mapping[Monomial, int]) -> Expr:
+        items = [(m, c) for m, c in terms.items() if c != 0]
+        items.sort(key=lambda item: (item[0] == (), -len(item[0]), _monomial_key(item[0])))
+        return Expr(tuple(items))
+
+    @staticmethod
+    def atom(atom: Atom) -> Expr:
+        return Expr(((((atom, 1),), 1),))
+
+    @cached_property
+    def as_dict(self) -> dict[Monomial, int]:
+        return dict(self.terms)
+
+    # ---- arithmetic ---------------------------------------------------------------------
+    def __add__(self, other: ExprLike) -> Expr:
+        other = to_expr(other)
+        out = dict(self.terms)
+        for m, c in other.terms:
+            out[m] = out.get(m, 0) + c
+        return Expr.from_dict(out)
+
+    __radd__ = __add__
+
+    def __neg__(self) -> Expr:
+        return Expr(tuple((m, -c) for m, c in self.terms))
+
+    def __sub__(self, other: ExprLike) -> Expr:
+        return self + (-to_expr(other))
+
+    def __rsub__(self, other: ExprLike) -> Expr:
+        return to_expr(other) - self
+
+    def __mul__(self, other: ExprLike) -> Expr:
+        other = to_expr(other)
+        out: dict[Monomial, int] = {}
+        for ma, ca in self.terms:
+            for mb, cb in other.terms:
+                m = _mul_monomials(ma, mb)
+                out[m] = out.get(m, 0) + ca * cb
+        return Expr.from_dict(out)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, other: ExprLike) -> Expr:
+        return floordiv(self, other)
+
+    def __rfloordiv__(self, other: ExprLike) -> Expr:
+        return floordiv(other, self)
+
+    def __mod__(self, other: ExprLike) -> Expr:
+        return mod(self, other)
+
+    def __rmod__(self, other: ExprLike) -> Expr:
+        return mod(other, self)
+
+    # ---- queries ------------------------------------------------------------------------
+    @property
+    def is_const(self) -> bool:
+        return all(m == () for m, _ in self.terms)
+
+    @property
+    def value(self) -> int:
+        """The integer value of a constant expression."""
+        assert self.is_const, self
+        return self.as_dict.get((), 0)
+
+    def free_symbols(self) -> set[str]:
+        out: set[str] = set()
+        for m, _ in self.terms:
+            for atom, _ in m:
+                out |= atom.free_symbols()
+        return out
+
+    def as_symbol(self) -> str | None:
+        """The symbol's name when the expression is exactly one symbol."""
+        if len(self.terms) == 1:
+            m, c = self.terms[0]
+            if c == 1 and len(m) == 1 and m[0][1] == 1 and isinstance(m[0][0], Sym):
+                return m[0][0].name
+        return None
+
+    def coefficient(self, name: str) -> Expr:
+        """The coefficient of the linear occurrences of symbol `name` (other terms ignored)."""
+        out: dict[Monomial, int] = {}
+        target = Sym(name)
+        for m, c in self.terms:
+            powers = dict(m)
+            if powers.get(target) == 1:
+                del powers[target]
+                rest = tuple(sorted(powers.items(), key=lambda item: item[0].key))
+                out[rest] = out.get(rest, 0) + c
+        return Expr.from_dict(out)
+
+    def substitute(self, mapping: Mapping[str, ExprLike]) -> Expr:
+        if not mapping:
+            return self
+        exprs = {k: to_expr(v) for k, v in mapping.items()}
+        total = ZERO
+        for m, c in self.terms:
+            term = const(c)
+            for atom, power in m:
+                piece = atom.substitute(exprs)
+                for _ in range(power):
+                    term = term * piece
+            total = total + term
+        return total
+
+    def evaluate(self, env: Mapping[str, int]) -> int:
+        total = 0
+        for m, c in self.terms:
+            term = c
+            for atom, power in m:
+                term *= atom.evaluate(env) ** power
+            total += term
+        return total
+
+    # ---- rendering ----------------------------------------------------------------------
+    def render(self, style: RenderStyle) -> str:
+        if not self.terms:
+            return "0"
+        parts: list[str] = []
+        for m, c in self.terms:
+            factors = [_render_atom(atom, style) for atom, power in m for _ in range(power)]
+            body = style.mul.join(factors)
+            magnitude = abs(c)
+            if not factors:
+                text = style.literal(magnitude)
+            elif magnitude == 1:
+                text = body
+            else:
+                text = f"{style.literal(magnitude)}{style.mul}{body}"
+            if not parts:
+                parts.append(("-" if c < 0 else "") + text)
+            else:
+                parts.append((" - " if c < 0 else " + ") + text)
+        return "".join(parts)
+
+    def __str__(self) -> str:
+        return self.render(PYTHON)
+
+    def __repr__(self) -> str:
+        return f"Expr({self})"
+
+    def to_c(self) -> str:
+        return self.render(C)
+
+
+ExprLike = Expr | int
+
+
+@dataclass(frozen=True)
+class RenderStyle:
+    mul: str
+    suffix: str
+    funcs: Mapping[str, str]
+
+    def literal(self, n: int) -> str:
+        return f"{n}{self.suffix}"
+
+
+PYTHON = RenderStyle("*", "", {"floordiv": "{0} // {1}", "mod": "{0} % {1}", "max": "max({0}, {1})", "min": "min({0}, {1})"})
+C = RenderStyle(
+    "*",
+    "LL",
+    {
+        "floordiv": "catenc_floordiv_i64({0}, {1})",
+        "mod": "catenc_mod_i64({0}, {1})",
+        "max": "catenc_max_i64({0}, {1})",
+        "min": "catenc_min_i64({0}, {1})",
+    },
+)
+
+
+def _render_atom(atom: Atom, style: RenderStyle) -> str:
+    if isinstance(atom, Sym):
+        return atom.name
+    assert isinstance(atom, Call)
+    args = [a.render(style) for a in atom.args]
+    if style is PYTHON and atom.func in ("floordiv", "mod"):
+        args = [a if _is_simple(x) else f"({a})" for a, x in zip(args, atom.args)]
+        return "(" + style.funcs[atom.func].format(*args) + ")"
+    return style.funcs[atom.func].format(*args)
+
+
+def _is_simple(e: Expr) -> bool:
+    return len(e.terms) <= 1 and (not e.terms or e.terms[0][1] >= 0)
+
+
+def _monomial_key(m: Monomial) -> str:
+    return "*".join(f"{a.key}^{p}" for a, p in m)
+
+
+def const(n: int) -> Expr:
+    return Expr.from_dict({(): int(n)})
+
+
+def sym(name: str) -> Expr:
+    return Expr.atom(Sym(name))
+
+
+def to_expr(x: ExprLike) -> Expr:
+    if isinstance(x, Expr):
+        return x
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise TypeError(f"not an integer expression: {x!r}")
+    return const(x)
+
+
+ZERO = Expr(())
+ONE = const(1)
+
+
+def _split_multiples(num: Expr, den: Expr) -> tuple[Expr, Expr]:
+    """Write num = den*q + r, moving every term of num that den divides exactly into q."""
+    if len(den.terms) != 1:
+        return ZERO, num
+    dm, dc = den.terms[0]
+    quotient: dict[Monomial, int] = {}
+    rest: dict[Monomial, int] = {}
+    for m, c in num.terms:
+        qm = _divide_monomial(m, dm)
+        if qm is not None and c % dc == 0:
+            quotient[qm] = c // dc
+        else:
+            rest[m] = c
+    return Expr.from_dict(quotient), Expr.from_dict(rest)
+
+
+def floordiv(a: ExprLike, b: ExprLike) -> Expr:
+    a, b = to_expr(a), to_expr(b)
+    if b.is_const and b.value == 1:
+        return a
+    if a.is_const and b.is_const:
+        return const(_floordiv_int(a.value, b.value))
+    if b.is_const and b.value == 0:
+        return ZERO
+    quotient, rest = _split_multiples(a, b)
+    if not rest.terms:
+        return quotient
+    if rest.is_const and b.is_const:
+        return quotient + _floordiv_int(rest.value, b.value)
+    return quotient + Expr.atom(Call("floordiv", (rest, b)))
+
+
+def mod(a: ExprLike, b: ExprLike) -> Expr:
+    a, b = to_expr(a), to_expr(b)
+    if a.is_const and b.is_const:
+        return const(_mod_int(a.value, b.value))
+    if b.is_const and b.value in (0, 1):
+        return ZERO
+    _, rest = _split_multiples(a, b)
+    if not rest.terms:
+        return ZERO
+    if rest.is_const and b.is_const:
+        return const(_mod_int(rest.value, b.value))
+    return Expr.atom(Call("mod", (rest, b)))
+
+
+def maximum(a: ExprLike, b: ExprLike) -> Expr:
+    a, b = to_expr(a), to_expr(b)
+    diff = a - b
+    if diff.is_const:
+        return a if diff.value >= 0 else b
+    if prove_nonneg(diff):
+        return a
+    if prove_nonneg(-diff):
+        return b
+    lo, hi = sorted((a, b), key=str)
+    return Expr.atom(Call("max", (lo, hi)))
+
+
+def minimum(a: ExprLike, b: ExprLike) -> Expr:
+    a, b = to_expr(a), to_expr(b)
+    diff = a - b
+    if diff.is_const:
+        return b if diff.value >= 0 else a
+    if prove_nonneg(diff):
+        return b
+    if prove_nonneg(-diff):
+        return a
+    lo, hi = sorted((a, b), key=str)
+    return Expr.atom(Call("min", (lo, hi)))
+
+
+_APPLY = {"floordiv": floordiv, "mod": mod, "max": maximum, "min": minimum}
+
+
+def product(exprs: Iterable[ExprLike]) -> Expr:
+    total = ONE
+    for e in exprs:
+        total = total * to_expr(e)
+    return total
+
+
+# ---- parsing ------------------------------------------------------------------------------
+
+
+class SymbolicSyntaxError(ValueError):
+    """An integer expression that is not in the affine dim language; `col` is 0-based."""
+
+    def __init__(self, message: str, col: int = 0):
+        super().__init__(message)
+        self.col = col
+
+
+def parse_expr(text: str) -> Expr:
+    """Parse an integer expression over symbols: ints, names, + - * // % ( ), max, min."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as err:
+        raise SymbolicSyntaxError(f"invalid expression '{text.strip()}'", (err.offset or 1) - 1) from None
+    return from_ast(tree.body)
+
+
+def from_ast(node: ast.AST, names: Mapping[str, Expr] | None = None) -> Expr:
+    """Convert a Python AST of an integer expression; `names` maps names to known values."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return const(node.value)
+    if isinstance(node, ast.Name):
+        if names is not None and node.id in names:
+            return names[node.id]
+        return sym(node.id)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        inner = from_ast(node.operand, names)
+        return -inner if isinstance(node.op, ast.USub) else inner
+    if isinstance(node, ast.BinOp):
+        ops = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
+        op = ops.get(type(node.op))
+        if op is not None:
+            left, right = from_ast(node.left, names), from_ast(node.right, names)
+            if op == "+":
+                return left + right
+            if op == "-":
+                return left - right
+            if op == "*":
+                return left * right
+            return floordiv(left, right) if op == "//" else mod(left, right)
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("max", "min")
+        and len(node.args) == 2
+        and not node.keywords
+    ):
+        a, b = (from_ast(x, names) for x in node.args)
+        return maximum(a, b) if node.func.id == "max" else minimum(a, b)
+    raise SymbolicSyntaxError(
+        "expected an integer expression of symbols with + - * // %", getattr(node, "col_offset", 0)
+    )
+
+
+# ---- proving ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What is known: every symbol is >= 0, each of `nonneg` is >= 0, loop indices range over
+    [0, extent) (their extents are >= 1 whenever an access inside the loop runs)."""
+
+    nonneg: tuple[Expr, ...] = ()
+    ranges: tuple[tuple[str, Expr], ...] = ()  # index name -> extent
+
+    def with_nonneg(self, *exprs: Expr) -> Facts:
+        return Facts(self.nonneg + tuple(exprs), self.ranges)
+
+    def with_range(self, name: str, extent: Expr) -> Facts:
+        return Facts(self.nonneg + (extent - 1,), self.ranges + ((name, extent),))
+
+    @property
+    def extents(self) -> dict[str, Expr]:
+        return dict(self.ranges)
+
+
+def _atom_is_nonneg(atom: Atom) -> bool:
+    if isinstance(atom, Sym):
+        return True
+    assert isinstance(atom, Call)
+    if atom.func in ("floordiv", "mod"):
+        return all(_direct_nonneg(a) for a in atom.args)
+    if atom.func == "max":
+        return any(_direct_nonneg(a) for a in atom.args)
+    return all(_direct_nonneg(a) for a in atom.args)
+
+
+def _direct_nonneg(e: Expr) -> bool:
+    """True when every term is a non-negative coefficient times non-negative atoms."""
+    return all(c >= 0 and all(_atom_is_nonneg(a) for a, _ in m) for m, c in e.terms)
+
+
+def _bound(e: Expr, extents: Mapping[str, Expr], lower: bool) -> Expr | None:
+    """A bound of e (lower or upper) over the index box, as an expression of the other symbols."""
+    out = ZERO
+    for m, c in e.terms:
+        want_low = lower == (c > 0)
+        term = const(c)
+        for atom, power in m:
+            piece = _atom_bound(atom, extents, want_low)
+            if piece is None:
+                return None
+            for _ in range(power):
+                term = term * piece
+        out = out + term
+    return out
+
+
+def _atom_bound(atom: Atom, extents: Mapping[str, Expr], low: bool) -> Expr | None:
+    if isinstance(atom, Sym):
+        if atom.name in extents:
+            return ZERO if low else extents[atom.name] - 1
+        return Expr.atom(atom)
+    assert isinstance(atom, Call)
+    if not (atom.free_symbols() & set(extents)):
+        return Expr.atom(atom)
+    num, den = atom.args[0], atom.args[1]
+    if den.free_symbols() & set(extents):
+        return None
+    if atom.func == "floordiv":
+        bound = _bound(num, extents, low)
+        return None if bound is None else floordiv(bound, den)
+    if atom.func == "mod":
+        return ZERO if low else den - 1
+    return None
+
+
+def _eliminate_indices(e: Expr, facts: Facts) -> Expr | None:
+    extents = facts.extents
+    if not (e.free_symbols() & set(extents)):
+        return e
+    return _bound(e, extents, lower=True)
+
+
+def prove_nonneg(e: ExprLike, facts: Facts = Facts()) -> bool:
+    """Sound (incomplete) proof that e >= 0 for all values allowed by `facts`.
+
+    Tries e itself, then e minus up to two facts (scaled to cancel a term), with loop
+    indices replaced by the end of their range that minimises e.
+    """
+    e = to_expr(e)
+    candidates = [e]
+    for fact in facts.nonneg:
+        candidates.extend(e - k * fact for k in _scales(e, fact))
+    for f1, f2 in combinations(facts.nonneg, 2):
+        for k1 in _scales(e, f1):
+            rest = e - k1 * f1
+            candidates.extend(rest - k2 * f2 for k2 in _scales(rest, f2))
+    for candidate in candidates:
+        reduced = _eliminate_indices(candidate, facts)
+        if reduced is not None and _nonneg_over_symbols(reduced, facts):
+            return True
+    return False
+
+
+def _scales(e: Expr, fact: Expr) -> list[int]:
+    """Positive multiples k for which e - k*fact cancels some term of e."""
+    scales = set()
+    mine = e.as_dict
+    for m, c in fact.terms:
+        if m and m in mine and mine[m] % c == 0 and mine[m] // c > 0:
+            scales.add(mine[m] // c)
+    return sorted(scales)
+
+
+def _nonneg_over_symbols(e: Expr, facts: Facts) -> bool:
+    if e.is_const:
+        return e.value >= 0
+    if _direct_nonneg(e):
+        return True
+    index_free = [f for f in facts.nonneg if not (f.free_symbols() & set(facts.extents))]
+    for fact in index_free:
+        for k in _scales(e, fact):
+            if _direct_nonneg(e - k * fact):
+                return True
+    return False
+
+
+def prove_less(a: ExprLike, b: ExprLike, facts: Facts = Facts()) -> bool:
+    """a < b."""
+    return prove_nonneg(to_expr(b) - to_expr(a) - 1, facts)
