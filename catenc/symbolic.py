@@ -586,3 +586,31 @@ def _nonneg_over_symbols(e: Expr, facts: Facts) -> bool:
 def prove_less(a: ExprLike, b: ExprLike, facts: Facts = Facts()) -> bool:
     """a < b."""
     return prove_nonneg(to_expr(b) - to_expr(a) - 1, facts)
+
+
+def simplify(e: Expr, facts: Facts) -> Expr:
+    """Fold `a // d` and `a % d` whose remainder part provably lies in [0, d) under facts."""
+    if not any(isinstance(atom, Call) for m, _ in e.terms for atom, _ in m):
+        return e
+    total = ZERO
+    for m, c in e.terms:
+        term = const(c)
+        for atom, power in m:
+            piece = _simplify_atom(atom, facts)
+            for _ in range(power):
+                term = term * piece
+        total = total + term
+    return total
+
+
+def _simplify_atom(atom: Atom, facts: Facts) -> Expr:
+    if isinstance(atom, Sym):
+        return Expr.atom(atom)
+    assert isinstance(atom, Call)
+    args = [simplify(a, facts) for a in atom.args]
+    if atom.func in ("floordiv", "mod"):
+        num, den = args
+        quotient, rest = _split_multiples(num, den)
+        if prove_nonneg(rest, facts) and prove_less(rest, den, facts):
+            return quotient if atom.func == "floordiv" else rest
+    return _APPLY[atom.func](*args)

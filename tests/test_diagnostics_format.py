@@ -69,9 +69,7 @@ def test_no_location() -> None:
 
 
 def test_missing_source_line_prints_header_only() -> None:
-    error = CatencError(
-        "bad", Loc("gone.toml", 3, 1), [("here", Loc("model.toml", 99, 1))]
-    )
+    error = CatencError("bad", Loc("gone.toml", 3, 1), [("here", Loc("model.toml", 99, 1))])
     assert format_diagnostic(error, reader({"model.toml": MODEL})) == (
         "gone.toml:3:1: error: bad\nmodel.toml:99:1: note: here"
     )
@@ -96,18 +94,14 @@ def test_default_reader_reads_file_from_disk(tmp_path: Path) -> None:
     path = tmp_path / "model.toml"
     path.write_bytes(b"a = 1\r\nbb = \xff2\r\n")
     error = CatencError("invalid value", Loc(str(path), 2, 6))
-    assert format_diagnostic(error) == (
-        f"{path}:2:6: error: invalid value\nbb = \ufffd2\n     ^"
-    )
+    assert format_diagnostic(error) == (f"{path}:2:6: error: invalid value\nbb = \ufffd2\n     ^")
 
 
 def test_remembered_source_wins_over_disk() -> None:
     remember_source("virtual/model.yaml", "a: 1\nb: [x\n")
     assert read_source_line("virtual/model.yaml", 2) == "b: [x"
     error = CatencError("unclosed '['", Loc("virtual/model.yaml", 2, 4))
-    assert format_diagnostic(error) == (
-        "virtual/model.yaml:2:4: error: unclosed '['\nb: [x\n   ^"
-    )
+    assert format_diagnostic(error) == ("virtual/model.yaml:2:4: error: unclosed '['\nb: [x\n   ^")
 
 
 def test_source_cache_reads_each_file_once(tmp_path: Path) -> None:

@@ -198,8 +198,7 @@ def load_source(path: str | os.PathLike[str], display_path: str | None = None) -
             "the top level of a composite file must be a mapping (with a 'composite' key)",
             Loc(shown, 1, 1),
         )
-    source = SourceFile(shown, text, data, index)
-    return source
+    return SourceFile(shown, text, data, index)
 
 
 def _decode_utf8(raw: bytes, path: str) -> str:
@@ -561,6 +560,13 @@ _YAML_INT16 = re.compile(r"0x[0-9a-fA-F]+")
 _YAML_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
 _YAML_INF = re.compile(r"[-+]?\.(inf|Inf|INF)")
 _YAML_NAN = re.compile(r"\.nan|\.NaN|\.NAN")
+_SCALAR_KINDS = {  # the kinds of value a scalar with this tag may resolve to, in order
+    _PLAIN_TAG: ("null", "bool", "int", "float"),
+    _YAML + "null": ("null",),
+    _YAML + "bool": ("bool",),
+    _YAML + "int": ("int",),
+    _YAML + "float": ("float", "int"),
+}
 
 
 class _YamlLoader(yaml.SafeLoader):
@@ -668,13 +674,7 @@ class _YamlBuilder:
         tag = node.tag
         if tag == _YAML + "str":
             return value
-        kinds = {
-            _PLAIN_TAG: ("null", "bool", "int", "float"),
-            _YAML + "null": ("null",),
-            _YAML + "bool": ("bool",),
-            _YAML + "int": ("int",),
-            _YAML + "float": ("float", "int"),
-        }.get(tag)
+        kinds = _SCALAR_KINDS.get(tag)
         if kinds is None:
             raise self._error(f"unsupported YAML tag '{_tag_name(tag)}'", node)
         for kind in kinds:

@@ -1,0 +1,414 @@
+"""Lowering the typed AST to the graph IR.
+
+Every statement becomes a `Compute`; so does every array-form reduction, matmul and arg-
+reduction inside an expression (the scheduler inlines them back where that is free). Views and
+elementwise ops never become computes: a value is a `Lazy` tensor, a function from an index to
+a scalar expression, so reshape, transpose, slice, concat, pad and broadcast fold into the index
+maps of the loads they reach. Composite calls are inlined here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import count
+
+from catenc.dtypes import BOOL, F32, I64, DType
+from catenc.frontend import typed as T
+from catenc.ir.nodes import Binary, Buffer, Cast, Compute, Const, Graph, Load, Reduce, SymInt, Unary, Value, Where
+from catenc.symbolic import ONE, ZERO, Expr, Facts, const, simplify, sym
+
+Index = tuple[Expr, ...]
+
+
+def compute_dtype(dtype: DType) -> DType:
+    """f16 and bf16 are computed in f32."""
+    return F32 if dtype.is_half else dtype
+
+
+@dataclass(frozen=True)
+class Lazy:
+    """A tensor not yet materialised: its shape and how to compute the element at an index."""
+
+    dtype: DType
+    shape: Index
+    at: Callable[[Index], Value]
+
+
+def build_graph(program: T.Program) -> Graph:
+    """The graph IR of an entry's typed program."""
+    builder = _Builder()
+    scope: dict[str, Lazy] = {}
+    for name, ttype in program.inputs:
+        builder.buffers.append(Buffer(name, ttype.dtype, ttype.shape, "input"))
+        builder.used.add(name)
+        scope[name] = builder.load_tensor(name, ttype)
+    for name, _ in program.outputs:
+        builder.used.add(name)
+    builder.statements(program, scope, prefix="", outputs={n: t for n, t in program.outputs})
+    return Graph(program.name, tuple(builder.buffers), tuple(builder.computes))
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.buffers: list[Buffer] = []
+        self.computes: list[Compute] = []
+        self.used: set[str] = set()
+        self.extents: dict[str, Expr] = {}
+        self.counter = count()
+        self.calls: dict[int, tuple[Lazy, ...]] = {}
+
+    # -- names and indices --
+    def unique(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.used:
+            name, k = f"{base}_{k}", k + 1
+        self.used.add(name)
+        return name
+
+    def fresh_indices(self, shape: Index, letter: str = "i") -> tuple[tuple[str, Expr], ...]:
+        out = []
+        for extent in shape:
+            name = f"{letter}{next(self.counter)}"
+            self.extents[name] = extent
+            out.append((name, extent))
+        return tuple(out)
+
+    def index_of(self, indices: tuple[tuple[str, Expr], ...]) -> Index:
+        """The index expressions of fresh loop indices; extent-1 dims are always index 0."""
+        return tuple(ZERO if extent == ONE else sym(name) for name, extent in indices)
+
+    def simplify(self, index: Index) -> Index:
+        names = set().union(*(e.free_symbols() for e in index)) if index else set()
+        facts = Facts()
+        for name in sorted(names):
+            if name in self.extents:
+                facts = facts.with_range(name, self.extents[name])
+        return tuple(simplify(e, facts) for e in index)
+
+    # -- tensors --
+    def load_tensor(self, name: str, ttype: T.TType) -> Lazy:
+        dtype = compute_dtype(ttype.dtype)
+        return Lazy(ttype.dtype, ttype.shape, lambda idx: Load(dtype, name, self.simplify(idx)))
+
+    def materialise(self, name: str, value: Lazy, role: str, storage: DType | None = None) -> Lazy:
+        indices = self.fresh_indices(value.shape)
+        body = value.at(self.index_of(indices))
+        self.computes.append(Compute(name, indices, body))
+        dtype = storage or compute_dtype(value.dtype)
+        self.buffers.append(Buffer(name, dtype, value.shape, role))
+        return self.load_tensor(name, T.TType(dtype if role != "output" else value.dtype, value.shape))
+
+    def statements(self, program: T.Program, scope: dict[str, Lazy], prefix: str, outputs: dict[str, T.TType]) -> None:
+        for stmt in program.statements:
+            is_output = not prefix and stmt.target in outputs
+            name = stmt.target if is_output else self.unique(prefix + stmt.target)
+            if isinstance(stmt, T.Assign):
+                value = self.lower(stmt.value, scope)
+                storage = outputs[stmt.target].dtype if is_output else None
+                scope[stmt.target] = self.materialise(name, value, "output" if is_output else "temp", storage)
+            else:
+                scope[stmt.target] = self.index_statement(stmt, scope, name, is_output)
+
+    def index_statement(self, stmt: T.IndexAssign, scope: dict[str, Lazy], name: str, is_output: bool) -> Lazy:
+        indices = self.fresh_indices(tuple(e for _, e in stmt.indices))
+        mapping = {typed: idx for (typed, _), idx in zip(stmt.indices, self.index_of(indices))}
+        body = self.scalar(stmt.body, scope, mapping)
+        self.computes.append(Compute(name, indices, body))
+        role = "output" if is_output else "temp"
+        storage = stmt.type.dtype if is_output else compute_dtype(stmt.type.dtype)
+        self.buffers.append(Buffer(name, storage, stmt.type.shape, role))
+        return self.load_tensor(name, T.TType(storage, stmt.type.shape))
+
+    # -- array form --
+    def lower(self, node: T.Node, scope: dict[str, Lazy]) -> Lazy:
+        return getattr(self, f"lower_{type(node).__name__}")(node, scope)
+
+    def lower_Ref(self, node: T.Ref, scope) -> Lazy:
+        return scope[node.name]
+
+    def lower_Lit(self, node: T.Lit, scope) -> Lazy:
+        value = Const(compute_dtype(node.type.dtype), node.value)
+        return Lazy(node.type.dtype, (), lambda idx: value)
+
+    def lower_SymVal(self, node: T.SymVal, scope) -> Lazy:
+        value = symint(node.expr, compute_dtype(node.type.dtype))
+        return Lazy(node.type.dtype, (), lambda idx: value)
+
+    def lower_Apply(self, node: T.Apply, scope) -> Lazy:
+        args = [self.lower(a, scope) for a in node.args]
+        shape = node.type.shape
+        dtype = compute_dtype(node.type.dtype)
+        arg_dtype = node.args[0].type.dtype
+
+        def at(idx: Index) -> Value:
+            values = [a.at(broadcast_index(idx, a.shape)) for a in args]
+            return apply(node.op, values, dtype, node.type.dtype, arg_dtype)
+
+        return Lazy(node.type.dtype, shape, at)
+
+    def lower_Reduce(self, node: T.Reduce, scope) -> Lazy:
+        arg = self.lower(node.arg, scope)
+        op = "sum" if node.op == "mean" else node.op
+        red = self.fresh_indices(tuple(arg.shape[a] for a in node.axes), "r")
+        dtype = compute_dtype(node.type.dtype)
+
+        def at(idx: Index) -> Value:
+            red_iter = iter(self.index_of(red))
+            out_iter = iter(idx)
+            full = []
+            for axis in range(len(arg.shape)):
+                if axis in node.axes:
+                    full.append(next(red_iter))
+                    if node.keepdims:
+                        next(out_iter)
+                else:
+                    full.append(next(out_iter))
+            value: Value = Reduce(dtype, op, red, arg.at(tuple(full)))
+            if node.op == "mean":
+                count_value = symint(_product(e for _, e in red), dtype)
+                value = Binary(dtype, "div", value, count_value)
+            return value
+
+        return self.materialise(self.unique("t"), Lazy(node.type.dtype, node.type.shape, at), "temp")
+
+    def lower_ArgReduce(self, node: T.ArgReduce, scope) -> Lazy:
+        arg = self.lower(node.arg, scope)
+        red = self.fresh_indices((arg.shape[node.axis],), "r")
+
+        def at(idx: Index) -> Value:
+            idx = list(idx)
+            if node.keepdims:
+                idx.pop(node.axis)
+            full = idx[: node.axis] + [self.index_of(red)[0]] + idx[node.axis :]
+            return Reduce(I64, node.op, red, arg.at(tuple(full)))
+
+        return self.materialise(self.unique("t"), Lazy(I64, node.type.shape, at), "temp")
+
+    def lower_MatMul(self, node: T.MatMul, scope) -> Lazy:
+        a, b = self.lower(node.a, scope), self.lower(node.b, scope)
+        k_extent = a.shape[-1]
+        red = self.fresh_indices((k_extent,), "r")
+        dtype = compute_dtype(node.type.dtype)
+
+        def at(idx: Index) -> Value:
+            batch, i, j = idx[:-2], idx[-2], idx[-1]
+            (k,) = self.index_of(red)
+            a_idx = broadcast_index(batch, a.shape[:-2]) + (i, k)
+            b_idx = broadcast_index(batch, b.shape[:-2]) + (k, j)
+            return Reduce(dtype, "sum", red, Binary(dtype, "mul", a.at(a_idx), b.at(b_idx)))
+
+        return self.materialise(self.unique("t"), Lazy(node.type.dtype, node.type.shape, at), "temp")
+
+    def lower_Reshape(self, node: T.Reshape, scope) -> Lazy:
+        arg = self.lower(node.arg, scope)
+        out_shape = node.type.shape
+
+        def at(idx: Index) -> Value:
+            flat = ZERO
+            for i, d in zip(idx, out_shape):
+                flat = flat * d + i
+            src = []
+            stride = ONE
+            for d in reversed(arg.shape):
+                src.append(ZERO if d == ONE else (flat // stride) % d)
+                stride = stride * d
+            return arg.at(self.simplify(tuple(reversed(src))))
+
+        return Lazy(node.type.dtype, out_shape, at)
+
+    def lower_Permute(self, node: T.Permute, scope) -> Lazy:
+        arg = self.lower(node.arg, scope)
+
+        def at(idx: Index) -> Value:
+            src: list[Expr] = [ZERO] * len(idx)
+            for k, p in enumerate(node.perm):
+                src[p] = idx[k]
+            return arg.at(tuple(src))
+
+        return Lazy(node.type.dtype, node.type.shape, at)
+
+    def lower_Expand(self, node: T.Expand, scope) -> Lazy:
+        arg = self.lower(node.arg, scope)
+        return Lazy(node.type.dtype, node.type.shape, lambda idx: arg.at(broadcast_index(idx, arg.shape)))
+
+    def lower_Slice(self, node: T.Slice, scope) -> Lazy:
+        arg = self.lower(node.arg, scope)
+
+        def at(idx: Index) -> Value:
+            it = iter(idx)
+            src = [a.start + a.step * next(it) if a.keep else a.start for a in node.axes]
+            return arg.at(tuple(src))
+
+        return Lazy(node.type.dtype, node.type.shape, at)
+
+    def lower_Concat(self, node: T.Concat, scope) -> Lazy:
+        parts = [self.lower(a, scope) for a in node.args]
+        axis = node.axis
+        dtype = compute_dtype(node.type.dtype)
+
+        def at(idx: Index) -> Value:
+            offsets, total = [], ZERO
+            for p in parts:
+                offsets.append(total)
+                total = total + p.shape[axis]
+            position = idx[axis]
+            value: Value | None = None
+            for p, offset in reversed(list(zip(parts, offsets))):
+                local = idx[:axis] + (position - offset,) + idx[axis + 1 :]
+                here = p.at(local)
+                if value is None:
+                    value = here
+                else:
+                    end = offset + p.shape[axis]
+                    value = Where(dtype, Binary(BOOL, "lt", symint(position), symint(end)), here, value)
+            return value
+
+        return Lazy(node.type.dtype, node.type.shape, at)
+
+    def lower_Pad(self, node: T.Pad, scope) -> Lazy:
+        arg = self.lower(node.arg, scope)
+        fill = self.lower(node.value, scope)
+        dtype = compute_dtype(node.type.dtype)
+
+        def at(idx: Index) -> Value:
+            src = tuple(i - lo for i, lo in zip(idx, node.before))
+            inside: Value | None = None
+            for s, d in zip(src, arg.shape):
+                ok = Binary(
+                    BOOL, "and", Binary(BOOL, "le", symint(ZERO), symint(s)), Binary(BOOL, "lt", symint(s), symint(d))
+                )
+                inside = ok if inside is None else Binary(BOOL, "and", inside, ok)
+            if inside is None:
+                return arg.at(src)
+            return Where(dtype, inside, arg.at(src), fill.at(()))
+
+        return Lazy(node.type.dtype, node.type.shape, at)
+
+    def lower_Arange(self, node: T.Arange, scope) -> Lazy:
+        dtype = compute_dtype(node.type.dtype)
+        return Lazy(node.type.dtype, node.type.shape, lambda idx: symint(idx[0], dtype))
+
+    def lower_Call(self, node: T.Call, scope) -> tuple[Lazy, ...]:
+        key = id(node)
+        if key not in self.calls:
+            inner: dict[str, Lazy] = {}
+            for (name, _), arg in zip(node.program.inputs, node.args):
+                inner[name] = self.lower(arg, scope)
+            prefix = f"{node.callee}{next(self.counter)}_"
+            self.statements(node.program, inner, prefix, {})
+            self.calls[key] = tuple(inner[name] for name, _ in node.program.outputs)
+        return self.calls[key]
+
+    def lower_CallOut(self, node: T.CallOut, scope) -> Lazy:
+        return self.lower_Call(node.call, scope)[node.index]
+
+    # -- index form --
+    def scalar(self, node: T.Node, scope: dict[str, Lazy], mapping: dict[str, Expr]) -> Value:
+        if isinstance(node, T.Access):
+            index = tuple(e.substitute(mapping) for e in node.indices)
+            return scope[node.name].at(index)
+        if isinstance(node, T.IndexVal):
+            return symint(mapping[node.name])
+        if isinstance(node, T.IndexReduce):
+            red = self.fresh_indices(tuple(e for _, e in node.indices), "r")
+            inner = dict(mapping)
+            for (typed, _), idx in zip(node.indices, self.index_of(red)):
+                inner[typed] = idx
+            dtype = compute_dtype(node.type.dtype)
+            body = self.scalar(node.body, scope, inner)
+            if node.op == "mean":
+                total = Reduce(dtype, "sum", red, body)
+                return Binary(dtype, "div", total, symint(_product(e for _, e in red), dtype))
+            return Reduce(dtype, node.op, red, body)
+        if isinstance(node, T.Apply):
+            args = [self.scalar(a, scope, mapping) for a in node.args]
+            return apply(node.op, args, compute_dtype(node.type.dtype), node.type.dtype, node.args[0].type.dtype)
+        return self.lower(node, scope).at(())
+
+
+def _product(exprs) -> Expr:
+    total = ONE
+    for e in exprs:
+        total = total * e
+    return total
+
+
+def broadcast_index(idx: Index, shape: Index) -> Index:
+    """numpy broadcasting: align right, size-1 dims read index 0."""
+    tail = idx[len(idx) - len(shape) :] if shape else ()
+    return tuple(ZERO if d == ONE else i for i, d in zip(tail, shape))
+
+
+def symint(expr: Expr, dtype: DType = I64) -> Value:
+    if expr.is_const:
+        return Const(dtype, float(expr.value) if dtype.is_float else expr.value)
+    return SymInt(dtype, expr)
+
+
+# ---- elementwise functions as primitive ops ----------------------------------------------------
+
+
+def apply(op: str, args: list[Value], dtype: DType, result: DType, arg_dtype: DType) -> Value:
+    """Lower one elementwise function of the body language to primitive ops."""
+    x = args[0] if args else None
+    compute = x.dtype if x is not None else dtype
+
+    def c(v: float) -> Value:
+        return Const(compute, v)
+
+    if op in ("add", "sub", "mul", "div", "floordiv", "mod", "pow", "atan2", "and", "or", "xor"):
+        return Binary(dtype, op, args[0], args[1])
+    if op in ("lt", "le", "eq", "ne"):
+        return Binary(BOOL, op, args[0], args[1])
+    if op in ("gt", "ge"):
+        return Binary(BOOL, {"gt": "lt", "ge": "le"}[op], args[1], args[0])
+    if op in ("maximum", "minimum"):
+        return Binary(dtype, op[:3], args[0], args[1])
+    if op == "where":
+        return Where(dtype, args[0], args[1], args[2])
+    if op == "cast":
+        value: Value = x if x.dtype == dtype else Cast(dtype, x)
+        if result.is_half:
+            value = Unary(F32, f"round_{result.name}", value)
+        return value
+    if op == "relu":
+        return Binary(compute, "max", x, c(0))
+    if op == "sign":
+        zero = x if compute.is_float else c(0)
+        inner = Where(compute, Binary(BOOL, "lt", x, c(0)), c(-1), zero)
+        return Where(compute, Binary(BOOL, "lt", c(0), x), c(1), inner)
+    if op == "rsqrt":
+        return Unary(compute, "recip", Unary(compute, "sqrt", x))
+    if op == "reciprocal":
+        return Unary(compute, "recip", x)
+    if op == "sigmoid":
+        return _sigmoid(x, c)
+    if op == "silu":
+        return Binary(compute, "mul", x, _sigmoid(x, c))
+    if op == "gelu":
+        erf = Unary(compute, "erf", Binary(compute, "mul", x, c(0.7071067811865476)))
+        return Binary(compute, "mul", Binary(compute, "mul", c(0.5), x), Binary(compute, "add", c(1), erf))
+    if op == "gelu_tanh":
+        cube = Binary(compute, "mul", Binary(compute, "mul", x, x), x)
+        inner = Binary(compute, "mul", c(0.7978845608028654), Binary(compute, "add", x, Binary(compute, "mul", c(0.044715), cube)))
+        return Binary(
+            compute, "mul", Binary(compute, "mul", c(0.5), x), Binary(compute, "add", c(1), Unary(compute, "tanh", inner))
+        )
+    if op == "softplus":
+        tail = Unary(compute, "log1p", Unary(compute, "exp", Unary(compute, "neg", Unary(compute, "abs", x))))
+        return Binary(compute, "add", Binary(compute, "max", x, c(0)), tail)
+    if op == "isfinite":
+        bad = Binary(BOOL, "or", Unary(BOOL, "isnan", x), Unary(BOOL, "isinf", x))
+        return Unary(BOOL, "not", bad)
+    if op in ("isnan", "isinf"):
+        return Unary(BOOL, op, x)
+    if op == "not":
+        return Unary(dtype, "not", x)
+    return Unary(compute, op, x)
+
+
+def _sigmoid(x: Value, c) -> Value:
+    return Unary(x.dtype, "recip", Binary(x.dtype, "add", c(1), Unary(x.dtype, "exp", Unary(x.dtype, "neg", x))))
+
+

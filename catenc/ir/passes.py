@@ -1,0 +1,192 @@
+"""Graph-to-graph passes: index substitution, dead-compute removal, inlining of cheap producers."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from itertools import count
+
+from catenc.ir.nodes import (
+    Binary,
+    Cast,
+    Compute,
+    Graph,
+    Load,
+    Reduce,
+    SymInt,
+    Unary,
+    Value,
+    Where,
+    loads,
+    walk,
+)
+from catenc.symbolic import Expr, sym
+
+EXPENSIVE_OPS = frozenset(
+    "exp exp2 log log2 log1p expm1 sin cos tan tanh sinh cosh asin acos atan erf pow atan2 sqrt div recip".split()
+)
+
+
+def substitute(value: Value, mapping: dict[str, Expr]) -> Value:
+    """Replace index names in every index expression of a value tree."""
+    if isinstance(value, Load):
+        return Load(value.dtype, value.buffer, tuple(e.substitute(mapping) for e in value.index))
+    if isinstance(value, SymInt):
+        return SymInt(value.dtype, value.expr.substitute(mapping))
+    if isinstance(value, Unary):
+        return Unary(value.dtype, value.op, substitute(value.x, mapping))
+    if isinstance(value, Cast):
+        return Cast(value.dtype, substitute(value.x, mapping))
+    if isinstance(value, Binary):
+        return Binary(value.dtype, value.op, substitute(value.a, mapping), substitute(value.b, mapping))
+    if isinstance(value, Where):
+        return Where(value.dtype, *(substitute(v, mapping) for v in (value.cond, value.a, value.b)))
+    if isinstance(value, Reduce):
+        return Reduce(value.dtype, value.op, value.indices, substitute(value.body, mapping))
+    return value
+
+
+def rename_reductions(value: Value, suffix: str) -> Value:
+    """Give every index bound by a Reduce in the tree a new name (name + suffix)."""
+    mapping: dict[str, Expr] = {}
+    for node in walk(value):
+        if isinstance(node, Reduce):
+            for name, _ in node.indices:
+                mapping[name] = sym(name + suffix)
+
+    def rename(v: Value) -> Value:
+        if isinstance(v, Reduce):
+            indices = tuple((name + suffix, extent) for name, extent in v.indices)
+            return Reduce(v.dtype, v.op, indices, rename(v.body))
+        if isinstance(v, Unary):
+            return Unary(v.dtype, v.op, rename(v.x))
+        if isinstance(v, Cast):
+            return Cast(v.dtype, rename(v.x))
+        if isinstance(v, Binary):
+            return Binary(v.dtype, v.op, rename(v.a), rename(v.b))
+        if isinstance(v, Where):
+            return Where(v.dtype, rename(v.cond), rename(v.a), rename(v.b))
+        return v
+
+    return substitute(rename(value), mapping) if mapping else value
+
+
+def replace_loads(value: Value, buffer: str, make) -> Value:
+    """Rebuild a value tree with every load of `buffer` replaced by make(load, enclosing)."""
+
+    def visit(v: Value, enclosing: tuple[tuple[str, Expr], ...]) -> Value:
+        if isinstance(v, Load):
+            return make(v, enclosing) if v.buffer == buffer else v
+        if isinstance(v, Unary):
+            return Unary(v.dtype, v.op, visit(v.x, enclosing))
+        if isinstance(v, Cast):
+            return Cast(v.dtype, visit(v.x, enclosing))
+        if isinstance(v, Binary):
+            return Binary(v.dtype, v.op, visit(v.a, enclosing), visit(v.b, enclosing))
+        if isinstance(v, Where):
+            return Where(v.dtype, *(visit(x, enclosing) for x in (v.cond, v.a, v.b)))
+        if isinstance(v, Reduce):
+            return Reduce(v.dtype, v.op, v.indices, visit(v.body, enclosing + v.indices))
+        return v
+
+    return visit(value, ())
+
+
+def remove_dead_computes(graph: Graph) -> Graph:
+    """Drop computes whose values never reach an output."""
+    needed = {b.name for b in graph.outputs}
+    kept: list[Compute] = []
+    for compute in reversed(graph.computes):
+        if compute.name in needed:
+            kept.append(compute)
+            needed |= {load.buffer for load in loads(compute.body)}
+    names = {c.name for c in kept} | {b.name for b in graph.inputs}
+    buffers = tuple(b for b in graph.buffers if b.name in names or b.role != "temp")
+    return replace(graph, buffers=buffers, computes=tuple(reversed(kept)))
+
+
+def _sites(graph: Graph, name: str) -> list[tuple[Compute, Load, tuple]]:
+    """Every load of buffer `name`, with its compute and the Reduce indices around it."""
+    out = []
+    for compute in graph.computes:
+        found: list[tuple[Load, tuple]] = []
+
+        def record(load: Load, enclosing, found=found) -> Value:
+            found.append((load, enclosing))
+            return load
+
+        replace_loads(compute.body, name, record)
+        out.extend((compute, load, enclosing) for load, enclosing in found)
+    return out
+
+
+def is_reuse_free(compute: Compute, load: Load, enclosing: tuple) -> bool:
+    """True when each element the load reads is read once per element of the loop nest around
+    it: every enclosing loop index of extent > 1 appears in the load's index."""
+    used = set().union(*(e.free_symbols() for e in load.index)) if load.index else set()
+    for name, extent in compute.indices + enclosing:
+        if name not in used and not (extent.is_const and extent.value <= 1):
+            return False
+    return True
+
+
+def is_cheap(value: Value) -> bool:
+    """A few arithmetic ops and no reduction: recomputing it costs less than a store and a load."""
+    ops = 0
+    for node in walk(value):
+        if isinstance(node, Reduce) or getattr(node, "op", None) in EXPENSIVE_OPS:
+            return False
+        if isinstance(node, (Unary, Binary, Where, Cast)):
+            ops += 1
+    return ops <= 3
+
+
+def inline_decision(graph: Graph, producer: Compute) -> tuple[bool, str]:
+    """Whether to inline a temp compute into its consumers, and why (for --debug 1)."""
+    sites = _sites(graph, producer.name)
+    if not sites:
+        return False, "unused"
+    reuse_free = all(is_reuse_free(c, load, enc) for c, load, enc in sites)
+    has_reduce = any(isinstance(v, Reduce) for v in walk(producer.body))
+    if has_reduce:
+        if len(sites) == 1 and reuse_free:
+            return True, "reduction read once per element of its single consumer"
+        return False, "reduction whose result is read many times (broadcast or several consumers)"
+    if is_cheap(producer.body):
+        return True, "cheap elementwise"
+    if reuse_free and len(sites) <= 2:
+        return True, "elementwise read once per element"
+    return False, "expensive elementwise value read many times"
+
+
+def inline_computes(graph: Graph) -> tuple[Graph, list[str]]:
+    """Inline temp computes into their consumers where that costs no extra work; returns the
+    new graph and one note per producer kept materialised."""
+    serial = count(1)
+    notes: list[str] = []
+    computes = list(graph.computes)
+    changed = True
+    while changed:
+        changed = False
+        current = replace(graph, computes=tuple(computes))
+        for producer in computes:
+            if graph.buffer(producer.name).role != "temp":
+                continue
+            inline, _ = inline_decision(current, producer)
+            if not inline:
+                continue
+            names = [n for n, _ in producer.indices]
+
+            def expand(load: Load, enclosing, producer=producer, names=names) -> Value:
+                body = rename_reductions(producer.body, f"_{next(serial)}")
+                return substitute(body, dict(zip(names, load.index)))
+
+            computes = [
+                replace(c, body=replace_loads(c.body, producer.name, expand)) for c in computes if c is not producer
+            ]
+            changed = True
+            break
+    result = remove_dead_computes(replace(graph, computes=tuple(computes)))
+    for producer in result.computes:
+        if result.buffer(producer.name).role == "temp":
+            notes.append(f"{producer.name}: materialised ({inline_decision(result, producer)[1]})")
+    return result, notes

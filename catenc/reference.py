@@ -1,0 +1,412 @@
+"""The numpy interpreter of a typed program: the oracle that `--test` compares against.
+
+It works from the typed AST, not from the IR, so the compiled path and this one share as
+little as possible. f16 and bf16 values are held in float32 and rounded where the C code
+rounds them: when stored to an output and at an explicit `cast`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+from catenc.dtypes import DType, bf16_to_f32, f32_to_bf16
+from catenc.frontend import typed as T
+from catenc.symbolic import Expr
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def compute_dtype(dtype: DType) -> np.dtype:
+    """numpy dtype the reference computes in (f32 for f16 and bf16)."""
+    return np.dtype(np.float32) if dtype.is_half else dtype.numpy
+
+
+def round_to(values: np.ndarray, dtype: DType) -> np.ndarray:
+    """Round f32 values to f16/bf16 precision (kept as f32); other dtypes unchanged."""
+    if dtype.name == "f16":
+        return np.asarray(values, dtype=np.float32).astype(np.float16).astype(np.float32)
+    if dtype.name == "bf16":
+        return bf16_to_f32(f32_to_bf16(values))
+    return values
+
+
+def run_program(
+    program: T.Program, inputs: Mapping[str, np.ndarray], symbols: Mapping[str, int]
+) -> dict[str, np.ndarray]:
+    """Evaluate a typed program: inputs by name (values, not bits), symbols by name."""
+    with np.errstate(all="ignore"):
+        return _Interpreter(dict(symbols)).program(program, dict(inputs))
+
+
+class _Interpreter:
+    def __init__(self, symbols: dict[str, int]):
+        self.symbols = symbols
+        self.calls: dict[int, tuple[np.ndarray, ...]] = {}
+
+    def dim(self, e: Expr) -> int:
+        return int(e.evaluate(self.symbols))
+
+    def program(self, program: T.Program, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        env: dict[str, np.ndarray] = {}
+        for name, ttype in program.inputs:
+            env[name] = np.asarray(inputs[name], dtype=compute_dtype(ttype.dtype))
+        outputs = dict(program.outputs)
+        for stmt in program.statements:
+            if isinstance(stmt, T.Assign):
+                value = self.eval(stmt.value, env)
+                dtype = stmt.value.type.dtype
+            else:
+                value = self.index_statement(stmt, env)
+                dtype = stmt.type.dtype
+            if stmt.target in outputs:
+                value = round_to(value, dtype)
+            env[stmt.target] = np.asarray(value, dtype=compute_dtype(dtype))
+        return {name: env[name] for name, _ in program.outputs}
+
+    # ---- array form ----
+    def eval(self, node: T.Node, env: dict[str, np.ndarray]) -> np.ndarray:
+        method = getattr(self, f"eval_{type(node).__name__}")
+        return method(node, env)
+
+    def eval_Ref(self, node: T.Ref, env) -> np.ndarray:
+        return env[node.name]
+
+    def eval_Lit(self, node: T.Lit, env) -> np.ndarray:
+        return np.asarray(node.value, dtype=compute_dtype(node.type.dtype))
+
+    def eval_SymVal(self, node: T.SymVal, env) -> np.ndarray:
+        return np.asarray(node.expr.evaluate(self.symbols), dtype=compute_dtype(node.type.dtype))
+
+    def eval_IndexVal(self, node: T.IndexVal, env) -> np.ndarray:
+        return env[node.name]
+
+    def eval_Apply(self, node: T.Apply, env) -> np.ndarray:
+        args = [self.eval(a, env) for a in node.args]
+        out = apply(node.op, args, node.type.dtype, node.args[0].type.dtype if node.args else node.type.dtype)
+        return np.asarray(out, dtype=compute_dtype(node.type.dtype))
+
+    def eval_Reduce(self, node: T.Reduce, env) -> np.ndarray:
+        x = self.eval(node.arg, env)
+        return reduce(node.op, x, node.axes, node.keepdims, node.arg.type.dtype)
+
+    def eval_ArgReduce(self, node: T.ArgReduce, env) -> np.ndarray:
+        x = self.eval(node.arg, env)
+        if x.shape[node.axis] == 0:
+            shape = list(x.shape)
+            shape[node.axis] = 1
+            out = np.zeros(shape, dtype=np.int64)
+            return out if node.keepdims else out.squeeze(node.axis)
+        fn = np.argmax if node.op == "argmax" else np.argmin
+        out = fn(x, axis=node.axis, keepdims=node.keepdims)
+        return out.astype(np.int64)
+
+    def eval_MatMul(self, node: T.MatMul, env) -> np.ndarray:
+        a, b = self.eval(node.a, env), self.eval(node.b, env)
+        if a.dtype == np.bool_:
+            a, b = a.astype(np.int64), b.astype(np.int64)
+        return np.matmul(a, b).astype(compute_dtype(node.type.dtype))
+
+    def eval_Reshape(self, node: T.Reshape, env) -> np.ndarray:
+        return self.eval(node.arg, env).reshape([self.dim(d) for d in node.type.shape])
+
+    def eval_Permute(self, node: T.Permute, env) -> np.ndarray:
+        return np.transpose(self.eval(node.arg, env), node.perm)
+
+    def eval_Expand(self, node: T.Expand, env) -> np.ndarray:
+        return np.broadcast_to(self.eval(node.arg, env), [self.dim(d) for d in node.type.shape])
+
+    def eval_Slice(self, node: T.Slice, env) -> np.ndarray:
+        x = self.eval(node.arg, env)
+        shape = [self.dim(d) for d in node.type.shape]
+        kept = iter(shape)
+        # Walk axes last-first so dropping an axis never renumbers the ones still to come.
+        lengths = [next(kept) if axis.keep else None for axis in node.axes]
+        for k in reversed(range(len(node.axes))):
+            axis = node.axes[k]
+            start = self.dim(axis.start)
+            if axis.keep:
+                x = np.take(x, start + axis.step * np.arange(lengths[k], dtype=np.int64), axis=k)
+            else:
+                x = np.take(x, start, axis=k)
+        return x
+
+    def eval_Concat(self, node: T.Concat, env) -> np.ndarray:
+        return np.concatenate([self.eval(a, env) for a in node.args], axis=node.axis)
+
+    def eval_Pad(self, node: T.Pad, env) -> np.ndarray:
+        x = self.eval(node.arg, env)
+        value = self.eval(node.value, env)
+        widths = [
+            (self.dim(lo), self.dim(out) - self.dim(lo) - n)
+            for lo, out, n in zip(node.before, node.type.shape, x.shape)
+        ]
+        return np.pad(x, widths, constant_values=value)
+
+    def eval_Arange(self, node: T.Arange, env) -> np.ndarray:
+        return np.arange(self.dim(node.type.shape[0])).astype(compute_dtype(node.type.dtype))
+
+    def eval_Call(self, node: T.Call, env) -> tuple[np.ndarray, ...]:
+        key = id(node)
+        if key not in self.calls:
+            args = {name: self.eval(a, env) for (name, _), a in zip(node.program.inputs, node.args)}
+            results = self.program(node.program, args)
+            self.calls[key] = tuple(results[name] for name, _ in node.program.outputs)
+        return self.calls[key]
+
+    def eval_CallOut(self, node: T.CallOut, env) -> np.ndarray:
+        return self.eval_Call(node.call, env)[node.index]
+
+    # ---- index form ----
+    def index_statement(self, stmt: T.IndexAssign, env: dict[str, np.ndarray]) -> np.ndarray:
+        names = [name for name, _ in stmt.indices]
+        extents = [self.dim(e) for _, e in stmt.indices]
+        axes = {name: k for k, name in enumerate(names)}
+        total = len(names) + _count_reduction_indices(stmt.body)
+        grid = _IndexGrid(self, env, axes, total, dict(zip(names, extents)))
+        value = grid.eval(stmt.body)
+        value = np.broadcast_to(value, tuple(extents) + (1,) * (total - len(names)))
+        return np.asarray(value).reshape(extents)
+
+    def eval_Access(self, node, env):  # pragma: no cover - only inside _IndexGrid
+        raise AssertionError("Access outside index form")
+
+
+def _count_reduction_indices(node: T.Node) -> int:
+    if isinstance(node, T.IndexReduce):
+        return len(node.indices) + _count_reduction_indices(node.body)
+    if isinstance(node, T.Apply):
+        return sum(_count_reduction_indices(a) for a in node.args)
+    return 0
+
+
+class _IndexGrid:
+    """Evaluates index-form scalars over a grid: each index owns one axis of a D-dim array."""
+
+    def __init__(self, interp: _Interpreter, env, axes: dict[str, int], total: int, extents: dict[str, int]):
+        self.interp = interp
+        self.env = dict(env)
+        self.axes = axes
+        self.total = total
+        self.extents = extents
+        for name, axis in axes.items():
+            self.env[name] = self.index_array(axis, extents[name])
+
+    def index_array(self, axis: int, extent: int) -> np.ndarray:
+        shape = [1] * self.total
+        shape[axis] = extent
+        return np.arange(extent, dtype=np.int64).reshape(shape)
+
+    def eval(self, node: T.Node) -> np.ndarray:
+        if isinstance(node, T.Access):
+            return self.access(node)
+        if isinstance(node, T.IndexReduce):
+            return self.reduce(node)
+        if isinstance(node, T.Apply):
+            args = [self.eval(a) for a in node.args]
+            out = apply(node.op, args, node.type.dtype, node.args[0].type.dtype)
+            return np.asarray(out, dtype=compute_dtype(node.type.dtype))
+        if isinstance(node, T.IndexVal):
+            return self.env[node.name]
+        return self.interp.eval(node, self.env)
+
+    def access(self, node: T.Access) -> np.ndarray:
+        tensor = self.env[node.name]
+        env = {**self.interp.symbols, **{n: self.env[n] for n in self.axes}}
+        index = []
+        for expr, size in zip(node.indices, tensor.shape):
+            value = np.asarray(_evaluate(expr, env), dtype=np.int64)
+            # Indices outside the tensor only occur under a false where-guard; clamp to read safely.
+            index.append(np.clip(value, 0, max(size - 1, 0)))
+        if tensor.size == 0:
+            shape = np.broadcast_shapes(*(i.shape for i in index)) if index else ()
+            return np.zeros(shape, dtype=tensor.dtype)
+        return tensor[tuple(index)] if index else tensor
+
+    def reduce(self, node: T.IndexReduce) -> np.ndarray:
+        reduced = []
+        for name, extent_expr in node.indices:
+            axis = len(self.axes)
+            self.axes[name] = axis
+            extent = self.interp.dim(extent_expr)
+            self.extents[name] = extent
+            self.env[name] = self.index_array(axis, extent)
+            reduced.append(axis)
+        body = self.eval(node.body)
+        shape = list(np.broadcast_shapes(body.shape, (1,) * self.total))
+        for axis in reduced:
+            shape[axis] = self.extents[[n for n, a in self.axes.items() if a == axis][0]]
+        body = np.broadcast_to(body, shape)
+        out = reduce(node.op, body, tuple(reduced), True, node.body.type.dtype)
+        for name, _ in node.indices:
+            del self.axes[name]
+        return out
+
+
+def _evaluate(expr: Expr, env: dict) -> np.ndarray | int:
+    """Evaluate a symbolic expression where indices are numpy arrays."""
+    total = 0
+    for monomial, coeff in expr.terms:
+        term = coeff
+        for atom, power in monomial:
+            value = _evaluate_atom(atom, env)
+            for _ in range(power):
+                term = term * value
+        total = total + term
+    return total
+
+
+def _evaluate_atom(atom, env):
+    from catenc.symbolic import Sym
+
+    if isinstance(atom, Sym):
+        return env[atom.name]
+    args = [_evaluate(a, env) for a in atom.args]
+    if atom.func == "floordiv":
+        return np.where(args[1] == 0, 0, np.floor_divide(args[0], np.where(args[1] == 0, 1, args[1])))
+    if atom.func == "mod":
+        return np.where(args[1] == 0, 0, np.mod(args[0], np.where(args[1] == 0, 1, args[1])))
+    return np.maximum(*args) if atom.func == "max" else np.minimum(*args)
+
+
+# ---- elementwise semantics ----
+
+
+def _int_pow(base: np.ndarray, exponent: np.ndarray) -> np.ndarray:
+    base, exponent = np.broadcast_arrays(base, exponent)
+    safe = np.where(exponent < 0, 0, exponent)
+    out = np.power(base, safe)
+    negative = exponent < 0
+    one = base == 1
+    minus_one = base == -1 if np.issubdtype(base.dtype, np.signedinteger) else np.zeros_like(one)
+    special = np.where(one, 1, np.where(minus_one, np.where(exponent % 2 == 0, 1, -1), 0))
+    return np.where(negative, special, out).astype(base.dtype)
+
+
+def _cast(x: np.ndarray, to: DType) -> np.ndarray:
+    if to.name == "bool":
+        return x != 0
+    if to.is_float:
+        return round_to(x.astype(compute_dtype(to)), to)
+    if np.issubdtype(x.dtype, np.floating):
+        # Truncate toward zero and saturate at the integer range; NaN gives 0.
+        info = np.iinfo(to.numpy)
+        t = np.trunc(np.nan_to_num(x.astype(np.float64), nan=0.0))
+        inside = (t > float(info.min)) & (t < float(info.max))
+        safe = np.where(inside, t, 0).astype(to.numpy)
+        return np.where(t >= float(info.max), info.max, np.where(t <= float(info.min), info.min, safe)).astype(to.numpy)
+    return x.astype(to.numpy)
+
+
+def apply(op: str, args: list[np.ndarray], dtype: DType, arg_dtype: DType) -> np.ndarray:
+    x = args[0] if args else None
+    is_float = arg_dtype.is_float
+    if op == "cast":
+        return _cast(x, dtype)
+    if op == "where":
+        return np.where(args[0], args[1], args[2])
+    if op in _BINARY:
+        a, b = args
+        if op == "floordiv" and not is_float:
+            return np.where(b == 0, 0, np.floor_divide(a, np.where(b == 0, 1, b)))
+        if op == "mod" and not is_float:
+            return np.where(b == 0, 0, np.mod(a, np.where(b == 0, 1, b)))
+        if op == "pow" and not is_float:
+            return _int_pow(a, b)
+        return _BINARY[op](a, b)
+    if op == "gelu":
+        return (0.5 * x * (1.0 + _erf(x.astype(np.float64) / math.sqrt(2.0)).astype(np.float64))).astype(x.dtype)
+    if op == "erf":
+        return _erf(x.astype(np.float64)).astype(np.float64)
+    if op == "neg" and not is_float:
+        return (np.zeros_like(x) - x).astype(x.dtype)
+    return _UNARY[op](x)
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _gelu_tanh(x):
+    c = np.asarray(math.sqrt(2.0 / math.pi), dtype=x.dtype)
+    return 0.5 * x * (1.0 + np.tanh(c * (x + np.asarray(0.044715, dtype=x.dtype) * x * x * x)))
+
+
+_UNARY = {
+    "neg": np.negative,
+    "abs": np.abs,
+    "sign": np.sign,
+    "relu": lambda x: np.maximum(x, np.zeros((), x.dtype)),
+    "exp": np.exp,
+    "exp2": np.exp2,
+    "log": np.log,
+    "log2": np.log2,
+    "log1p": np.log1p,
+    "expm1": np.expm1,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "reciprocal": lambda x: 1.0 / x,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tan": np.tan,
+    "tanh": np.tanh,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "atan": np.arctan,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "round": np.round,
+    "trunc": np.trunc,
+    "sigmoid": _sigmoid,
+    "silu": lambda x: x * _sigmoid(x),
+    "gelu_tanh": _gelu_tanh,
+    "softplus": lambda x: np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x))),
+    "isnan": np.isnan,
+    "isinf": np.isinf,
+    "isfinite": np.isfinite,
+    "not": np.invert,
+}
+_BINARY = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "floordiv": np.floor_divide,
+    "mod": np.mod,
+    "pow": np.power,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "atan2": np.arctan2,
+    "and": np.bitwise_and,
+    "or": np.bitwise_or,
+    "xor": np.bitwise_xor,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "eq": np.equal,
+    "ne": np.not_equal,
+}
+
+
+def reduction_identity(op: str, dtype: DType) -> float | int:
+    if op == "sum":
+        return 0
+    if op == "prod":
+        return 1
+    if dtype.is_float:
+        return -math.inf if op == "max" else math.inf
+    info = np.iinfo(dtype.numpy)
+    return int(info.min) if op == "max" else int(info.max)
+
+
+def reduce(op: str, x: np.ndarray, axes: tuple[int, ...], keepdims: bool, dtype: DType) -> np.ndarray:
+    if op == "mean":
+        return np.mean(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
+    fn = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[op]
+    initial = reduction_identity(op, dtype)
+    return fn(x, axis=axes, keepdims=keepdims, initial=initial).astype(x.dtype)
