@@ -392,6 +392,7 @@ class CompositeFile:
     source: SourceFile
     composites: dict[str, Composite]
     includes: list[CompositeFile]
+    real_path: str = ""
 
 
 def load_composite_file(path: str, display: str | None = None, _stack: tuple[str, ...] = ()) -> CompositeFile:
@@ -428,7 +429,7 @@ def load_composite_file(path: str, display: str | None = None, _stack: tuple[str
             raise CatencError("'composite' must be a table of composite definitions", source.loc(("composite",)))
         for name, definition in table.items():
             composites[name] = parse_composite(source, name, definition)
-    return CompositeFile(source, composites, includes)
+    return CompositeFile(source, composites, includes, path)
 
 
 def _normalise(path: str) -> str:
@@ -469,7 +470,9 @@ class Library:
         self.local = all_composites(root)
         self.search_dirs = search_dirs
         self._dir_cache: dict[str, dict[str, Composite]] = {}
-        self.files_read: list[str] = [f.source.path for f in _walk(root)]
+        self._dir_files: dict[str, list[CompositeFile]] = {}
+        self.files_read: dict[str, str] = {f.source.path: f.real_path for f in _walk(root)}
+        """display path -> path on disk, of every file read, in order"""
 
     def find(self, name: str) -> Composite | None:
         if name in self.local:
@@ -477,8 +480,8 @@ class Library:
         for directory, display in self.search_dirs:
             found = self._load_dir(directory, display).get(name)
             if found is not None:
-                if found.source.path not in self.files_read:
-                    self.files_read.append(found.source.path)
+                for file in self._dir_files[found.source.path]:
+                    self.files_read.setdefault(file.source.path, file.real_path)
                 return found
         return None
 
@@ -489,6 +492,8 @@ class Library:
                 if path.suffix not in (".toml", ".yaml", ".yml"):
                     continue
                 file = load_composite_file(str(path), f"{display}/{path.name}")
+                for part in _walk(file):
+                    self._dir_files[part.source.path] = list(_walk(file))
                 for name, comp in all_composites(file).items():
                     found.setdefault(name, comp)
             self._dir_cache[directory] = found

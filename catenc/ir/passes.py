@@ -142,7 +142,7 @@ def is_cheap(value: Value) -> bool:
 
 def inline_decision(graph: Graph, producer: Compute) -> tuple[bool, str]:
     """Whether to inline a temp compute into its consumers, and why (for --debug 1)."""
-    sites = _sites(graph, producer.name)
+    sites = list(dict.fromkeys(_sites(graph, producer.name)))
     if not sites:
         return False, "unused"
     reuse_free = all(is_reuse_free(c, load, enc) for c, load, enc in sites)
@@ -156,6 +156,20 @@ def inline_decision(graph: Graph, producer: Compute) -> tuple[bool, str]:
     if reuse_free and len(sites) <= 2:
         return True, "elementwise read once per element"
     return False, "expensive elementwise value read many times"
+
+
+def _expander(producer: Compute, names: list[str], serial):
+    """Replaces a load of the producer by its body; equal loads get one equal copy, so the
+    lowering evaluates a reduction once however often the consumer mentions it."""
+    memo: dict[Load, Value] = {}
+
+    def expand(load: Load, enclosing) -> Value:
+        if load not in memo:
+            body = rename_reductions(producer.body, f"_{next(serial)}")
+            memo[load] = substitute(body, dict(zip(names, load.index)))
+        return memo[load]
+
+    return expand
 
 
 def inline_computes(graph: Graph) -> tuple[Graph, list[str]]:
@@ -176,12 +190,10 @@ def inline_computes(graph: Graph) -> tuple[Graph, list[str]]:
                 continue
             names = [n for n, _ in producer.indices]
 
-            def expand(load: Load, enclosing, producer=producer, names=names) -> Value:
-                body = rename_reductions(producer.body, f"_{next(serial)}")
-                return substitute(body, dict(zip(names, load.index)))
-
             computes = [
-                replace(c, body=replace_loads(c.body, producer.name, expand)) for c in computes if c is not producer
+                replace(c, body=replace_loads(c.body, producer.name, _expander(producer, names, serial)))
+                for c in computes
+                if c is not producer
             ]
             changed = True
             break

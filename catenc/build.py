@@ -1,0 +1,242 @@
+"""Emitting a compiled file: sources, header, manifest, IR dumps, the toolchain run, depfile.
+
+Everything is produced in a private staging directory inside the output directory and moved
+into place with `os.replace` at the end, only where the content changed: a failed run leaves no
+partial file, and concurrent runs writing the same directory leave valid outputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from catenc import __version__
+from catenc.codegen.emit import parameters, prototype, render_header, render_source
+from catenc.compiler import EntryPlan, FilePlan, Options
+from catenc.diagnostics import CatencError
+from catenc.ir.nodes import Binary, Reduce, Unary, format_graph, walk
+from catenc.lower.loops import format_loops
+from catenc.schedule.kernels import format_schedule
+from catenc.symbolic import Expr
+
+EMIT_KINDS = ("c", "h", "manifest", "so", "o", "a", "ir", "schedule", "loops")
+
+
+class InternalError(Exception):
+    """A failure that is catenc's fault (e.g. generated code the C compiler rejects)."""
+
+
+@dataclass
+class BuildRequest:
+    path: str
+    out_dir: str
+    emit: tuple[str, ...]
+    depfile: str | None = None
+    dep_target: str | None = None
+    dep_phony: bool = False
+    written: list[str] = field(default_factory=list)
+
+
+def default_emit(stop_after_source: bool, stop_after_object: bool) -> tuple[str, ...]:
+    if stop_after_source:
+        return ("c", "h", "manifest")
+    if stop_after_object:
+        return ("c", "h", "manifest", "o")
+    return ("c", "h", "manifest", "so")
+
+
+def stem_of(path: str) -> str:
+    return Path(path).name.rsplit(".", 1)[0]
+
+
+def sha256_file(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _shape(expr: Expr) -> int | str:
+    return expr.value if expr.is_const else str(expr)
+
+
+def file_names(stem: str, suffix: str) -> dict[str, str]:
+    return {
+        "c": f"{stem}{suffix}",
+        "h": f"{stem}.h",
+        "manifest": f"{stem}.manifest.json",
+        "so": f"lib{stem}.so",
+        "o": f"{stem}.o",
+        "a": f"lib{stem}.a",
+        "ir": f"{stem}.ir.txt",
+        "schedule": f"{stem}.schedule.txt",
+        "loops": f"{stem}.loops.txt",
+    }
+
+
+ROLES = {
+    "c": "source",
+    "h": "header",
+    "so": "shared_library",
+    "o": "object",
+    "a": "static_library",
+    "ir": "ir_dump",
+    "schedule": "schedule_dump",
+    "loops": "loops_dump",
+}
+
+
+def stage_dumps(plan: FilePlan) -> dict[str, str]:
+    return {
+        "ir": "\n\n".join(format_graph(e.graph) for e in plan.entries) + "\n",
+        "schedule": "\n\n".join(format_schedule(e.schedule) for e in plan.entries) + "\n",
+        "loops": "\n\n".join(format_loops(e.kernels) for e in plan.entries) + "\n",
+    }
+
+
+def build(plan: FilePlan, options: Options, request: BuildRequest) -> dict[str, str]:
+    """Write the requested outputs; returns kind -> final path."""
+    runtime = options.runtime
+    stem = stem_of(request.path)
+    names = file_names(stem, runtime.source_suffix)
+    out_dir = Path(request.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    parallel = runtime.parallel(options.config)
+    source = render_source(plan.entries, stem, request.path, runtime.renderer(), parallel, runtime.source_suffix)
+    header = render_header(plan.entries, stem, request.path)
+    staging = Path(tempfile.mkdtemp(prefix=".catenc-", dir=out_dir))
+    try:
+        (staging / names["c"]).write_text(source)
+        (staging / names["h"]).write_text(header)
+        commands: list[list[str]] = []
+        for kind in ("so", "o", "a"):
+            if kind in request.emit:
+                steps = runtime.build_commands(names["c"], names[kind], options.config, options.opt, kind)
+                for argv in steps:
+                    _run_toolchain(argv, staging)
+                commands += steps
+        dumps = stage_dumps(plan)
+        for kind, text in dumps.items():
+            if kind in request.emit:
+                (staging / names[kind]).write_text(text)
+        produced = [k for k in ("c", "h", "so", "o", "a", "ir", "schedule", "loops") if k in request.emit]
+        if "manifest" in request.emit:
+            manifest = build_manifest(plan, options, staging, names, produced, commands)
+            (staging / names["manifest"]).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+            produced.append("manifest")
+        final = {}
+        for kind in produced:
+            target = out_dir / names[kind]
+            _commit(staging / names[kind], target)
+            final[kind] = str(target)
+        if request.depfile:
+            write_depfile(plan, options, request, final)
+        return final
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _run_toolchain(argv: list[str], cwd: Path) -> None:
+    try:
+        result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
+    except OSError as err:
+        raise CatencError(f"cannot run '{argv[0]}': {err}") from None
+    if result.returncode != 0:
+        raise InternalError(
+            f"the C toolchain rejected the generated code: {' '.join(argv)}\n{result.stderr.strip()[:4000]}"
+        )
+
+
+def _commit(staged: Path, target: Path) -> None:
+    """Move a staged file into place unless the target already holds the same bytes."""
+    if target.is_file() and target.read_bytes() == staged.read_bytes():
+        return
+    os.replace(staged, target)
+
+
+def _entry_manifest(entry: EntryPlan) -> dict:
+    args = []
+    for p in parameters(entry):
+        if p.role in ("input", "output"):
+            args.append(
+                {"name": p.name, "role": p.role, "dtype": p.ttype.dtype.name, "shape": [_shape(d) for d in p.ttype.shape]}
+            )
+        elif p.role == "dim":
+            args.append({"name": p.name, "role": "dim", "ctype": "int64_t"})
+        else:
+            args.append({"name": p.name, "role": p.role})
+    kernels = []
+    for kernel, member_group in zip(entry.kernels, entry.schedule.kernels):
+        ops: list[str] = []
+        for member in member_group.members:
+            for node in walk(member.body):
+                op = node.op if isinstance(node, (Unary, Binary, Reduce)) else None
+                if op and op not in ops:
+                    ops.append(op)
+        kernels.append(
+            {"name": kernel.name, "fused": ops, "computes": list(kernel.fused), "flops": _shape(kernel.flops)}
+        )
+    return {
+        "name": entry.name,
+        "symbol": entry.symbol,
+        "workspace_symbol": entry.workspace_symbol,
+        "prototype": prototype(entry),
+        "args": args,
+        "constraints": [c.render() for c in entry.checks],
+        "derived": {k: _shape(v) for k, v in entry.derived.items()},
+        "specialized": dict(entry.specialized),
+        "workspace_bytes": _shape(entry.schedule.workspace_bytes),
+        "kernels": kernels,
+        "doc": entry.composite.doc,
+    }
+
+
+def input_files(plan: FilePlan, options: Options) -> list[tuple[str, str]]:
+    """(display path, path on disk) of every file the build read, the runtime descriptor last."""
+    files = list(plan.files_read.items())
+    if options.runtime.source_file:
+        files.append((options.runtime.path, options.runtime.source_file))
+    return files
+
+
+def build_manifest(plan: FilePlan, options: Options, staging: Path, names: dict, produced: list[str], commands) -> dict:
+    runtime = options.runtime
+    return {
+        "schema": "catenc.manifest/1",
+        "catenc_version": __version__,
+        "runtime": {
+            "name": runtime.name,
+            "language": runtime.language,
+            "config": dict(sorted(options.config.items())),
+            "calling_convention": runtime.calling_convention,
+            "opt_level": options.opt,
+        },
+        "inputs": [{"path": display, "sha256": sha256_file(real)} for display, real in input_files(plan, options)],
+        "files": [
+            {"path": names[k], "role": ROLES[k], "sha256": sha256_file(staging / names[k])} for k in produced
+        ],
+        "build": {"commands": commands},
+        "entries": [_entry_manifest(e) for e in plan.entries],
+    }
+
+
+def _escape_make(path: str) -> str:
+    return path.replace("$", "$$").replace(" ", "\\ ").replace("#", "\\#")
+
+
+def write_depfile(plan: FilePlan, options: Options, request: BuildRequest, final: dict[str, str]) -> None:
+    deps = [real for _, real in input_files(plan, options)]
+    target = request.dep_target or final.get("so") or final.get("o") or final.get("c") or next(iter(final.values()))
+    lines = [f"{_escape_make(target)}: " + " ".join(_escape_make(d) for d in deps)]
+    if request.dep_phony:
+        lines += [f"\n{_escape_make(d)}:" for d in deps]
+    text = "\n".join(lines) + "\n"
+    path = Path(request.depfile)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".catenc-", dir=path.parent)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)

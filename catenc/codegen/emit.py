@@ -1,0 +1,138 @@
+"""Rendering a file's entries into the source and header text (jinja2 holds the scaffolding)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import jinja2
+
+from catenc import __version__
+from catenc.codegen.c import CRenderer, buffer_args, prelude_tables
+from catenc.compiler import EntryPlan
+from catenc.frontend.typed import TType
+
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("catenc.codegen", "templates"),
+    keep_trailing_newline=True,
+    trim_blocks=True,
+    lstrip_blocks=False,
+    undefined=jinja2.StrictUndefined,
+    autoescape=False,
+)
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    role: str  # input, output, dim, workspace, workspace_bytes
+    ctype: str
+    ttype: TType | None = None
+
+
+def parameters(entry: EntryPlan) -> list[Parameter]:
+    """The C arguments of an entry, in ABI order (SPEC §4)."""
+    params = []
+    for name, ttype in entry.program.inputs:
+        ctype = ttype.dtype.ctype if ttype.rank == 0 else f"const {ttype.dtype.ctype}*"
+        params.append(Parameter(name, "input", ctype, ttype))
+    for name, ttype in entry.program.outputs:
+        params.append(Parameter(name, "output", f"{ttype.dtype.ctype}*", ttype))
+    params += [Parameter(d, "dim", "int64_t") for d in entry.dims]
+    params.append(Parameter("workspace", "workspace", "void*"))
+    params.append(Parameter("workspace_bytes", "workspace_bytes", "size_t"))
+    return params
+
+
+def prototype(entry: EntryPlan) -> str:
+    args = ", ".join(f"{p.ctype} {p.name}" for p in parameters(entry))
+    return f"int {entry.symbol}({args})"
+
+
+def workspace_prototype(entry: EntryPlan) -> str:
+    args = ", ".join(f"int64_t {d}" for d in entry.dims) or "void"
+    return f"{entry.workspace_symbol}({args})"
+
+
+def comment_safe(text: str) -> str:
+    """Text that cannot end a C comment or smuggle a line break into the header."""
+    return re.sub(r"[^\x20-\x7e]", "?", text).replace("*/", "* /").replace("/*", "/ *")
+
+
+def doc_lines(entry: EntryPlan) -> list[str]:
+    comp = entry.composite
+    lines = []
+    if comp.doc:
+        lines += [comment_safe(line) for line in comp.doc.strip().splitlines()]
+        lines.append("")
+    lines.append(comment_safe(prototype(entry).replace(f"int {entry.symbol}", entry.symbol, 1)))
+    for name, ttype in entry.program.inputs:
+        lines.append(f"  input  {name}: {ttype}")
+    for name, ttype in entry.program.outputs:
+        lines.append(f"  output {name}: {ttype}")
+    for name, expr in entry.derived.items():
+        lines.append(f"  where  {name} = {expr}")
+    for name, value in entry.specialized.items():
+        lines.append(f"  fixed  {name} = {value}")
+    for check in entry.checks:
+        lines.append(comment_safe(f"  requires {check.render()}   (else CATENC_E_SHAPE)"))
+    lines.append(f"  workspace: {entry.workspace_symbol}(...) = {entry.schedule.workspace_bytes} bytes, 64-byte aligned")
+    return lines
+
+
+def render_header(entries: tuple[EntryPlan, ...], stem: str, source: str) -> str:
+    guard = "CATENC_" + re.sub(r"[^A-Za-z0-9]", "_", stem).upper() + "_H"
+    context = [
+        {"doc": doc_lines(e), "prototype": prototype(e), "workspace_prototype": workspace_prototype(e)} for e in entries
+    ]
+    return _ENV.get_template("model.h.j2").render(
+        header_name=f"{stem}.h", version=__version__, source=source, guard=guard, entries=context
+    )
+
+
+def render_source(
+    entries: tuple[EntryPlan, ...], stem: str, source: str, renderer: CRenderer, parallel: bool, suffix: str = ".c"
+) -> str:
+    prelude = _ENV.get_template("prelude.c.j2").render(**prelude_tables())
+    context = [_entry_context(e, renderer, parallel) for e in entries]
+    return _ENV.get_template("model.c.j2").render(
+        source_name=f"{stem}{suffix}",
+        header_name=f"{stem}.h",
+        version=__version__,
+        source=source,
+        prelude=prelude.strip(),
+        entries=context,
+    )
+
+
+def _entry_context(entry: EntryPlan, renderer: CRenderer, parallel: bool) -> dict:
+    graph = entry.schedule.graph
+    args = buffer_args(graph.buffers)
+    kernels = [renderer.kernel(k, args, parallel) for k in entry.kernels]
+    temps = []
+    for slot in entry.schedule.slots:
+        for name in slot.buffers:
+            ctype = graph.buffer(name).dtype.ctype
+            temps.append(f"{ctype}* {name} = ({ctype}*)((char*)workspace + {slot.offset.to_c()});")
+    scalar_inputs = {name for name, ttype in entry.program.inputs if ttype.rank == 0}
+    calls = []
+    for kernel in entry.kernels:
+        actuals = [f"&{b}" if b in scalar_inputs else b for b in kernel.buffers] + list(kernel.symbols)
+        calls.append(f"{kernel.name}({', '.join(actuals)})")
+    checks = [_render_check(c.lhs, c.op, c.rhs) for c in entry.checks]
+    return {
+        "name": entry.name,
+        "kernels": kernels,
+        "prototype": prototype(entry),
+        "workspace_prototype": workspace_prototype(entry),
+        "workspace_bytes": entry.schedule.workspace_bytes.to_c(),
+        "workspace_call": f"{entry.workspace_symbol}({', '.join(entry.dims)})",
+        "dims": entry.dims,
+        "checks": checks,
+        "temps": temps,
+        "calls": calls,
+    }
+
+
+def _render_check(lhs, op, rhs) -> str:
+    return f"{lhs.to_c()} {op} {rhs.to_c()}"

@@ -1,0 +1,136 @@
+"""The pipeline for one composite file: frontend -> ir -> schedule -> lower, per entry.
+
+`plan_file` returns an `EntryPlan` per compiled composite, holding every stage's result so the
+CLI can print any of them and codegen can render the last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from catenc.diagnostics import CatencError
+from catenc.frontend import typed as T
+from catenc.frontend.check import EntryContext, RuntimeCheck, check_entry
+from catenc.frontend.composites import Composite, CompositeFile, Library, closest, load_composite_file
+from catenc.ir.build import build_graph
+from catenc.ir.nodes import Graph
+from catenc.lower.loops import LoopKernel, lower_schedule
+from catenc.resources import package_path
+from catenc.runtime import Runtime
+from catenc.schedule.kernels import Schedule, schedule_graph
+from catenc.symbolic import Expr
+
+
+@dataclass(frozen=True)
+class Options:
+    runtime: Runtime
+    config: dict[str, str] = field(default_factory=dict)
+    opt: str = "2"
+    prefix: str = ""
+    defines: dict[str, object] = field(default_factory=dict)
+    include_dirs: tuple[str, ...] = ()
+    composites: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EntryPlan:
+    composite: Composite
+    program: T.Program
+    symbol: str
+    dims: tuple[str, ...]  # free symbols, in argument order
+    derived: dict[str, Expr]
+    specialized: dict[str, int]
+    checks: tuple[RuntimeCheck, ...]
+    graph: Graph
+    schedule: Schedule
+    kernels: tuple[LoopKernel, ...]
+
+    @property
+    def name(self) -> str:
+        return self.composite.name
+
+    @property
+    def workspace_symbol(self) -> str:
+        return f"{self.symbol}_workspace_bytes"
+
+
+@dataclass(frozen=True)
+class FilePlan:
+    root: CompositeFile
+    library: Library
+    entries: tuple[EntryPlan, ...]
+
+    @property
+    def files_read(self) -> dict[str, str]:
+        """display path -> path on disk"""
+        return dict(self.library.files_read)
+
+
+def search_dirs(include_dirs: tuple[str, ...]) -> list[tuple[str, str]]:
+    dirs = []
+    for directory in include_dirs:
+        if not Path(directory).is_dir():
+            raise CatencError(f"-I {directory}: no such directory")
+        dirs.append((directory, directory))
+    dirs.append((str(package_path("ops")), "catenc:ops"))
+    return dirs
+
+
+def plan_file(path: str, options: Options) -> FilePlan:
+    root = load_composite_file(path, path)
+    library = Library(root, search_dirs(options.include_dirs))
+    own = dict(root.composites)
+    for inc_name, comp in library.local.items():
+        own.setdefault(inc_name, comp)
+    names = list(options.composites) or [n for n, c in root.composites.items() if not c.is_batched]
+    entries = []
+    for name in names:
+        comp = library.local.get(name)
+        if comp is None:
+            raise CatencError(f"--composite {name}: no composite of that name in {path}{closest(name, list(own))}")
+        if comp.is_batched:
+            raise CatencError(
+                f"--composite {name}: '{name}' is rank-polymorphic (declared with '...'), so it has no C entry; "
+                "call it from a composite with concrete shapes",
+                comp.loc,
+            )
+        entries.append(plan_entry(comp, library, options))
+    _check_unique_symbols(entries)
+    return FilePlan(root, library, tuple(entries))
+
+
+def plan_entry(comp: Composite, library: Library, options: Options) -> EntryPlan:
+    ctx = EntryContext(library)
+    fixed = {k: v for k, v in options.defines.items()}
+    program, bindings = check_entry(comp, ctx, fixed)
+    free = [s for s in comp.symbols() if s not in comp.derived and s not in _fixed_symbols(comp, fixed)]
+    derived = {name: bindings.symbols[name] for name in comp.derived}
+    specialized = {s: int(fixed[s]) for s in comp.symbols() if s in fixed and s not in comp.derived}
+    graph = build_graph(program)
+    fuse = options.opt != "0"
+    schedule = schedule_graph(graph, fuse=fuse)
+    symbol = options.prefix + comp.name
+    kernels = tuple(
+        replace(kernel, name=f"{symbol}_k{n}") for n, kernel in enumerate(lower_schedule(schedule, parallel=True))
+    )
+    return EntryPlan(
+        comp, program, symbol, tuple(free), derived, specialized, tuple(ctx.checks), graph, schedule, kernels
+    )
+
+
+def _fixed_symbols(comp: Composite, fixed: dict[str, object]) -> set[str]:
+    return {s for s in comp.symbols() if s in fixed}
+
+
+def _check_unique_symbols(entries: list[EntryPlan]) -> None:
+    seen: dict[str, str] = {}
+    for entry in entries:
+        names = [entry.symbol, entry.workspace_symbol] + [k.name for k in entry.kernels]
+        for name in names:
+            if name in seen and seen[name] != entry.name:
+                raise CatencError(
+                    f"the C symbol '{name}' of '{entry.name}' clashes with one of '{seen[name]}'; rename one or use --prefix",
+                    entry.composite.loc,
+                )
+            seen[name] = entry.name

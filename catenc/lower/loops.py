@@ -1,0 +1,368 @@
+"""Lowering kernels to loop nests: the one IR that optimisations and renderers work on.
+
+Each kernel becomes loops over its rows; inside, each member's own loops, stores and
+accumulators. A reduction becomes an accumulator and a loop, placed at the outermost loop level
+where everything it reads is defined (so `x[i, j] - max[k](x[i, k])` computes the max once per
+row); a reduction under a `where` guard stays under an `if` so guarded reads stay guarded.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from itertools import count
+
+from catenc.dtypes import BOOL, I64, DType
+from catenc.ir.nodes import Binary, Cast, Const, Load, Reduce, SymInt, Unary, Value, Where, format_value, walk
+from catenc.ir.passes import substitute
+from catenc.schedule.kernels import Kernel, Schedule
+from catenc.symbolic import ONE, ZERO, Expr, sym
+
+
+@dataclass(frozen=True)
+class Local(Value):
+    """A scalar local variable of the kernel."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class For:
+    index: str
+    extent: Expr
+    body: tuple[Stmt, ...]
+    parallel: bool = False
+
+
+@dataclass(frozen=True)
+class Declare:
+    name: str
+    dtype: DType
+    value: Value
+
+
+@dataclass(frozen=True)
+class Assign:
+    name: str
+    value: Value
+
+
+@dataclass(frozen=True)
+class If:
+    cond: Value
+    body: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True)
+class Store:
+    buffer: str
+    index: tuple[Expr, ...]
+    value: Value
+
+
+Stmt = For | Declare | Assign | If | Store
+
+
+@dataclass(frozen=True)
+class LoopKernel:
+    name: str
+    body: tuple[Stmt, ...]
+    buffers: tuple[str, ...]  # buffers it reads or writes, in graph order
+    symbols: tuple[str, ...]  # free symbols it needs, sorted
+    fused: tuple[str, ...]  # names of the computes it evaluates
+    flops: Expr
+
+
+@dataclass
+class _Frame:
+    index: str | None
+    extent: Expr
+    stmts: list[Stmt] = field(default_factory=list)
+
+
+def lower_schedule(schedule: Schedule, parallel: bool = False) -> tuple[LoopKernel, ...]:
+    """Every kernel of a schedule as a loop nest; `parallel` marks the outermost row loop."""
+    return tuple(_lower_kernel(schedule, kernel, parallel) for kernel in schedule.kernels)
+
+
+def _lower_kernel(schedule: Schedule, kernel: Kernel, parallel: bool) -> LoopKernel:
+    graph = schedule.graph
+    lowerer = _KernelLowerer(kernel)
+    outer_names = [name for name, _ in kernel.outer]
+    row = _Frame(None, ONE)
+    flops = ZERO
+    for member in kernel.members:
+        mapping: dict[str, Expr] = {}
+        for (name, extent), outer in zip(member.indices, outer_names):
+            mapping[name] = sym(outer)
+        inner = []
+        for name, extent in member.indices[len(outer_names) :]:
+            if extent == ONE:
+                mapping[name] = ZERO
+            else:
+                inner.append((name, extent))
+        body = substitute(member.body, mapping)
+        frames = [row] + [_Frame(name, extent) for name, extent in inner]
+        lowerer.stack = frames
+        value = lowerer.lower(body, ())
+        index = tuple(mapping.get(name, sym(name)) for name, _ in member.indices)
+        if member.name in kernel.scalars:
+            frames[-1].stmts.append(Declare(member.name, value.dtype, value))
+        else:
+            frames[-1].stmts.append(Store(member.name, index, value))
+        _close(frames, 1)
+        flops = flops + _flops(member.body) * _product(e for _, e in member.indices)
+    body: tuple[Stmt, ...] = tuple(row.stmts)
+    for k, (name, extent) in reversed(list(enumerate(kernel.outer))):
+        if extent == ONE:
+            body = (Declare(name, I64, Const(I64, 0)),) + body
+            continue
+        body = (For(name, extent, body, parallel and k == 0),)
+    buffers = _buffers(body, [b.name for b in graph.buffers])
+    loop_vars = _bound_names(body)
+    symbols = sorted(_free_symbols(body) - loop_vars)
+    return LoopKernel(kernel.name, body, buffers, tuple(symbols), tuple(m.name for m in kernel.members), flops)
+
+
+def _close(frames: list[_Frame], down_to: int) -> None:
+    """Wrap frames[down_to:] into nested For loops appended to frames[down_to - 1]."""
+    for k in range(len(frames) - 1, down_to - 1, -1):
+        frame = frames[k]
+        if frame.stmts:
+            frames[k - 1].stmts.append(For(frame.index, frame.extent, tuple(frame.stmts)))
+    del frames[down_to:]
+
+
+class _KernelLowerer:
+    def __init__(self, kernel: Kernel):
+        self.kernel = kernel
+        self.stack: list[_Frame] = []
+        self.serial = count()
+        self.reduced: dict[tuple, Value] = {}
+
+    def fresh(self, base: str) -> str:
+        return f"{base}{next(self.serial)}"
+
+    def lower(self, value: Value, guards: tuple[Value, ...]) -> Value:
+        if isinstance(value, Load):
+            if value.buffer in self.kernel.scalars:
+                return Local(value.dtype, value.buffer)
+            return value
+        if isinstance(value, Unary):
+            return Unary(value.dtype, value.op, self.lower(value.x, guards))
+        if isinstance(value, Cast):
+            return Cast(value.dtype, self.lower(value.x, guards))
+        if isinstance(value, Binary):
+            return Binary(value.dtype, value.op, self.lower(value.a, guards), self.lower(value.b, guards))
+        if isinstance(value, Where):
+            cond = self.lower(value.cond, guards)
+            a = self.lower(value.a, guards + (cond,))
+            b = self.lower(value.b, guards + (Unary(BOOL, "not", cond),))
+            return Where(value.dtype, cond, a, b)
+        if isinstance(value, Reduce):
+            return self.reduce(value, guards)
+        return value
+
+    def reduce(self, value: Reduce, guards: tuple[Value, ...]) -> Value:
+        frames = tuple(id(f) for f in self.stack)
+        unguarded = self.reduced.get((value, (), frames))
+        if unguarded is not None:
+            return unguarded
+        key = (value, guards, frames)
+        if key not in self.reduced:
+            self.reduced[key] = self._reduce(value, guards)
+        return self.reduced[key]
+
+    def _reduce(self, value: Reduce, guards: tuple[Value, ...]) -> Value:
+        bound = {name for name, _ in value.indices}
+        used = _value_symbols(value.body) - bound
+        target = 0
+        for level, frame in enumerate(self.stack):
+            if frame.index in used:
+                target = level
+        if guards:
+            target = len(self.stack) - 1
+        saved = self.stack
+        self.stack = saved[: target + 1] + [_Frame(name, extent) for name, extent in value.indices]
+        body = self.lower(value.body, ())
+        declares, updates, result = _accumulate(value, body, self.fresh)
+        self.stack[-1].stmts.extend(updates)
+        depth = target + 1
+        loops_frame = _Frame(None, ONE)
+        frames = [loops_frame] + self.stack[depth:]
+        _close(frames, 1)
+        self.stack = saved
+        stmts: list[Stmt] = list(declares)
+        if guards:
+            cond = guards[0]
+            for g in guards[1:]:
+                cond = Binary(BOOL, "and", cond, g)
+            stmts.append(If(cond, tuple(loops_frame.stmts)))
+        else:
+            stmts.extend(loops_frame.stmts)
+        saved[target].stmts.extend(stmts)
+        return result
+
+
+def _accumulate(value: Reduce, body: Value, fresh) -> tuple[list[Stmt], list[Stmt], Value]:
+    """Accumulator declarations, per-iteration updates and the result of a reduction."""
+    dtype = value.dtype
+    if value.op in ("argmax", "argmin"):
+        best, pos, item = fresh("best"), fresh("pos"), fresh("v")
+        (index, _) = value.indices[0]
+        item_local = Local(body.dtype, item)
+        best_local = Local(body.dtype, best)
+        better = Binary(BOOL, "lt", best_local, item_local) if value.op == "argmax" else Binary(BOOL, "lt", item_local, best_local)
+        if body.dtype.is_float:
+            nan_item = Unary(BOOL, "isnan", item_local)
+            best_ok = Unary(BOOL, "not", Unary(BOOL, "isnan", best_local))
+            better = Binary(BOOL, "and", best_ok, Binary(BOOL, "or", better, nan_item))
+        first = Binary(BOOL, "eq", SymInt(I64, sym(index)), Const(I64, 0))
+        cond = Binary(BOOL, "or", first, better)
+        declares = [Declare(best, body.dtype, Const(body.dtype, 0)), Declare(pos, I64, Const(I64, 0))]
+        updates = [
+            Declare(item, body.dtype, body),
+            If(cond, (Assign(best, item_local), Assign(pos, SymInt(I64, sym(index))))),
+        ]
+        return declares, updates, Local(I64, pos)
+    acc = fresh("acc")
+    local = Local(dtype, acc)
+    combine = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}[value.op]
+    declares = [Declare(acc, dtype, Const(dtype, identity(value.op, dtype)))]
+    return declares, [Assign(acc, Binary(dtype, combine, local, body))], local
+
+
+def identity(op: str, dtype: DType) -> bool | int | float:
+    if op == "sum":
+        return 0.0 if dtype.is_float else 0
+    if op == "prod":
+        return 1.0 if dtype.is_float else 1
+    if dtype.is_float:
+        return -math.inf if op == "max" else math.inf
+    bits = dtype.bits
+    if dtype.kind == "uint":
+        return 0 if op == "max" else (1 << bits) - 1
+    return -(1 << (bits - 1)) if op == "max" else (1 << (bits - 1)) - 1
+
+
+def _product(exprs) -> Expr:
+    total = ONE
+    for e in exprs:
+        total = total * e
+    return total
+
+
+def _flops(value: Value) -> Expr:
+    """Arithmetic ops per element (a reduction counts its body times its extent)."""
+    if isinstance(value, Reduce):
+        return (_flops(value.body) + 1) * _product(e for _, e in value.indices)
+    own = ONE if isinstance(value, (Unary, Binary)) else ZERO
+    return sum((_flops(c) for c in value.children()), own)
+
+
+def _value_symbols(value: Value) -> set[str]:
+    out: set[str] = set()
+    for node in walk(value):
+        if isinstance(node, Load):
+            for e in node.index:
+                out |= e.free_symbols()
+        elif isinstance(node, SymInt):
+            out |= node.expr.free_symbols()
+        elif isinstance(node, Reduce):
+            for _, e in node.indices:
+                out |= e.free_symbols()
+    return out
+
+
+def iter_stmts(body: tuple[Stmt, ...]):
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, (For, If)):
+            yield from iter_stmts(stmt.body)
+
+
+def stmt_values(stmt: Stmt) -> list[Value]:
+    if isinstance(stmt, (Declare, Assign)):
+        return [stmt.value]
+    if isinstance(stmt, Store):
+        return [stmt.value]
+    if isinstance(stmt, If):
+        return [stmt.cond]
+    return []
+
+
+def _buffers(body: tuple[Stmt, ...], order: list[str]) -> tuple[str, ...]:
+    names: set[str] = set()
+    for stmt in iter_stmts(body):
+        if isinstance(stmt, Store):
+            names.add(stmt.buffer)
+        for v in stmt_values(stmt):
+            names |= {n.buffer for n in walk(v) if isinstance(n, Load)}
+    return tuple(n for n in order if n in names)
+
+
+def _bound_names(body: tuple[Stmt, ...]) -> set[str]:
+    return {s.index for s in iter_stmts(body) if isinstance(s, For)} | {
+        s.name for s in iter_stmts(body) if isinstance(s, Declare)
+    }
+
+
+def _free_symbols(body: tuple[Stmt, ...]) -> set[str]:
+    out: set[str] = set()
+    for stmt in iter_stmts(body):
+        if isinstance(stmt, For):
+            out |= stmt.extent.free_symbols()
+        if isinstance(stmt, Store):
+            for e in stmt.index:
+                out |= e.free_symbols()
+        for v in stmt_values(stmt):
+            out |= _value_symbols(v)
+    return out
+
+
+# ---- printing ----------------------------------------------------------------------------------
+
+
+def format_loops(kernels: tuple[LoopKernel, ...]) -> str:
+    lines: list[str] = []
+    for kernel in kernels:
+        args = ", ".join(list(kernel.buffers) + list(kernel.symbols))
+        lines.append(f"kernel {kernel.name}({args}):  # fuses {', '.join(kernel.fused)}")
+        _format_body(kernel.body, 1, lines)
+    return "\n".join(lines)
+
+
+
+
+def _format_body(body: tuple[Stmt, ...], depth: int, lines: list[str]) -> None:
+    pad = "  " * depth
+    for stmt in body:
+        if isinstance(stmt, For):
+            mark = "parallel " if stmt.parallel else ""
+            lines.append(f"{pad}{mark}for {stmt.index} in 0..{stmt.extent}:")
+            _format_body(stmt.body, depth + 1, lines)
+        elif isinstance(stmt, If):
+            lines.append(f"{pad}if {_render_local(stmt.cond)}:")
+            _format_body(stmt.body, depth + 1, lines)
+        elif isinstance(stmt, Declare):
+            lines.append(f"{pad}{stmt.dtype.name} {stmt.name} = {_render_local(stmt.value)}")
+        elif isinstance(stmt, Assign):
+            lines.append(f"{pad}{stmt.name} = {_render_local(stmt.value)}")
+        elif isinstance(stmt, Store):
+            idx = ", ".join(str(e) for e in stmt.index)
+            lines.append(f"{pad}{stmt.buffer}[{idx}] = {_render_local(stmt.value)}")
+
+
+def _render_local(value: Value) -> str:
+    """format_value that also knows Local."""
+    if isinstance(value, Local):
+        return value.name
+    if isinstance(value, Unary):
+        return f"{value.op}({_render_local(value.x)})"
+    if isinstance(value, Binary):
+        return f"{value.op}({_render_local(value.a)}, {_render_local(value.b)})"
+    if isinstance(value, Where):
+        return f"where({_render_local(value.cond)}, {_render_local(value.a)}, {_render_local(value.b)})"
+    if isinstance(value, Cast):
+        return f"cast({_render_local(value.x)}, {value.dtype.name})"
+    return format_value(value)

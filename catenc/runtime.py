@@ -1,0 +1,200 @@
+"""Runtime descriptors: the documented API a `runtimes/*.py` file uses.
+
+A descriptor file defines `RUNTIME`, an instance of `Runtime` (usually `CRuntime`): its name,
+target language, renderer, config keys, supported dtypes and ops, and its toolchain. A runtime
+that differs from a bundled one in flags or a few spellings is a short file:
+
+    from catenc.runtime import CRuntime, ConfigKey
+
+    RUNTIME = CRuntime(
+        name="gcc_avx2",
+        compilers=("gcc",),
+        extra_flags=("-mavx2", "-mfma"),
+        config_keys={"OMP": ConfigKey("0", ("0", "1"), "parallelise outer loops with OpenMP")},
+    )
+
+`--runtime NAME` finds `NAME.py` among the bundled runtimes, then in each directory of
+`CATENC_RUNTIME_PATH`; `--runtime path/to/file.py` loads that file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from catenc.codegen.c import CRenderer
+from catenc.diagnostics import CatencError
+from catenc.dtypes import DTYPES
+from catenc.frontend.composites import closest
+from catenc.resources import package_path
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """One `--config KEY=VALUE` option: its default, allowed values (None: any) and meaning."""
+
+    default: str
+    choices: tuple[str, ...] | None = None
+    doc: str = ""
+    check: Callable[[str], bool] | None = None
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What every runtime declares. Subclass it for a new kind of toolchain."""
+
+    name: str
+    language: str = "c"
+    source_suffix: str = ".c"
+    renderer: type[CRenderer] = CRenderer
+    config_keys: Mapping[str, ConfigKey] = field(default_factory=dict)
+    dtypes: frozenset[str] = frozenset(DTYPES)
+    unsupported_ops: frozenset[str] = frozenset()
+    can_run: bool = True
+    calling_convention: str = "host"  # "host": plain pointers; "cuda": device pointers + stream
+    path: str = ""  # where the descriptor was loaded from, display form
+    source_file: str = ""  # the same, on disk
+
+    def parallel(self, config: Mapping[str, str]) -> bool:
+        """Whether loops marked parallel are rendered parallel under this config."""
+        return False
+
+    def validate_config(self, raw: Mapping[str, str]) -> dict[str, str]:
+        """Defaults filled in; an unknown key or a bad value is an error."""
+        config = {key: spec.default for key, spec in self.config_keys.items()}
+        for key, value in raw.items():
+            spec = self.config_keys.get(key)
+            if spec is None:
+                valid = ", ".join(sorted(self.config_keys)) or "none"
+                raise CatencError(
+                    f"runtime '{self.name}' has no config key '{key}'{closest(key, list(self.config_keys))}; "
+                    f"valid keys: {valid}"
+                )
+            if spec.choices is not None and value not in spec.choices:
+                raise CatencError(f"--config {key}={value}: expected one of {', '.join(spec.choices)}")
+            if spec.check is not None and not spec.check(value):
+                raise CatencError(f"--config {key}={value}: invalid value ({spec.doc})")
+            config[key] = value
+        return config
+
+    def toolchain_version(self, config: Mapping[str, str]) -> str:
+        return "none"
+
+    def build_commands(self, source: str, output: str, config: Mapping[str, str], opt: str, kind: str) -> list[list[str]]:
+        """Commands (argv lists, run in the output directory) that build `output` from `source`;
+        kind is "so", "o" or "a"."""
+        raise NotImplementedError
+
+
+def _safe_flags(value: str) -> bool:
+    return all(piece.startswith("-") for piece in value.split())
+
+
+@dataclass(frozen=True)
+class CRuntime(Runtime):
+    """A C99 toolchain: finds a compiler (`CC` first, then `compilers` in order) and builds
+    position-independent code, with OpenMP when OMP=1."""
+
+    compilers: tuple[str, ...] = ("clang", "gcc", "cc")
+    std_flags: tuple[str, ...] = ("-std=c99", "-fno-math-errno")
+    extra_flags: tuple[str, ...] = ()
+    config_keys: Mapping[str, ConfigKey] = field(
+        default_factory=lambda: {
+            "OMP": ConfigKey("0", ("0", "1"), "parallelise outer loops with OpenMP"),
+            "MARCH": ConfigKey("", None, "target CPU for -march= (empty: the compiler's default)",
+                               lambda v: v == "" or v.replace("-", "").replace("_", "").isalnum()),
+            "CFLAGS": ConfigKey("", None, "extra compiler flags, space separated", _safe_flags),
+        }
+    )
+
+    def compiler(self, config: Mapping[str, str] | None = None) -> str:
+        """The compiler executable; a clear error when there is none."""
+        wanted = os.environ.get("CC")
+        candidates = (wanted,) if wanted else self.compilers
+        for name in candidates:
+            found = shutil.which(name.split()[0]) if name else None
+            if found:
+                return name.split()[0]
+        tried = ", ".join(candidates)
+        raise CatencError(
+            f"runtime '{self.name}': no C compiler found (tried {tried}); install clang "
+            "(apt-get install clang) or set CC"
+        )
+
+    def toolchain_version(self, config: Mapping[str, str]) -> str:
+        try:
+            out = subprocess.run([self.compiler(config), "--version"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return "unknown"
+        first = out.stdout.splitlines()[0] if out.stdout else "unknown"
+        return first.strip()
+
+    def flags(self, config: Mapping[str, str], opt: str) -> list[str]:
+        level = {"0": "-O0", "1": "-O1", "2": "-O2", "3": "-O3", "fast": "-O3"}[opt]
+        flags = [level, *self.std_flags, *self.extra_flags]
+        if opt == "fast":
+            flags.append("-ffast-math")
+        if config.get("OMP") == "1":
+            flags.append("-fopenmp")
+        if config.get("MARCH"):
+            flags.append(f"-march={config['MARCH']}")
+        flags += config.get("CFLAGS", "").split()
+        return flags
+
+    def parallel(self, config: Mapping[str, str]) -> bool:
+        return config.get("OMP") == "1"
+
+    def build_commands(self, source: str, output: str, config: Mapping[str, str], opt: str, kind: str) -> list[list[str]]:
+        cc = self.compiler(config)
+        flags = self.flags(config, opt)
+        if kind == "so":
+            return [[cc, *flags, "-fPIC", "-shared", "-o", output, source, "-lm"]]
+        obj = output if kind == "o" else output[: -len(".a")] + ".o"
+        commands = [[cc, *flags, "-fPIC", "-c", "-o", obj, source]]
+        if kind == "a":
+            commands.append(["ar", "rcs", output, obj])
+        return commands
+
+
+def bundled_runtimes_dir() -> Path:
+    return package_path("runtimes")
+
+
+def find_runtime(spec: str) -> tuple[Path, str]:
+    """The descriptor file for --runtime NAME|PATH and its display name for the manifest."""
+    if spec.endswith(".py") or os.sep in spec or "/" in spec:
+        path = Path(spec)
+        if not path.is_file():
+            raise CatencError(f"runtime descriptor '{spec}' not found")
+        return path, spec
+    bundled = bundled_runtimes_dir() / f"{spec}.py"
+    if bundled.is_file():
+        return bundled, f"catenc:runtimes/{spec}.py"
+    for directory in filter(None, os.environ.get("CATENC_RUNTIME_PATH", "").split(os.pathsep)):
+        candidate = Path(directory) / f"{spec}.py"
+        if candidate.is_file():
+            return candidate, str(candidate)
+    names = sorted(p.stem for p in bundled_runtimes_dir().glob("*.py") if not p.name.startswith("_"))
+    raise CatencError(f"unknown runtime '{spec}'{closest(spec, names)}; bundled runtimes: {', '.join(names)}")
+
+
+def load_runtime(spec: str) -> Runtime:
+    path, display = find_runtime(spec)
+    module_name = f"catenc_runtime_{path.stem}"
+    loader_spec = importlib.util.spec_from_file_location(module_name, path)
+    if loader_spec is None or loader_spec.loader is None:
+        raise CatencError(f"cannot load runtime descriptor '{display}'")
+    module = importlib.util.module_from_spec(loader_spec)
+    try:
+        loader_spec.loader.exec_module(module)
+    except Exception as err:  # a descriptor is user code: report, don't crash
+        raise CatencError(f"runtime descriptor '{display}' failed to load: {type(err).__name__}: {err}") from None
+    runtime = getattr(module, "RUNTIME", None)
+    if not isinstance(runtime, Runtime):
+        raise CatencError(f"runtime descriptor '{display}' must define RUNTIME, an instance of catenc.runtime.Runtime")
+    return replace(runtime, path=display, source_file=str(path))

@@ -1,0 +1,187 @@
+"""Scheduling: group the computes of a graph into kernels and plan where every value lives.
+
+After inlining, each remaining compute is materialised. Consecutive computes fuse into one
+kernel when the consumer reads the kernel's values only at its own leading (row) indices:
+softmax and layernorm become one kernel with a per-row loop. Inside a kernel, a value with
+one element per row that nothing outside needs is a scalar local; everything else is stored
+in an output buffer or in the caller's workspace, packed by liveness.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from catenc.ir.nodes import Compute, Graph, format_shape, format_value, loads
+from catenc.ir.passes import inline_computes
+from catenc.symbolic import ONE, ZERO, Expr, maximum, product, sym
+
+WORKSPACE_ALIGNMENT = 64
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """Computes that share the loop nest over `outer` (one per outer iteration, in order)."""
+
+    name: str
+    outer: tuple[tuple[str, Expr], ...]
+    members: tuple[Compute, ...]
+    scalars: frozenset[str]
+    reason: str  # why this kernel did not fuse with the previous one
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A region of the workspace: `offset` bytes in, `size` bytes, holding `buffers` in turn."""
+
+    offset: Expr
+    size: Expr
+    buffers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    graph: Graph
+    kernels: tuple[Kernel, ...]
+    slots: tuple[Slot, ...]
+    workspace_bytes: Expr
+    notes: tuple[str, ...]
+
+    def slot_of(self, buffer: str) -> Slot | None:
+        for slot in self.slots:
+            if buffer in slot.buffers:
+                return slot
+        return None
+
+
+def schedule_graph(graph: Graph, fuse: bool = True) -> Schedule:
+    """Inline, fuse into kernels and plan the workspace; `fuse=False` (at -O0) keeps one
+    compute per kernel."""
+    if fuse:
+        graph, notes = inline_computes(graph)
+    else:
+        notes = []
+    groups = group_kernels(graph, fuse)
+    kernels = []
+    for k, (outer, members, reason) in enumerate(groups):
+        scalars = _scalar_members(graph, groups, k)
+        kernels.append(Kernel(f"{graph.name}_k{k}", outer, tuple(members), scalars, reason))
+    slots, total = plan_workspace(graph, kernels)
+    return Schedule(graph, tuple(kernels), slots, total, tuple(notes))
+
+
+def _leading_match(compute: Compute, index: tuple[Expr, ...]) -> int:
+    """How many leading positions of a load index are exactly the compute's leading indices."""
+    n = 0
+    for (name, _), e in zip(compute.indices, index):
+        if e != sym(name):
+            break
+        n += 1
+    return n
+
+
+def group_kernels(graph: Graph, fuse: bool) -> list[tuple[tuple, list[Compute], str]]:
+    groups: list[tuple[tuple, list[Compute], str]] = []
+    for compute in graph.computes:
+        if fuse and groups:
+            outer, members, reason = groups[-1]
+            joined, why = _try_join(graph, outer, members, compute)
+            if joined is not None:
+                groups[-1] = (joined, members + [compute], reason)
+                continue
+        else:
+            why = "fusion is off (-O0)" if groups else "first kernel"
+        groups.append((compute.indices, [compute], why))
+    return groups
+
+
+def _try_join(graph: Graph, outer: tuple, members: list[Compute], compute: Compute) -> tuple[tuple | None, str]:
+    names = {m.name for m in members}
+    member_loads = [ld for ld in loads(compute.body) if ld.buffer in names]
+    if not member_loads:
+        return None, f"{compute.name} does not read the values of the previous kernel"
+    rows = min(_leading_match(compute, ld.index) for ld in member_loads)
+    rows = min(rows, len(outer))
+    same = 0
+    for (_, a), (_, b) in zip(outer[:rows], compute.indices[:rows]):
+        if a != b:
+            break
+        same += 1
+    rows = same
+    if rows == 0:
+        return None, f"{compute.name} reads the previous kernel's values across rows (not at its own leading indices)"
+    # A member consumed by the new compute only at row-aligned positions: fuse over the rows.
+    return outer[:rows], ""
+
+
+def _scalar_members(graph: Graph, groups, k: int) -> frozenset[str]:
+    outer, members, _ = groups[k]
+    later = [c for _, ms, _ in groups[k + 1 :] for c in ms]
+    scalars = set()
+    for m in members:
+        inner = m.indices[len(outer) :]
+        if graph.buffer(m.name).role != "temp" or any(e != ONE for _, e in inner):
+            continue
+        if any(ld.buffer == m.name for c in later for ld in loads(c.body)):
+            continue
+        scalars.add(m.name)
+    return frozenset(scalars)
+
+
+def _bytes(graph: Graph, name: str) -> Expr:
+    buf = graph.buffer(name)
+    raw = product(buf.shape) * buf.dtype.itemsize
+    return ((raw + WORKSPACE_ALIGNMENT - 1) // WORKSPACE_ALIGNMENT) * WORKSPACE_ALIGNMENT
+
+
+def plan_workspace(graph: Graph, kernels: list[Kernel]) -> tuple[tuple[Slot, ...], Expr]:
+    """Pack the temps that need memory into slots, reusing a slot once its value is dead."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for k, kernel in enumerate(kernels):
+        for m in kernel.members:
+            if graph.buffer(m.name).role == "temp" and m.name not in kernel.scalars:
+                first.setdefault(m.name, k)
+                last.setdefault(m.name, k)
+        for m in kernel.members:
+            for ld in loads(m.body):
+                if ld.buffer in first:
+                    last[ld.buffer] = k
+    slots: list[list] = []  # [size, free_after, buffers]
+    for name in sorted(first, key=lambda n: first[n]):
+        size = _bytes(graph, name)
+        for slot in slots:
+            if slot[1] < first[name]:
+                slot[0] = maximum(slot[0], size)
+                slot[1] = last[name]
+                slot[2].append(name)
+                break
+        else:
+            slots.append([size, last[name], [name]])
+    out, offset = [], ZERO
+    for size, _, names in slots:
+        out.append(Slot(offset, size, tuple(names)))
+        offset = offset + size
+    return tuple(out), offset
+
+
+def format_schedule(schedule: Schedule) -> str:
+    """The kernels, what each fuses, where each value lives, and the workspace plan."""
+    graph = schedule.graph
+    lines = [f"schedule {graph.name}: {len(schedule.kernels)} kernel(s), workspace {schedule.workspace_bytes} bytes"]
+    for kernel in schedule.kernels:
+        rows = ", ".join(f"{n} < {e}" for n, e in kernel.outer) or "-"
+        lines.append(f"  kernel {kernel.name}  rows [{rows}]" + (f"  # not fused: {kernel.reason}" if kernel.reason else ""))
+        for m in kernel.members:
+            buf = graph.buffer(m.name)
+            if m.name in kernel.scalars:
+                where = "scalar"
+            elif buf.role == "temp":
+                slot = schedule.slot_of(m.name)
+                where = f"workspace+{slot.offset}" if slot else "workspace"
+            else:
+                where = buf.role
+            idx = ", ".join(n for n, _ in m.indices)
+            lines.append(f"    {m.name}[{idx}]: {buf.dtype.name}{format_shape(buf.shape)} ({where}) = {format_value(m.body)}")
+    for note in schedule.notes:
+        lines.append(f"  note: {note}")
+    return "\n".join(lines)

@@ -1,0 +1,168 @@
+"""`--test`: run every compiled entry on random inputs and compare with the reference."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from catenc.compiler import EntryPlan, FilePlan
+from catenc.diagnostics import CatencError
+from catenc.dtypes import DType, from_storage, to_storage
+from catenc.frontend.check import decide
+from catenc.loader import Library
+from catenc.reference import run_program
+from catenc.symbolic import Facts, const
+
+DEFAULT_TOLERANCE = {"f64": (1e-9, 1e-9), "f32": (2e-4, 2e-5), "f16": (2e-2, 2e-2), "bf16": (6e-2, 6e-2)}
+
+
+@dataclass
+class OutputCheck:
+    entry: str
+    output: str
+    max_abs: float
+    max_rel: float
+    ok: bool
+
+
+def parse_sizes(text: str) -> dict[str, int]:
+    """'M=100,N=64' -> {'M': 100, 'N': 64}."""
+    sizes: dict[str, int] = {}
+    for piece in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = piece.partition("=")
+        if not sep or not name.strip().isidentifier():
+            raise CatencError(f"--test: expected NAME=INT pairs separated by commas, got '{piece}'")
+        try:
+            number = int(value)
+        except ValueError:
+            raise CatencError(f"--test: size '{name.strip()}' must be an integer, got '{value}'") from None
+        if number < 0:
+            raise CatencError(f"--test: size '{name.strip()}' must not be negative")
+        sizes[name.strip()] = number
+    return sizes
+
+
+def entry_sizes(entry: EntryPlan, given: dict[str, int]) -> dict[str, int]:
+    """Values of the entry's free symbols: --test sizes first, then the composite's test.sizes."""
+    defaults = entry.composite.test.get("sizes", {})
+    values = {}
+    for dim in entry.dims:
+        if dim in given:
+            values[dim] = given[dim]
+        elif dim in defaults:
+            values[dim] = int(defaults[dim])
+        else:
+            raise CatencError(
+                f"--test: no size for symbol '{dim}' of '{entry.name}'; pass it (e.g. --test \"{dim}=8\") "
+                "or set test.sizes in the composite",
+                entry.composite.loc,
+            )
+    for check in entry.checks:
+        facts = Facts()
+        lhs = check.lhs.substitute({k: const(v) for k, v in values.items()})
+        rhs = check.rhs.substitute({k: const(v) for k, v in values.items()})
+        if decide(lhs, check.op, rhs, facts) is False:
+            raise CatencError(
+                f"--test sizes {values} violate the constraint '{check.text}' of '{entry.name}'", check.loc
+            )
+    return values
+
+
+def random_input(rng: np.random.Generator, dtype: DType, shape: tuple[int, ...]) -> np.ndarray:
+    """Values (not storage bits) for an input of this dtype."""
+    if dtype.name == "bool":
+        return rng.random(shape) < 0.5
+    if dtype.is_float:
+        values = rng.standard_normal(shape).astype(np.float32 if dtype.bits <= 32 else np.float64)
+        if dtype.name == "f16":
+            values = values.astype(np.float16)
+        return values
+    if dtype.kind == "uint":
+        return rng.integers(0, 10, shape).astype(dtype.numpy)
+    return rng.integers(-8, 9, shape).astype(dtype.numpy)
+
+
+def run_reference(entry: EntryPlan, values: dict[str, np.ndarray], symbols: dict[str, int]) -> list[np.ndarray]:
+    source = entry.composite.test.get("reference")
+    if source is None:
+        outputs = run_program(entry.program, values, symbols)
+        return [outputs[name] for name, _ in entry.program.outputs]
+    namespace: dict = {"np": np, "numpy": np}
+    try:
+        exec(compile(source, f"<test.reference of {entry.name}>", "exec"), namespace)
+        params = dict(entry.program.params)
+        result = namespace["reference"](**values, **symbols, **params)
+    except Exception as err:
+        raise CatencError(f"test.reference of '{entry.name}' failed: {type(err).__name__}: {err}", entry.composite.loc) from None
+    return list(result) if isinstance(result, tuple) else [result]
+
+
+def compare(got: np.ndarray, want: np.ndarray, dtype: DType, rtol: float, atol: float) -> tuple[float, float, bool]:
+    got = np.asarray(got, dtype=np.float64)
+    want = np.asarray(want, dtype=np.float64)
+    if got.shape != want.shape:
+        return float("inf"), float("inf"), False
+    if got.size == 0:
+        return 0.0, 0.0, True
+    same_nan = np.isnan(got) == np.isnan(want)
+    both = ~np.isnan(got) & ~np.isnan(want)
+    same_inf = np.where(np.isinf(want) & both, got == want, True)
+    finite = both & np.isfinite(want) & np.isfinite(got)
+    diff = np.where(finite, np.abs(got - want), 0.0)
+    rel = np.where(finite, diff / np.maximum(np.abs(want), 1e-30), 0.0)
+    within = np.where(finite, diff <= atol + rtol * np.abs(want), True)
+    ok = bool(np.all(same_nan) and np.all(same_inf) and np.all(within))
+    if not dtype.is_float:
+        ok = ok and bool(np.array_equal(got, want, equal_nan=True))
+    return float(diff.max()), float(rel.max()), ok
+
+
+def check_entries(plan: FilePlan, library: Library, given: dict[str, int], seed: int = 0) -> tuple[list[OutputCheck], list[str]]:
+    """Run each entry once against the reference, then time it; returns checks and report lines."""
+    checks: list[OutputCheck] = []
+    lines: list[str] = []
+    for entry in plan.entries:
+        symbols = entry_sizes(entry, given)
+        rng = np.random.default_rng(seed)
+        values, storage = {}, []
+        env = dict(symbols)
+        for name, ttype in entry.program.inputs:
+            shape = tuple(int(d.evaluate(env)) for d in ttype.shape)
+            value = random_input(rng, ttype.dtype, shape)
+            stored = to_storage(value, ttype.dtype)
+            values[name] = from_storage(stored, ttype.dtype).astype(np.float32) if ttype.dtype.is_half else stored
+            storage.append(stored)
+        function = library[entry.name]
+        result = function(*storage, **symbols)
+        outputs = result if isinstance(result, tuple) else (result,)
+        reference = run_reference(entry, values, symbols)
+        elapsed = _time(lambda: function(*storage, **symbols))
+        shown = ", ".join(f"{k}={v}" for k, v in symbols.items())
+        for (name, ttype), got, want in zip(entry.program.outputs, outputs, reference):
+            got_values = from_storage(np.asarray(got), ttype.dtype)
+            rtol, atol = DEFAULT_TOLERANCE.get(ttype.dtype.name, (0.0, 0.0))
+            rtol = float(entry.composite.test.get("rtol", rtol))
+            atol = float(entry.composite.test.get("atol", atol))
+            max_abs, max_rel, ok = compare(got_values, np.asarray(want), ttype.dtype, rtol, atol)
+            checks.append(OutputCheck(entry.name, name, max_abs, max_rel, ok))
+            verdict = "ok" if ok else "MISMATCH"
+            lines.append(
+                f"{entry.name}: {name}  max abs err {max_abs:.3g}  max rel err {max_rel:.3g}  "
+                f"[{shown}]  {elapsed * 1e3:.3f} ms  {verdict}"
+            )
+    return checks, lines
+
+
+def _time(call, budget: float = 0.2, runs: int = 20) -> float:
+    times = []
+    start = time.perf_counter()
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+        if time.perf_counter() - start > budget:
+            break
+    return statistics.median(times)

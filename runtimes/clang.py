@@ -1,0 +1,5 @@
+"""The default runtime: C99 built by clang (gcc accepted), OpenMP with --config OMP=1."""
+
+from catenc.runtime import CRuntime
+
+RUNTIME = CRuntime(name="clang", compilers=("clang", "gcc", "cc"))
