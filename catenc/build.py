@@ -105,8 +105,9 @@ def build(plan: FilePlan, options: Options, request: BuildRequest) -> dict[str, 
     out_dir = Path(request.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     parallel = runtime.parallel(options.config)
-    source = render_source(plan.entries, stem, request.path, runtime.renderer(), parallel, runtime.source_suffix)
-    header = render_header(plan.entries, stem, request.path)
+    origin = Path(request.path).name  # no directory of the build machine in the outputs
+    source = render_source(plan.entries, stem, origin, runtime.renderer(), parallel, runtime.source_suffix)
+    header = render_header(plan.entries, stem, origin)
     staging = Path(tempfile.mkdtemp(prefix=".catenc-", dir=out_dir))
     try:
         (staging / names["c"]).write_text(source)
@@ -162,7 +163,12 @@ def _entry_manifest(entry: EntryPlan) -> dict:
     for p in parameters(entry):
         if p.role in ("input", "output"):
             args.append(
-                {"name": p.name, "role": p.role, "dtype": p.ttype.dtype.name, "shape": [_shape(d) for d in p.ttype.shape]}
+                {
+                    "name": p.name,
+                    "role": p.role,
+                    "dtype": p.ttype.dtype.name,
+                    "shape": [_shape(d) for d in p.ttype.shape],
+                }
             )
         elif p.role == "dim":
             args.append({"name": p.name, "role": "dim", "ctype": "int64_t"})
@@ -177,7 +183,12 @@ def _entry_manifest(entry: EntryPlan) -> dict:
                 if op and op not in ops:
                     ops.append(op)
         kernels.append(
-            {"name": kernel.name, "fused": ops, "computes": list(kernel.fused), "flops": _shape(kernel.flops)}
+            {
+                "name": kernel.name,
+                "fused": ops,
+                "computes": list(kernel.fused),
+                "flops": _shape(kernel.flops),
+            }
         )
     return {
         "name": entry.name,
@@ -215,9 +226,7 @@ def build_manifest(plan: FilePlan, options: Options, staging: Path, names: dict,
             "opt_level": options.opt,
         },
         "inputs": [{"path": display, "sha256": sha256_file(real)} for display, real in input_files(plan, options)],
-        "files": [
-            {"path": names[k], "role": ROLES[k], "sha256": sha256_file(staging / names[k])} for k in produced
-        ],
+        "files": [{"path": names[k], "role": ROLES[k], "sha256": sha256_file(staging / names[k])} for k in produced],
         "build": {"commands": commands},
         "entries": [_entry_manifest(e) for e in plan.entries],
     }

@@ -104,18 +104,54 @@ def main() -> None:
 @main.command("compile")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("-o", "out_dir", default=".", show_default=True, help="Output directory (created if needed).")
-@click.option("--runtime", "runtime_spec", default="clang", show_default=True, help="Runtime name or descriptor file.")
-@click.option("-D", "defines", multiple=True, metavar="NAME=VALUE", help="Fix a symbol, a param or a dtype variable.")
+@click.option(
+    "--runtime",
+    "runtime_spec",
+    default="clang",
+    show_default=True,
+    help="Runtime name or descriptor file.",
+)
+@click.option(
+    "-D",
+    "defines",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Fix a symbol, a param or a dtype variable.",
+)
 @click.option("-I", "include_dirs", multiple=True, metavar="DIR", help="Add a composite search directory.")
 @click.option("--config", "config_items", multiple=True, metavar="K=V[,K=V]", help="Runtime options.")
-@click.option("-O", "opt", default="2", type=click.Choice(["0", "1", "2", "3", "fast"]), help="Optimisation level.")
-@click.option("--composite", "composites", multiple=True, metavar="NAME", help="Compile only these composites.")
+@click.option(
+    "-O",
+    "opt",
+    default="2",
+    type=click.Choice(["0", "1", "2", "3", "fast"]),
+    help="Optimisation level.",
+)
+@click.option(
+    "--composite",
+    "composites",
+    multiple=True,
+    metavar="NAME",
+    help="Compile only these composites.",
+)
 @click.option("--prefix", default="", help="Prefix of every emitted C symbol.")
 @click.option("-S", "sources_only", is_flag=True, help="Emit sources, header and manifest only.")
 @click.option("-c", "object_only", is_flag=True, help="Stop at an object file.")
 @click.option("--emit", "emit_text", default=None, metavar="LIST", help=f"Any of {','.join(EMIT_KINDS)}.")
-@click.option("--test", "test_sizes", default=None, metavar="SIZES", help='Check against the reference: "M=100,N=64".')
-@click.option("--debug", "debug_level", default=0, type=click.IntRange(0, 4), help="Print stages to stderr (0-4).")
+@click.option(
+    "--test",
+    "test_sizes",
+    default=None,
+    metavar="SIZES",
+    help='Check against the reference: "M=100,N=64".',
+)
+@click.option(
+    "--debug",
+    "debug_level",
+    default=0,
+    type=click.IntRange(0, 4),
+    help="Print stages to stderr (0-4).",
+)
 @click.option("-MD", "make_deps", is_flag=True, help="Write a Make depfile.")
 @click.option("-MF", "depfile", default=None, metavar="FILE", help="Depfile path.")
 @click.option("-MT", "dep_target", default=None, metavar="TARGET", help="Depfile target.")
@@ -144,8 +180,26 @@ def compile_command(**kw) -> None:
 
 
 def _compile(
-    file, out_dir, runtime_spec, defines, include_dirs, config_items, opt, composites, prefix, sources_only,
-    object_only, emit_text, test_sizes, debug_level, make_deps, depfile, dep_target, dep_phony, verbose, quiet,
+    file,
+    out_dir,
+    runtime_spec,
+    defines,
+    include_dirs,
+    config_items,
+    opt,
+    composites,
+    prefix,
+    sources_only,
+    object_only,
+    emit_text,
+    test_sizes,
+    debug_level,
+    make_deps,
+    depfile,
+    dep_target,
+    dep_phony,
+    verbose,
+    quiet,
 ) -> int:
     if sources_only and object_only:
         raise click.UsageError("-S and -c exclude each other")

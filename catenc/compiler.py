@@ -12,7 +12,13 @@ from pathlib import Path
 from catenc.diagnostics import CatencError
 from catenc.frontend import typed as T
 from catenc.frontend.check import EntryContext, RuntimeCheck, check_entry
-from catenc.frontend.composites import Composite, CompositeFile, Library, closest, load_composite_file
+from catenc.frontend.composites import (
+    Composite,
+    CompositeFile,
+    Library,
+    closest,
+    load_composite_file,
+)
 from catenc.ir.build import build_graph
 from catenc.ir.nodes import Graph
 from catenc.lower.loops import LoopKernel, lower_schedule
@@ -115,7 +121,16 @@ def plan_entry(comp: Composite, library: Library, options: Options) -> EntryPlan
         replace(kernel, name=f"{symbol}_k{n}") for n, kernel in enumerate(lower_schedule(schedule, parallel=True))
     )
     return EntryPlan(
-        comp, program, symbol, tuple(free), derived, specialized, tuple(ctx.checks), graph, schedule, kernels
+        comp,
+        program,
+        symbol,
+        tuple(free),
+        derived,
+        specialized,
+        tuple(ctx.checks),
+        graph,
+        schedule,
+        kernels,
     )
 
 
@@ -130,7 +145,7 @@ def _check_unique_symbols(entries: list[EntryPlan]) -> None:
         for name in names:
             if name in seen and seen[name] != entry.name:
                 raise CatencError(
-                    f"the C symbol '{name}' of '{entry.name}' clashes with one of '{seen[name]}'; rename one or use --prefix",
+                    f"the C symbol '{name}' of '{entry.name}' clashes with one of '{seen[name]}'; rename one of them",
                     entry.composite.loc,
                 )
             seen[name] = entry.name

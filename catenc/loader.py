@@ -237,16 +237,9 @@ def _compile(node: ast.expr, source: str, names: set[str], comparisons: bool) ->
     ):
         function, args = _FUNCTIONS[node.func.id], [sub(arg) for arg in node.args]
         return lambda env: function(arg(env) for arg in args)
-    if (
-        comparisons
-        and isinstance(node, ast.Compare)
-        and all(type(op) in _COMPARISONS for op in node.ops)
-    ):
+    if comparisons and isinstance(node, ast.Compare) and all(type(op) in _COMPARISONS for op in node.ops):
         first = sub(node.left)
-        chain = [
-            (_COMPARISONS[type(op)], sub(right))
-            for op, right in zip(node.ops, node.comparators, strict=True)
-        ]
+        chain = [(_COMPARISONS[type(op)], sub(right)) for op, right in zip(node.ops, node.comparators, strict=True)]
 
         def compare(env: Mapping[str, int]) -> int:
             left = first(env)
@@ -433,9 +426,7 @@ class Entry:
                 self._roles.append((role, None))
                 argtypes.append(ctypes.c_size_t)
             else:
-                raise ManifestError(
-                    f"{where}: argument role {role!r} is not one of {', '.join(_ARG_ROLES)}"
-                )
+                raise ManifestError(f"{where}: argument role {role!r} is not one of {', '.join(_ARG_ROLES)}")
 
         self._derived_exprs = self._parse_symbols(where)
         workspace = spec.get("workspace_bytes")
@@ -459,9 +450,7 @@ class Entry:
             try:
                 self._size_function = cdll[workspace_symbol]
             except AttributeError:
-                raise ManifestError(
-                    f"{where}: the library has no symbol {workspace_symbol!r}"
-                ) from None
+                raise ManifestError(f"{where}: the library has no symbol {workspace_symbol!r}") from None
             self._size_function.argtypes = [ctypes.c_int64] * len(self.dims)
             self._size_function.restype = ctypes.c_size_t
 
@@ -490,9 +479,7 @@ class Entry:
         for what, expr in exprs:
             unknown = expr.names - known
             if unknown:
-                raise ManifestError(
-                    f"{where}: {what}: {expr} uses unknown symbols {sorted(unknown)}"
-                )
+                raise ManifestError(f"{where}: {what}: {expr} uses unknown symbols {sorted(unknown)}")
         for name in self._derived_exprs:  # a cycle would never finish
             self._free_deps(self._derived_exprs[name], chain=(name,))
 
@@ -560,8 +547,7 @@ class Entry:
             if name not in self.dims and name not in self._derived_exprs and name not in env:
                 symbols = ", ".join(self.dims) or "none"
                 raise TypeError(
-                    f"{self.name}() got an unexpected keyword argument {name!r} "
-                    f"(its free symbols: {symbols})"
+                    f"{self.name}() got an unexpected keyword argument {name!r} (its free symbols: {symbols})"
                 )
             given[name] = _as_dim(name, value)
             if name in self.dims:
@@ -597,14 +583,11 @@ class Entry:
     def _bind(self, shapes: Sequence[tuple[int, ...]], dims: Mapping[str, Any]) -> dict[str, int]:
         if len(shapes) != len(self.inputs):
             names = ", ".join(spec.name for spec in self.inputs)
-            raise TypeError(
-                f"{self.name}() takes {len(self.inputs)} inputs ({names}), got {len(shapes)}"
-            )
+            raise TypeError(f"{self.name}() takes {len(self.inputs)} inputs ({names}), got {len(shapes)}")
         for spec, shape in zip(self.inputs, shapes, strict=True):
             if len(shape) != spec.rank:
                 raise ShapeError(
-                    f"{self.name}: input {spec.name!r} must have rank {spec.rank} ({spec}), "
-                    f"got shape {tuple(shape)}"
+                    f"{self.name}: input {spec.name!r} must have rank {spec.rank} ({spec}), got shape {tuple(shape)}"
                 )
         env, given = self._start(dims)
         for spec, shape in zip(self.inputs, shapes, strict=True):
@@ -656,9 +639,7 @@ class Entry:
             if name not in env:
                 raise ShapeError(message)
 
-    def _solve_affine(
-        self, expr: ShapeExpr, name: str, env: Mapping[str, int], size: int
-    ) -> int | None:
+    def _solve_affine(self, expr: ShapeExpr, name: str, env: Mapping[str, int], size: int) -> int | None:
         """The value of name that makes expr equal size, when expr is affine in name.
 
         None when expr is not affine in name (the symbol must then be given), -1 when it
@@ -684,9 +665,7 @@ class Entry:
         try:
             return expr(values)
         except ZeroDivisionError:
-            raise ShapeError(
-                f"{self.name}: division by zero in the shape of {spec.name!r}: {expr}"
-            ) from None
+            raise ShapeError(f"{self.name}: division by zero in the shape of {spec.name!r}: {expr}") from None
 
     @staticmethod
     def _describe(expr: ShapeExpr, values: Mapping[str, int]) -> str:
@@ -771,9 +750,7 @@ class Entry:
     def _scalar(self, spec: ArgSpec, value: np.ndarray) -> int | float | bool:
         """A rank-0 input as the C value passed by value (bits for f16 and bf16)."""
         if value.ndim != 0:
-            raise ShapeError(
-                f"{self.name}: input {spec.name!r} is a scalar, got shape {value.shape}"
-            )
+            raise ShapeError(f"{self.name}: input {spec.name!r} is a scalar, got shape {value.shape}")
         buffer = _to_buffer(value, spec.dtype)
         if spec.dtype.is_half:
             return int(buffer.view(np.uint16))
@@ -787,10 +764,7 @@ class Entry:
     ) -> list[np.ndarray]:
         shapes = [tuple(expr(values) for expr in spec.exprs) for spec in self.outputs]
         if out is None:
-            return [
-                np.empty(s, dtype=spec.dtype.numpy)
-                for spec, s in zip(self.outputs, shapes, strict=True)
-            ]
+            return [np.empty(s, dtype=spec.dtype.numpy) for spec, s in zip(self.outputs, shapes, strict=True)]
         outputs = [out] if isinstance(out, np.ndarray) else list(out)
         if len(outputs) != len(self.outputs):
             raise TypeError(f"{self.name}: out must hold {len(self.outputs)} arrays")
@@ -798,26 +772,19 @@ class Entry:
             if not isinstance(array, np.ndarray):
                 raise TypeError(f"{self.name}: out {spec.name!r} must be a numpy array")
             if array.shape != shape:
-                raise ShapeError(
-                    f"{self.name}: output {spec.name!r}: expected shape {shape}, got {array.shape}"
-                )
+                raise ShapeError(f"{self.name}: output {spec.name!r}: expected shape {shape}, got {array.shape}")
             if array.dtype != spec.dtype.numpy:
                 raise TypeError(
                     f"{self.name}: output {spec.name!r} ({spec.dtype.name}) must have numpy "
                     f"dtype {spec.dtype.numpy}, got {array.dtype}"
                 )
             if not array.flags.c_contiguous or not array.flags.writeable:
-                raise ValueError(
-                    f"{self.name}: output {spec.name!r} must be C-contiguous and writeable"
-                )
+                raise ValueError(f"{self.name}: output {spec.name!r} must be C-contiguous and writeable")
         others = list(inputs)
         for index, array in enumerate(outputs):
             for other in others + outputs[index + 1 :]:
                 if np.may_share_memory(array, other):
-                    raise ValueError(
-                        f"{self.name}: output {self.outputs[index].name!r} overlaps "
-                        "another argument"
-                    )
+                    raise ValueError(f"{self.name}: output {self.outputs[index].name!r} overlaps another argument")
         return outputs
 
     def _explain(self, status: int, values: Mapping[str, int]) -> str:
@@ -870,13 +837,9 @@ class Library:
                 f"(language {language!r}); catenc.loader runs only libraries whose runtime "
                 "language is 'c' in this process"
             )
-        libraries = [
-            f for f in _required(self.manifest, "files", where) if f.get("role") == "shared_library"
-        ]
+        libraries = [f for f in _required(self.manifest, "files", where) if f.get("role") == "shared_library"]
         if len(libraries) != 1:
-            raise ManifestError(
-                f"{where}: expected one file with role 'shared_library', found {len(libraries)}"
-            )
+            raise ManifestError(f"{where}: expected one file with role 'shared_library', found {len(libraries)}")
         self.path = (self.manifest_path.parent / libraries[0]["path"]).resolve()
         if not self.path.is_file():
             raise ManifestError(f"{where}: shared library {self.path} does not exist")

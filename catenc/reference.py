@@ -85,7 +85,12 @@ class _Interpreter:
 
     def eval_Apply(self, node: T.Apply, env) -> np.ndarray:
         args = [self.eval(a, env) for a in node.args]
-        out = apply(node.op, args, node.type.dtype, node.args[0].type.dtype if node.args else node.type.dtype)
+        out = apply(
+            node.op,
+            args,
+            node.type.dtype,
+            node.args[0].type.dtype if node.args else node.type.dtype,
+        )
         return np.asarray(out, dtype=compute_dtype(node.type.dtype))
 
     def eval_Reduce(self, node: T.Reduce, env) -> np.ndarray:

@@ -85,7 +85,9 @@ class Runtime:
     def toolchain_version(self, config: Mapping[str, str]) -> str:
         return "none"
 
-    def build_commands(self, source: str, output: str, config: Mapping[str, str], opt: str, kind: str) -> list[list[str]]:
+    def build_commands(
+        self, source: str, output: str, config: Mapping[str, str], opt: str, kind: str
+    ) -> list[list[str]]:
         """Commands (argv lists, run in the output directory) that build `output` from `source`;
         kind is "so", "o" or "a"."""
         raise NotImplementedError
@@ -106,8 +108,12 @@ class CRuntime(Runtime):
     config_keys: Mapping[str, ConfigKey] = field(
         default_factory=lambda: {
             "OMP": ConfigKey("0", ("0", "1"), "parallelise outer loops with OpenMP"),
-            "MARCH": ConfigKey("", None, "target CPU for -march= (empty: the compiler's default)",
-                               lambda v: v == "" or v.replace("-", "").replace("_", "").isalnum()),
+            "MARCH": ConfigKey(
+                "",
+                None,
+                "target CPU for -march= (empty: the compiler's default)",
+                lambda v: v == "" or v.replace("-", "").replace("_", "").isalnum(),
+            ),
             "CFLAGS": ConfigKey("", None, "extra compiler flags, space separated", _safe_flags),
         }
     )
@@ -149,7 +155,9 @@ class CRuntime(Runtime):
     def parallel(self, config: Mapping[str, str]) -> bool:
         return config.get("OMP") == "1"
 
-    def build_commands(self, source: str, output: str, config: Mapping[str, str], opt: str, kind: str) -> list[list[str]]:
+    def build_commands(
+        self, source: str, output: str, config: Mapping[str, str], opt: str, kind: str
+    ) -> list[list[str]]:
         cc = self.compiler(config)
         flags = self.flags(config, opt)
         if kind == "so":

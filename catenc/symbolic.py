@@ -268,7 +268,11 @@ class RenderStyle:
         return f"{n}{self.suffix}"
 
 
-PYTHON = RenderStyle("*", "", {"floordiv": "{0} // {1}", "mod": "{0} % {1}", "max": "max({0}, {1})", "min": "min({0}, {1})"})
+PYTHON = RenderStyle(
+    "*",
+    "",
+    {"floordiv": "{0} // {1}", "mod": "{0} % {1}", "max": "max({0}, {1})", "min": "min({0}, {1})"},
+)
 C = RenderStyle(
     "*",
     "LL",

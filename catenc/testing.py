@@ -16,7 +16,12 @@ from catenc.loader import Library
 from catenc.reference import run_program
 from catenc.symbolic import Facts, const
 
-DEFAULT_TOLERANCE = {"f64": (1e-9, 1e-9), "f32": (2e-4, 2e-5), "f16": (2e-2, 2e-2), "bf16": (6e-2, 6e-2)}
+DEFAULT_TOLERANCE = {
+    "f64": (1e-9, 1e-9),
+    "f32": (2e-4, 2e-5),
+    "f16": (2e-2, 2e-2),
+    "bf16": (6e-2, 6e-2),
+}
 
 
 @dataclass
@@ -66,7 +71,8 @@ def entry_sizes(entry: EntryPlan, given: dict[str, int]) -> dict[str, int]:
         rhs = check.rhs.substitute({k: const(v) for k, v in values.items()})
         if decide(lhs, check.op, rhs, facts) is False:
             raise CatencError(
-                f"--test sizes {values} violate the constraint '{check.text}' of '{entry.name}'", check.loc
+                f"--test sizes {values} violate the constraint '{check.text}' of '{entry.name}'",
+                check.loc,
             )
     return values
 
@@ -96,7 +102,10 @@ def run_reference(entry: EntryPlan, values: dict[str, np.ndarray], symbols: dict
         params = dict(entry.program.params)
         result = namespace["reference"](**values, **symbols, **params)
     except Exception as err:
-        raise CatencError(f"test.reference of '{entry.name}' failed: {type(err).__name__}: {err}", entry.composite.loc) from None
+        raise CatencError(
+            f"test.reference of '{entry.name}' failed: {type(err).__name__}: {err}",
+            entry.composite.loc,
+        ) from None
     return list(result) if isinstance(result, tuple) else [result]
 
 
@@ -120,7 +129,9 @@ def compare(got: np.ndarray, want: np.ndarray, dtype: DType, rtol: float, atol: 
     return float(diff.max()), float(rel.max()), ok
 
 
-def check_entries(plan: FilePlan, library: Library, given: dict[str, int], seed: int = 0) -> tuple[list[OutputCheck], list[str]]:
+def check_entries(
+    plan: FilePlan, library: Library, given: dict[str, int], seed: int = 0
+) -> tuple[list[OutputCheck], list[str]]:
     """Run each entry once against the reference, then time it; returns checks and report lines."""
     checks: list[OutputCheck] = []
     lines: list[str] = []
@@ -139,7 +150,7 @@ def check_entries(plan: FilePlan, library: Library, given: dict[str, int], seed:
         result = function(*storage, **symbols)
         outputs = result if isinstance(result, tuple) else (result,)
         reference = run_reference(entry, values, symbols)
-        elapsed = _time(lambda: function(*storage, **symbols))
+        elapsed = _time(function, storage, symbols)
         shown = ", ".join(f"{k}={v}" for k, v in symbols.items())
         for (name, ttype), got, want in zip(entry.program.outputs, outputs, reference):
             got_values = from_storage(np.asarray(got), ttype.dtype)
@@ -156,12 +167,13 @@ def check_entries(plan: FilePlan, library: Library, given: dict[str, int], seed:
     return checks, lines
 
 
-def _time(call, budget: float = 0.2, runs: int = 20) -> float:
+def _time(function, args, kwargs, budget: float = 0.2, runs: int = 20) -> float:
+    """Median seconds per call, over up to `runs` calls within about `budget` seconds."""
     times = []
     start = time.perf_counter()
     for _ in range(runs):
         t0 = time.perf_counter()
-        call()
+        function(*args, **kwargs)
         times.append(time.perf_counter() - t0)
         if time.perf_counter() - start > budget:
             break

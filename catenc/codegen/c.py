@@ -42,7 +42,11 @@ class CRenderer:
     parallel_pragma = "#pragma omp parallel for schedule(static)"
     compute_ctype = {"f16": "float", "bf16": "float", "bool": "uint8_t"}
     load_conversion = {"f16": "catenc_f16_to_f32({0})", "bf16": "catenc_bf16_to_f32({0})"}
-    store_conversion = {"f16": "catenc_f32_to_f16({0})", "bf16": "catenc_f32_to_bf16({0})", "bool": "(uint8_t)({0})"}
+    store_conversion = {
+        "f16": "catenc_f32_to_f16({0})",
+        "bf16": "catenc_f32_to_bf16({0})",
+        "bool": "(uint8_t)({0})",
+    }
     float_suffix = {"f32": "f", "f64": ""}
     unary_float = {
         "neg": "(-{0})",
@@ -86,7 +90,12 @@ class CRenderer:
         "abs": "({0} < 0 ? ({c})(0 - ({u}){0}) : {0})",
         "not": "({c})(~{0})",
     }
-    compare = {"lt": "({0} < {1})", "le": "({0} <= {1})", "eq": "({0} == {1})", "ne": "({0} != {1})"}
+    compare = {
+        "lt": "({0} < {1})",
+        "le": "({0} <= {1})",
+        "eq": "({0} == {1})",
+        "ne": "({0} != {1})",
+    }
     bool_ops = {"and": "({0} & {1})", "or": "({0} | {1})", "xor": "({0} ^ {1})", "not": "(!{0})"}
 
     # ---- types and literals ----
@@ -120,10 +129,7 @@ class CRenderer:
         if math.isinf(value):
             text = "INFINITY" if suffix else "(double)INFINITY"
             return text if value > 0 else f"(-{text})"
-        if suffix:
-            text = repr(float(np.float32(value)))
-        else:
-            text = repr(value)
+        text = repr(float(np.float32(value))) if suffix else repr(value)
         if "e" not in text and "." not in text:
             text += ".0"
         return f"{text}{suffix}" if not text.startswith("-") else f"({text}{suffix})"

@@ -76,14 +76,21 @@ def doc_lines(entry: EntryPlan) -> list[str]:
         lines.append(f"  fixed  {name} = {value}")
     for check in entry.checks:
         lines.append(comment_safe(f"  requires {check.render()}   (else CATENC_E_SHAPE)"))
-    lines.append(f"  workspace: {entry.workspace_symbol}(...) = {entry.schedule.workspace_bytes} bytes, 64-byte aligned")
+    lines.append(
+        f"  workspace: {entry.workspace_symbol}(...) = {entry.schedule.workspace_bytes} bytes, 64-byte aligned"
+    )
     return lines
 
 
 def render_header(entries: tuple[EntryPlan, ...], stem: str, source: str) -> str:
     guard = "CATENC_" + re.sub(r"[^A-Za-z0-9]", "_", stem).upper() + "_H"
     context = [
-        {"doc": doc_lines(e), "prototype": prototype(e), "workspace_prototype": workspace_prototype(e)} for e in entries
+        {
+            "doc": doc_lines(e),
+            "prototype": prototype(e),
+            "workspace_prototype": workspace_prototype(e),
+        }
+        for e in entries
     ]
     return _ENV.get_template("model.h.j2").render(
         header_name=f"{stem}.h", version=__version__, source=source, guard=guard, entries=context
@@ -91,7 +98,12 @@ def render_header(entries: tuple[EntryPlan, ...], stem: str, source: str) -> str
 
 
 def render_source(
-    entries: tuple[EntryPlan, ...], stem: str, source: str, renderer: CRenderer, parallel: bool, suffix: str = ".c"
+    entries: tuple[EntryPlan, ...],
+    stem: str,
+    source: str,
+    renderer: CRenderer,
+    parallel: bool,
+    suffix: str = ".c",
 ) -> str:
     prelude = _ENV.get_template("prelude.c.j2").render(**prelude_tables())
     context = [_entry_context(e, renderer, parallel) for e in entries]

@@ -42,12 +42,19 @@ UNARY_NUMERIC = frozenset("abs neg sign relu".split())
 FLOAT_PREDICATES = frozenset("isnan isinf isfinite".split())
 BINARY_NUMERIC = frozenset("maximum minimum".split())
 BINARY_FLOAT = frozenset("atan2".split())
-ELEMENTWISE = UNARY_FLOAT | UNARY_NUMERIC | FLOAT_PREDICATES | BINARY_NUMERIC | BINARY_FLOAT | {
-    "pow",
-    "clip",
-    "where",
-    "cast",
-}
+ELEMENTWISE = (
+    UNARY_FLOAT
+    | UNARY_NUMERIC
+    | FLOAT_PREDICATES
+    | BINARY_NUMERIC
+    | BINARY_FLOAT
+    | {
+        "pow",
+        "clip",
+        "where",
+        "cast",
+    }
+)
 REDUCTIONS = ("sum", "mean", "max", "min", "prod")
 SHAPE_FUNCS = frozenset(
     "reshape transpose expand squeeze unsqueeze flatten concat arange zeros ones full stack pad".split()
@@ -167,9 +174,7 @@ def check_entry(comp: Composite, ctx: EntryContext, fixed: dict[str, object]) ->
     for var, choices in comp.types.items():
         chosen = fixed.get(var, choices[0])
         if chosen not in choices:
-            raise CatencError(
-                f"-D {var}={chosen}: '{comp.name}' allows {var} in {', '.join(choices)}", comp.loc
-            )
+            raise CatencError(f"-D {var}={chosen}: '{comp.name}' allows {var} in {', '.join(choices)}", comp.loc)
         dtypes[var] = DTYPES[str(chosen)]
     params = dict(comp.params)
     for name, value in fixed.items():
@@ -283,7 +288,9 @@ class BodyChecker:
     def define(self, name: str, ttype: T.TType, node: ast.AST) -> None:
         if name in self.values:
             raise self.error(
-                f"'{name}' is already defined; every name is assigned once", node, [("defined here", self.values[name][1])]
+                f"'{name}' is already defined; every name is assigned once",
+                node,
+                [("defined here", self.values[name][1])],
             )
         if name in self.bindings.symbols or name in self.bindings.params or name in CONSTANTS:
             raise self.error(f"'{name}' is a symbol, param or constant and cannot be assigned", node)
@@ -292,8 +299,14 @@ class BodyChecker:
     def statement(self, stmt: ast.stmt) -> None:
         if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
             if isinstance(stmt, ast.Expr):
-                raise self.error("a statement must assign its value: 'name = expr' or 'name[i, ...] = expr'", stmt)
-            raise self.error("only assignments 'name = expr' and 'name[i, ...] = expr' are allowed in a body", stmt)
+                raise self.error(
+                    "a statement must assign its value: 'name = expr' or 'name[i, ...] = expr'",
+                    stmt,
+                )
+            raise self.error(
+                "only assignments 'name = expr' and 'name[i, ...] = expr' are allowed in a body",
+                stmt,
+            )
         target = stmt.targets[0]
         if isinstance(target, ast.Name):
             value = self.finish_value(self.expr(stmt.value, None), target.id, stmt.value)
@@ -336,11 +349,17 @@ class BodyChecker:
     def tuple_assign(self, target: ast.Tuple, value_node: ast.expr) -> None:
         value = self.expr(value_node, None, allow_tuple=True)
         if not isinstance(value, T.Call):
-            raise self.error("only a composite call with several outputs can be assigned to several names", value_node)
+            raise self.error(
+                "only a composite call with several outputs can be assigned to several names",
+                value_node,
+            )
         names = [e.id for e in target.elts]
         outs = value.program.outputs
         if len(names) != len(outs):
-            raise self.error(f"'{value.callee}' returns {len(outs)} outputs but {len(names)} names are assigned", target)
+            raise self.error(
+                f"'{value.callee}' returns {len(outs)} outputs but {len(names)} names are assigned",
+                target,
+            )
         for k, (elt, name) in enumerate(zip(target.elts, names)):
             node = self.finish_value(T.CallOut(outs[k][1], self.loc(value_node), value, k), name, value_node)
             self.define(name, node.type, elt)
@@ -353,7 +372,10 @@ class BodyChecker:
             if allow_tuple:
                 return result
             if len(result.program.outputs) != 1:
-                raise self.error(f"'{result.callee}' returns several outputs; assign them with 'a, b = ...'", node)
+                raise self.error(
+                    f"'{result.callee}' returns several outputs; assign them with 'a, b = ...'",
+                    node,
+                )
             return T.CallOut(result.program.outputs[0][1], result.loc, result, 0)
         return result
 
@@ -422,7 +444,10 @@ class BodyChecker:
         if name in self.values:
             ttype = self.values[name][0]
             if scope is not None and ttype.rank:
-                raise self.error(f"'{name}' is a tensor of rank {ttype.rank}; index it in index form: {name}[...]", node)
+                raise self.error(
+                    f"'{name}' is a tensor of rank {ttype.rank}; index it in index form: {name}[...]",
+                    node,
+                )
             return T.Ref(ttype, loc, name)
         if name in self.bindings.params:
             value = self.bindings.params[name]
@@ -451,7 +476,8 @@ class BodyChecker:
             if dtype.is_int and isinstance(value, float):
                 if not math.isfinite(value) or value != int(value):
                     raise CatencError(
-                        f"the literal {value!r} cannot take the integer dtype {dtype.name}; use cast(...)", node.loc
+                        f"the literal {value!r} cannot take the integer dtype {dtype.name}; use cast(...)",
+                        node.loc,
                     )
                 value = int(value)
             if dtype == BOOL and not isinstance(value, bool):
@@ -497,7 +523,12 @@ class BodyChecker:
     def _reweak(self, node: T.Node, dtype: DType) -> T.Node:
         """Between weak values only: an int literal meeting a float one becomes a float literal."""
         if isinstance(node, T.Lit):
-            return T.Lit(T.TType(dtype, ()), node.loc, float(node.value) if dtype.is_float else node.value, True)
+            return T.Lit(
+                T.TType(dtype, ()),
+                node.loc,
+                float(node.value) if dtype.is_float else node.value,
+                True,
+            )
         if isinstance(node, T.SymVal):
             return T.SymVal(T.TType(dtype, ()), node.loc, node.expr, True)
         assert isinstance(node, T.Apply)
@@ -599,7 +630,10 @@ class BodyChecker:
             known = sorted(ELEMENTWISE | SHAPE_FUNCS | set(REDUCTIONS)) + list(self.ctx.library.local)
             raise self.error(f"unknown function or composite '{name}'{closest(name, known)}", func)
         if scope is not None:
-            raise self.error(f"composite '{name}' cannot be called inside index form; assign it to a name first", node)
+            raise self.error(
+                f"composite '{name}' cannot be called inside index form; assign it to a name first",
+                node,
+            )
         return self.composite_call(comp, node)
 
     def positional(self, node: ast.Call, low: int, high: int, what: str) -> None:
@@ -613,7 +647,10 @@ class BodyChecker:
         for kw in node.keywords:
             if kw.arg is None or kw.arg not in allowed:
                 valid = ", ".join(allowed) if allowed else "none"
-                raise self.error(f"unknown keyword '{kw.arg}'{closest(kw.arg or '', allowed)}; valid: {valid}", kw.value)
+                raise self.error(
+                    f"unknown keyword '{kw.arg}'{closest(kw.arg or '', allowed)}; valid: {valid}",
+                    kw.value,
+                )
             out[kw.arg] = kw.value
         return out
 
@@ -711,12 +748,17 @@ class BodyChecker:
         k1, k2 = a2.type.shape[-1], b2.type.shape[-2]
         if not self.equal(k1, k2):
             raise self.error(
-                f"matmul shapes {_shape(a.type.shape)} @ {_shape(b.type.shape)}: inner dims {k1} and {k2} differ", node
+                f"matmul shapes {_shape(a.type.shape)} @ {_shape(b.type.shape)}: inner dims {k1} and {k2} differ",
+                node,
             )
         batch = self.broadcast([a2.type.shape[:-2], b2.type.shape[:-2]], node)
         shape = batch + (a2.type.shape[-2], b2.type.shape[-1])
         out: T.Node = T.MatMul(T.TType(a.type.dtype, shape), loc, a2, b2)
-        final = batch + ((a.type.shape[-2],) if a.type.rank >= 2 else ()) + ((b.type.shape[-1],) if b.type.rank >= 2 else ())
+        final = (
+            batch
+            + ((a.type.shape[-2],) if a.type.rank >= 2 else ())
+            + ((b.type.shape[-1],) if b.type.rank >= 2 else ())
+        )
         if final != shape:
             out = T.Reshape(T.TType(a.type.dtype, final), loc, out)
         return out
@@ -751,7 +793,8 @@ class BodyChecker:
             inferred = floordiv(total, known)
             if inferred * known != total and not self.equal(inferred * known, total):
                 raise self.error(
-                    f"reshape cannot infer -1: {total} elements are not a multiple of {known}", dims[unknown[0]][1]
+                    f"reshape cannot infer -1: {total} elements are not a multiple of {known}",
+                    dims[unknown[0]][1],
                 )
             shape[unknown[0]] = inferred
         elif not self.equal(product(shape), total):
@@ -859,7 +902,10 @@ class BodyChecker:
         axis = self._axis(axis_node, rank + 1) if axis_node is not None else 0
         for a, e in zip(args, node.args[0].elts):
             if not self.same_shape(a.type.shape, args[0].type.shape):
-                raise self.error(f"stack: shape {_shape(a.type.shape)} differs from {_shape(args[0].type.shape)}", e)
+                raise self.error(
+                    f"stack: shape {_shape(a.type.shape)} differs from {_shape(args[0].type.shape)}",
+                    e,
+                )
         parts = [
             T.Reshape(T.TType(a.type.dtype, a.type.shape[:axis] + (ONE,) + a.type.shape[axis:]), loc, a) for a in args
         ]
@@ -902,7 +948,14 @@ class BodyChecker:
             raise self.error("arange cannot make bool values", node)
         return T.Arange(T.TType(dtype, (n,)), loc)
 
-    def _filled(self, node: ast.Call, loc: Loc, value: T.Node, shape_node: ast.expr, dtype_node: ast.expr | None) -> T.Node:
+    def _filled(
+        self,
+        node: ast.Call,
+        loc: Loc,
+        value: T.Node,
+        shape_node: ast.expr,
+        dtype_node: ast.expr | None,
+    ) -> T.Node:
         shape = tuple(d for d, _ in self.shape_list(shape_node))
         dtype = self.dtype_arg(dtype_node) if dtype_node is not None else F32
         value = self.strengthen(value)
@@ -988,10 +1041,6 @@ class BodyChecker:
             start = dim - 1 if start is None else minimum(start, dim - 1)
             stop = const(-1) if stop is None else maximum(stop, const(-1))
             length = maximum(floordiv(start - stop + (-step) - 1, -step), ZERO)
-        for e in (start,):
-            if not prove_nonneg(e, self.facts) and not prove_nonneg(-length, self.facts):
-                if step < 0:
-                    raise self.error("cannot prove this reversed slice in bounds; use constant bounds", node)
         return start, step, length
 
     # -- index form --
@@ -1011,7 +1060,13 @@ class BodyChecker:
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
             inner = self.index_expr(node.operand, scope)
             return -inner if isinstance(node.op, ast.USub) else inner
-        if isinstance(node, ast.BinOp) and type(node.op) in (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod):
+        if isinstance(node, ast.BinOp) and type(node.op) in (
+            ast.Add,
+            ast.Sub,
+            ast.Mult,
+            ast.FloorDiv,
+            ast.Mod,
+        ):
             a, b = self.index_expr(node.left, scope), self.index_expr(node.right, scope)
             if isinstance(node.op, ast.Add):
                 return a + b
@@ -1019,9 +1074,9 @@ class BodyChecker:
                 return a - b
             if isinstance(node.op, ast.Mult):
                 return a * b
-            if not b.is_const or b.value <= 0:
-                if scope is not None and b.free_symbols() & {v for v, _ in scope.names.values()}:
-                    raise self.error("an index may only be divided by a positive constant or symbol", node.right)
+            divides_by_index = scope is not None and b.free_symbols() & {v for v, _ in scope.names.values()}
+            if divides_by_index or (b.is_const and b.value <= 0):
+                raise self.error("an index may only be divided by a positive constant or symbol", node.right)
             return floordiv(a, b) if isinstance(node.op, ast.FloorDiv) else mod(a, b)
         raise self.error("expected an integer expression of indices and symbols (+ - * // %)", node)
 
@@ -1101,26 +1156,31 @@ class BodyChecker:
                 extent, first_loc = dim, loc
             elif not self.equal(extent, dim):
                 raise CatencError(
-                    f"index '{name}' ranges over {extent} here but over {dim} in {tensor}", loc,
+                    f"index '{name}' ranges over {extent} here but over {dim} in {tensor}",
+                    loc,
                     [("first range given here", first_loc)],
                 )
         if extent is None:
             raise self.error(
-                f"cannot infer the range of index '{name}': use it alone in some position of an access", node
+                f"cannot infer the range of index '{name}': use it alone in some position of an access",
+                node,
             )
         return extent
 
     def alone_uses(self, node: ast.AST, bound: dict[str, object], out: dict) -> dict:
         """(binding, index) -> [(dim, loc, tensor)] for every access position holding the index alone."""
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) and isinstance(node.func.value, ast.Name):
-            if node.func.value.id in REDUCTIONS:
-                names = _index_names(node.func.slice)
-                inner = dict(bound)
-                for n in names:
-                    inner[n] = id(node)
-                for arg in node.args:
-                    self.alone_uses(arg, inner, out)
-                return out
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Subscript)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in REDUCTIONS
+        ):
+            inner = dict(bound)
+            for n in _index_names(node.func.slice) or []:
+                inner[n] = id(node)
+            for arg in node.args:
+                self.alone_uses(arg, inner, out)
+            return out
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in self.values:
             shape = self.values[node.value.id][0].shape
             items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
@@ -1174,7 +1234,10 @@ class BodyChecker:
         if has_batch:
             nbatch = ttype.rank - len(explicit)
             if nbatch < 0 or nbatch > len(batch_vars):
-                raise self.error(f"'{name}' has rank {ttype.rank}; cannot index it with {len(items)} indices", node)
+                raise self.error(
+                    f"'{name}' has rank {ttype.rank}; cannot index it with {len(items)} indices",
+                    node,
+                )
             for k in range(nbatch):
                 var = batch_vars[len(batch_vars) - nbatch + k]
                 dim = ttype.shape[k]

@@ -152,14 +152,19 @@ class _Reader:
         if key not in table:
             return default
         value = table[key]
-        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool) and bool not in _as_tuple(kind)):
+        if not isinstance(value, kind) or (
+            kind is not bool and isinstance(value, bool) and bool not in _as_tuple(kind)
+        ):
             raise CatencError(f"'{key}' must be {what}, not {_describe(value)}", self.loc(key))
         return value
 
     def decl(self, text: object, path: tuple) -> TensorDecl:
         loc = self.source.loc(self.base + path)
         if not isinstance(text, str):
-            raise CatencError(f"a tensor declaration must be a string like \"A: f32[M, K]\", not {_describe(text)}", loc)
+            raise CatencError(
+                f'a tensor declaration must be a string like "A: f32[M, K]", not {_describe(text)}',
+                loc,
+            )
         return parse_decl(text, lambda offset: self.source.string_loc(self.base + path, offset))
 
 
@@ -168,7 +173,14 @@ def _as_tuple(kind) -> tuple:
 
 
 def _describe(value: object) -> str:
-    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a table"}
+    names = {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a table",
+    }
     return names.get(type(value), type(value).__name__)
 
 
@@ -266,7 +278,9 @@ def parse_composite(source: SourceFile, name: str, definition: object) -> Compos
     for decl in inputs + outputs:
         if decl.name in seen:
             raise CatencError(
-                f"'{decl.name}' is declared twice", decl.loc, [("first declared here", seen[decl.name].loc)]
+                f"'{decl.name}' is declared twice",
+                decl.loc,
+                [("first declared here", seen[decl.name].loc)],
             )
         seen[decl.name] = decl
 
@@ -298,7 +312,8 @@ def _read_types(reader: _Reader, definition: dict) -> dict[str, list[str]]:
         for i, choice in enumerate(choices):
             if choice not in DTYPES:
                 raise CatencError(
-                    f"unknown dtype '{choice}'{closest(choice, list(DTYPES))}", reader.loc("types", var, i)
+                    f"unknown dtype '{choice}'{closest(choice, list(DTYPES))}",
+                    reader.loc("types", var, i),
                 )
         types[var] = list(choices)
     return types
@@ -357,9 +372,7 @@ def _parse_side(text: str, loc_at, offset: int) -> Expr:
     try:
         return parse_expr(text)
     except SymbolicSyntaxError as err:
-        raise CatencError(
-            f"invalid integer expression '{text.strip()}'", loc_at(offset + lead + err.col)
-        ) from None
+        raise CatencError(f"invalid integer expression '{text.strip()}'", loc_at(offset + lead + err.col)) from None
 
 
 def _read_test(reader: _Reader, definition: dict) -> dict:
@@ -373,7 +386,10 @@ def _read_test(reader: _Reader, definition: dict) -> dict:
     sizes = reader.get(raw, "sizes", dict, "a table of symbol = int", {})
     for key, value in sizes.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise CatencError(f"test size '{key}' must be a non-negative integer", reader.loc("test", "sizes", key))
+            raise CatencError(
+                f"test size '{key}' must be a non-negative integer",
+                reader.loc("test", "sizes", key),
+            )
     for key in ("rtol", "atol"):
         if key in raw and (not isinstance(raw[key], (int, float)) or isinstance(raw[key], bool)):
             raise CatencError(f"'{key}' must be a number", reader.loc("test", key))
@@ -449,7 +465,9 @@ def all_composites(root: CompositeFile) -> dict[str, Composite]:
         for name, comp in file.composites.items():
             if name in out:
                 raise CatencError(
-                    f"composite '{name}' is defined twice", comp.loc, [("first defined here", out[name].loc)]
+                    f"composite '{name}' is defined twice",
+                    comp.loc,
+                    [("first defined here", out[name].loc)],
                 )
             out[name] = comp
     return out

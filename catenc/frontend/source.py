@@ -211,9 +211,7 @@ def _decode_utf8(raw: bytes, path: str) -> str:
         col = len(raw[line_start : e.start].decode("utf-8", errors="replace")) + 1
         if line == 1 and raw.startswith(codecs.BOM_UTF8):
             col -= 1
-        raise CatencError(
-            f"file is not valid UTF-8 (byte 0x{raw[e.start]:02x})", Loc(path, line, col)
-        ) from None
+        raise CatencError(f"file is not valid UTF-8 (byte 0x{raw[e.start]:02x})", Loc(path, line, col)) from None
     return text.removeprefix("\ufeff")
 
 
@@ -233,10 +231,7 @@ def _load_toml(text: str, path: str, lines: _LineIndex) -> tuple[dict, _Position
         m = _TOML_ERROR_AT.search(message)
         if m:
             message = message[: m.start()]
-            if m.group(1):
-                loc = Loc(path, int(m.group(1)), int(m.group(2)))
-            else:
-                loc = lines.loc(path, len(text))
+            loc = Loc(path, int(m.group(1)), int(m.group(2))) if m.group(1) else lines.loc(path, len(text))
         raise CatencError(f"invalid TOML: {message}", loc) from None
     except ValueError:
         # Python's limit on the digits of an int (4300) is not a TOMLDecodeError.
@@ -905,9 +900,7 @@ def _block_indent(text: str, lines: _LineIndex, first_line: int, value: str) -> 
     return None
 
 
-def _yaml_literal(
-    text: str, start: int, value: str, lines: _LineIndex
-) -> tuple[str, list[int]] | None:
+def _yaml_literal(text: str, start: int, value: str, lines: _LineIndex) -> tuple[str, list[int]] | None:
     """Map a ``|`` block scalar: line k of the value is source line k after the header."""
     first_line = lines.line_of(start) + 1
     indent = _block_indent(text, lines, first_line, value) if value.strip("\n") else 0
@@ -931,9 +924,7 @@ def _yaml_literal(
     return value, offsets
 
 
-def _yaml_folded(
-    text: str, start: int, end: int, value: str, lines: _LineIndex
-) -> tuple[str, list[int]] | None:
+def _yaml_folded(text: str, start: int, end: int, value: str, lines: _LineIndex) -> tuple[str, list[int]] | None:
     """Map a ``>`` block scalar by finding each source line's text in the value.
 
     Folding only rewrites the line breaks between lines, so every line's
@@ -956,9 +947,7 @@ def _yaml_folded(
         found = value.find(content, pos)
         if found < 0 or value[pos:found].strip(" \n"):
             return None
-        offsets[found : found + len(content)] = range(
-            line_start + indent, line_start + indent + len(content)
-        )
+        offsets[found : found + len(content)] = range(line_start + indent, line_start + indent + len(content))
         pos = found + len(content)
     filled: list[int] = []
     after = _line_break_end(text, start)  # just after the last mapped character

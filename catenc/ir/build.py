@@ -15,8 +15,21 @@ from itertools import count
 
 from catenc.dtypes import BOOL, F32, I64, DType
 from catenc.frontend import typed as T
-from catenc.ir.nodes import Binary, Buffer, Cast, Compute, Const, Graph, Load, Reduce, SymInt, Unary, Value, Where
-from catenc.symbolic import ONE, ZERO, Expr, Facts, const, simplify, sym
+from catenc.ir.nodes import (
+    Binary,
+    Buffer,
+    Cast,
+    Compute,
+    Const,
+    Graph,
+    Load,
+    Reduce,
+    SymInt,
+    Unary,
+    Value,
+    Where,
+)
+from catenc.symbolic import ONE, ZERO, Expr, Facts, simplify, sym
 
 Index = tuple[Expr, ...]
 
@@ -276,7 +289,10 @@ class _Builder:
             inside: Value | None = None
             for s, d in zip(src, arg.shape):
                 ok = Binary(
-                    BOOL, "and", Binary(BOOL, "le", symint(ZERO), symint(s)), Binary(BOOL, "lt", symint(s), symint(d))
+                    BOOL,
+                    "and",
+                    Binary(BOOL, "le", symint(ZERO), symint(s)),
+                    Binary(BOOL, "lt", symint(s), symint(d)),
                 )
                 inside = ok if inside is None else Binary(BOOL, "and", inside, ok)
             if inside is None:
@@ -323,7 +339,13 @@ class _Builder:
             return Reduce(dtype, node.op, red, body)
         if isinstance(node, T.Apply):
             args = [self.scalar(a, scope, mapping) for a in node.args]
-            return apply(node.op, args, compute_dtype(node.type.dtype), node.type.dtype, node.args[0].type.dtype)
+            return apply(
+                node.op,
+                args,
+                compute_dtype(node.type.dtype),
+                node.type.dtype,
+                node.args[0].type.dtype,
+            )
         return self.lower(node, scope).at(())
 
 
@@ -391,9 +413,17 @@ def apply(op: str, args: list[Value], dtype: DType, result: DType, arg_dtype: DT
         return Binary(compute, "mul", Binary(compute, "mul", c(0.5), x), Binary(compute, "add", c(1), erf))
     if op == "gelu_tanh":
         cube = Binary(compute, "mul", Binary(compute, "mul", x, x), x)
-        inner = Binary(compute, "mul", c(0.7978845608028654), Binary(compute, "add", x, Binary(compute, "mul", c(0.044715), cube)))
+        inner = Binary(
+            compute,
+            "mul",
+            c(0.7978845608028654),
+            Binary(compute, "add", x, Binary(compute, "mul", c(0.044715), cube)),
+        )
         return Binary(
-            compute, "mul", Binary(compute, "mul", c(0.5), x), Binary(compute, "add", c(1), Unary(compute, "tanh", inner))
+            compute,
+            "mul",
+            Binary(compute, "mul", c(0.5), x),
+            Binary(compute, "add", c(1), Unary(compute, "tanh", inner)),
         )
     if op == "softplus":
         tail = Unary(compute, "log1p", Unary(compute, "exp", Unary(compute, "neg", Unary(compute, "abs", x))))
@@ -409,6 +439,8 @@ def apply(op: str, args: list[Value], dtype: DType, result: DType, arg_dtype: DT
 
 
 def _sigmoid(x: Value, c) -> Value:
-    return Unary(x.dtype, "recip", Binary(x.dtype, "add", c(1), Unary(x.dtype, "exp", Unary(x.dtype, "neg", x))))
-
-
+    return Unary(
+        x.dtype,
+        "recip",
+        Binary(x.dtype, "add", c(1), Unary(x.dtype, "exp", Unary(x.dtype, "neg", x))),
+    )

@@ -13,7 +13,19 @@ from dataclasses import dataclass, field
 from itertools import count
 
 from catenc.dtypes import BOOL, I64, DType
-from catenc.ir.nodes import Binary, Cast, Const, Load, Reduce, SymInt, Unary, Value, Where, format_value, walk
+from catenc.ir.nodes import (
+    Binary,
+    Cast,
+    Const,
+    Load,
+    Reduce,
+    SymInt,
+    Unary,
+    Value,
+    Where,
+    format_value,
+    walk,
+)
 from catenc.ir.passes import substitute
 from catenc.schedule.kernels import Kernel, Schedule
 from catenc.symbolic import ONE, ZERO, Expr, sym
@@ -93,7 +105,7 @@ def _lower_kernel(schedule: Schedule, kernel: Kernel, parallel: bool) -> LoopKer
     flops = ZERO
     for member in kernel.members:
         mapping: dict[str, Expr] = {}
-        for (name, extent), outer in zip(member.indices, outer_names):
+        for (name, _), outer in zip(member.indices, outer_names):
             mapping[name] = sym(outer)
         inner = []
         for name, extent in member.indices[len(outer_names) :]:
@@ -212,14 +224,21 @@ def _accumulate(value: Reduce, body: Value, fresh) -> tuple[list[Stmt], list[Stm
         (index, _) = value.indices[0]
         item_local = Local(body.dtype, item)
         best_local = Local(body.dtype, best)
-        better = Binary(BOOL, "lt", best_local, item_local) if value.op == "argmax" else Binary(BOOL, "lt", item_local, best_local)
+        better = (
+            Binary(BOOL, "lt", best_local, item_local)
+            if value.op == "argmax"
+            else Binary(BOOL, "lt", item_local, best_local)
+        )
         if body.dtype.is_float:
             nan_item = Unary(BOOL, "isnan", item_local)
             best_ok = Unary(BOOL, "not", Unary(BOOL, "isnan", best_local))
             better = Binary(BOOL, "and", best_ok, Binary(BOOL, "or", better, nan_item))
         first = Binary(BOOL, "eq", SymInt(I64, sym(index)), Const(I64, 0))
         cond = Binary(BOOL, "or", first, better)
-        declares = [Declare(best, body.dtype, Const(body.dtype, 0)), Declare(pos, I64, Const(I64, 0))]
+        declares = [
+            Declare(best, body.dtype, Const(body.dtype, 0)),
+            Declare(pos, I64, Const(I64, 0)),
+        ]
         updates = [
             Declare(item, body.dtype, body),
             If(cond, (Assign(best, item_local), Assign(pos, SymInt(I64, sym(index))))),
@@ -330,8 +349,6 @@ def format_loops(kernels: tuple[LoopKernel, ...]) -> str:
         lines.append(f"kernel {kernel.name}({args}):  # fuses {', '.join(kernel.fused)}")
         _format_body(kernel.body, 1, lines)
     return "\n".join(lines)
-
-
 
 
 def _format_body(body: tuple[Stmt, ...], depth: int, lines: list[str]) -> None:

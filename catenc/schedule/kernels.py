@@ -89,7 +89,7 @@ def group_kernels(graph: Graph, fuse: bool) -> list[tuple[tuple, list[Compute], 
                 groups[-1] = (joined, members + [compute], reason)
                 continue
         else:
-            why = "fusion is off (-O0)" if groups else "first kernel"
+            why = "fusion is off (-O0)" if groups else ""
         groups.append((compute.indices, [compute], why))
     return groups
 
@@ -108,7 +108,10 @@ def _try_join(graph: Graph, outer: tuple, members: list[Compute], compute: Compu
         same += 1
     rows = same
     if rows == 0:
-        return None, f"{compute.name} reads the previous kernel's values across rows (not at its own leading indices)"
+        return (
+            None,
+            f"{compute.name} reads the previous kernel's values across rows (not at its own leading indices)",
+        )
     # A member consumed by the new compute only at row-aligned positions: fuse over the rows.
     return outer[:rows], ""
 
@@ -170,7 +173,9 @@ def format_schedule(schedule: Schedule) -> str:
     lines = [f"schedule {graph.name}: {len(schedule.kernels)} kernel(s), workspace {schedule.workspace_bytes} bytes"]
     for kernel in schedule.kernels:
         rows = ", ".join(f"{n} < {e}" for n, e in kernel.outer) or "-"
-        lines.append(f"  kernel {kernel.name}  rows [{rows}]" + (f"  # not fused: {kernel.reason}" if kernel.reason else ""))
+        lines.append(
+            f"  kernel {kernel.name}  rows [{rows}]" + (f"  # not fused: {kernel.reason}" if kernel.reason else "")
+        )
         for m in kernel.members:
             buf = graph.buffer(m.name)
             if m.name in kernel.scalars:
@@ -181,7 +186,9 @@ def format_schedule(schedule: Schedule) -> str:
             else:
                 where = buf.role
             idx = ", ".join(n for n, _ in m.indices)
-            lines.append(f"    {m.name}[{idx}]: {buf.dtype.name}{format_shape(buf.shape)} ({where}) = {format_value(m.body)}")
+            lines.append(
+                f"    {m.name}[{idx}]: {buf.dtype.name}{format_shape(buf.shape)} ({where}) = {format_value(m.body)}"
+            )
     for note in schedule.notes:
         lines.append(f"  note: {note}")
     return "\n".join(lines)

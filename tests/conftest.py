@@ -1,0 +1,166 @@
+"""Shared helpers of the numerical test suite: compile composite text in-process and load it.
+
+Every numerical test file compiles its composites once per module (``compile_composites``
+through a module-scoped fixture) and calls the entries at several size bindings, comparing
+with numpy computed independently inside the test (never with ``catenc.reference``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import textwrap
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from catenc.build import BuildRequest, build
+from catenc.compiler import Options, plan_file
+from catenc.loader import Library, load
+from catenc.runtime import load_runtime
+
+# Sizes every test binds a free symbol to: 1, primes, a larger non-multiple of 16.
+SIZES = (1, 7, 13, 37)
+# The same with 0, for composites where an empty dim is legal.
+SIZES0 = (0, 1, 7, 13, 37)
+
+_RUNTIME = None
+_COUNTER = itertools.count()
+
+
+def runtime():
+    global _RUNTIME
+    if _RUNTIME is None:
+        _RUNTIME = load_runtime("clang")
+    return _RUNTIME
+
+
+def compile_text(
+    directory: Path,
+    text: str,
+    *,
+    name: str | None = None,
+    opt: str = "2",
+    defines: Mapping[str, object] | None = None,
+    include_dirs: tuple[str, ...] = (),
+    extra_files: Mapping[str, str] | None = None,
+) -> Library:
+    """Write ``text`` (a TOML composite file) into ``directory``, compile it and load it.
+
+    ``extra_files`` are written next to it first (relative path -> text), for includes.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for rel, body in (extra_files or {}).items():
+        target = directory / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(textwrap.dedent(body))
+    stem = name or f"model{next(_COUNTER)}"
+    path = directory / f"{stem}.toml"
+    path.write_text(textwrap.dedent(text))
+    out_dir = directory / f"out_{stem}_O{opt}"
+    rt = runtime()
+    options = Options(
+        rt,
+        config=rt.validate_config({}),
+        opt=opt,
+        defines=dict(defines or {}),
+        include_dirs=tuple(include_dirs),
+    )
+    plan = plan_file(str(path), options)
+    written = build(plan, options, BuildRequest(str(path), str(out_dir), ("c", "h", "manifest", "so")))
+    return load(written["manifest"])
+
+
+@pytest.fixture(scope="module")
+def compile_composites(tmp_path_factory):
+    """``compile_composites(text, **kw) -> Library``, in a fresh module-scoped directory."""
+
+    def compile_(text: str, **kw) -> Library:
+        directory = tmp_path_factory.mktemp("catenc")
+        return compile_text(directory, text, **kw)
+
+    return compile_
+
+
+# ------------------------------------------------------------------ numpy references
+
+
+def rng(seed: int = 0) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def randn(shape, dtype=np.float32, seed: int = 0) -> np.ndarray:
+    return rng(seed).standard_normal(shape).astype(dtype)
+
+
+def uniform(shape, lo, hi, dtype=np.float32, seed: int = 0) -> np.ndarray:
+    return rng(seed).uniform(lo, hi, shape).astype(dtype)
+
+
+def randint(shape, lo, hi, dtype, seed: int = 0) -> np.ndarray:
+    """Integers in [lo, hi] of dtype (hi inclusive)."""
+    return rng(seed).integers(lo, hi, size=shape, endpoint=True, dtype=np.int64).astype(dtype)
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def np_erf(x: np.ndarray) -> np.ndarray:
+    return _erf(np.asarray(x, dtype=np.float64))
+
+
+def np_gelu(x: np.ndarray) -> np.ndarray:
+    x64 = np.asarray(x, dtype=np.float64)
+    return x64 * 0.5 * (1.0 + np_erf(x64 / math.sqrt(2.0)))
+
+
+def np_gelu_tanh(x: np.ndarray) -> np.ndarray:
+    x64 = np.asarray(x, dtype=np.float64)
+    return 0.5 * x64 * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x64 + 0.044715 * x64**3)))
+
+
+def np_sigmoid(x: np.ndarray) -> np.ndarray:
+    x64 = np.asarray(x, dtype=np.float64)
+    return 1.0 / (1.0 + np.exp(-x64))
+
+
+def np_softplus(x: np.ndarray) -> np.ndarray:
+    x64 = np.asarray(x, dtype=np.float64)
+    return np.logaddexp(0.0, x64)
+
+
+TOLS = {
+    np.dtype(np.float32): dict(rtol=1e-5, atol=1e-6),
+    np.dtype(np.float64): dict(rtol=1e-12, atol=1e-13),
+    np.dtype(np.float16): dict(rtol=1e-3, atol=1e-4),
+}
+
+
+def assert_close(actual, expected, *, rtol=None, atol=None, dtype=None):
+    """Compare an output with a numpy reference: shape, dtype and values (NaNs equal).
+
+    Integer and bool outputs must match exactly; float ones within the per-dtype default
+    tolerance unless given.
+    """
+    actual = np.asarray(actual)
+    expected = np.asarray(expected)
+    if dtype is not None:
+        assert actual.dtype == np.dtype(dtype), (actual.dtype, dtype)
+    assert actual.shape == expected.shape, f"shape {actual.shape} != expected {expected.shape}"
+    if actual.dtype.kind in "biu":
+        np.testing.assert_array_equal(actual, expected.astype(actual.dtype))
+        return
+    tol = dict(TOLS.get(actual.dtype, TOLS[np.dtype(np.float32)]))
+    if rtol is not None:
+        tol["rtol"] = rtol
+    if atol is not None:
+        tol["atol"] = atol
+    np.testing.assert_allclose(
+        actual.astype(np.float64),
+        np.asarray(expected, dtype=np.float64),
+        equal_nan=True,
+        **tol,
+    )
