@@ -230,7 +230,9 @@ class IndexScope:
 def is_weak(node: T.Node) -> bool:
     if isinstance(node, (T.Lit, T.SymVal)):
         return node.weak
-    if isinstance(node, T.Apply) and node.op not in ("cast", "where") and node.args:
+    if isinstance(node, T.Apply) and node.op == "where":
+        return is_weak(node.args[1]) and is_weak(node.args[2])
+    if isinstance(node, T.Apply) and node.op != "cast" and node.args:
         return all(is_weak(a) for a in node.args) and node.type.dtype != BOOL
     return False
 
@@ -496,7 +498,11 @@ class BodyChecker:
         assert isinstance(node, T.Apply)
         if node.op in ("div",) and dtype.is_int:
             raise CatencError("'/' on integers is not allowed; use '//' or cast(...) to a float", node.loc)
-        args = tuple(self.retype(a, dtype, where) for a in node.args)
+        if node.op == "where":
+            cond, a, b = node.args
+            args = (cond, self.retype(a, dtype, where), self.retype(b, dtype, where))
+        else:
+            args = tuple(self.retype(a, dtype, where) for a in node.args)
         result = node.type.dtype if node.type.dtype == BOOL else dtype
         return T.Apply(T.TType(result, node.type.shape), node.loc, node.op, args)
 
@@ -532,7 +538,7 @@ class BodyChecker:
         if isinstance(node, T.SymVal):
             return T.SymVal(T.TType(dtype, ()), node.loc, node.expr, True)
         assert isinstance(node, T.Apply)
-        args = tuple(self._reweak(a, dtype) for a in node.args)
+        args = tuple(a if node.op == "where" and k == 0 else self._reweak(a, dtype) for k, a in enumerate(node.args))
         return T.Apply(T.TType(dtype, node.type.shape), node.loc, node.op, args)
 
     def broadcast(self, shapes: list[tuple[Expr, ...]], node: ast.AST) -> tuple[Expr, ...]:
@@ -1120,20 +1126,20 @@ class BodyChecker:
             resolved.append((display_name, internal, extent))
         self._pending_uses = uses
         scope = IndexScope({}).bind(resolved)
-        body = self.strengthen(self.expr(value, scope))
+        body = self.expr(value, scope)
+        if declared is not None and is_weak(body):
+            body = self.retype(body, declared.dtype, value)
+        body = self.strengthen(body)
         if body.type.rank:
             raise self.error("the right-hand side of an index-form statement must be a scalar", value)
         shape = tuple(e for _, _, e in resolved)
         dtype = body.type.dtype
         if declared is not None and dtype != declared.dtype:
-            if isinstance(body, T.Lit):
-                body = self.retype(T.Lit(body.type, body.loc, body.value, True), declared.dtype, value)
-            else:
-                raise self.error(
-                    f"'{name}' is declared {declared.dtype.name} but this value is {dtype.name}; "
-                    f"use cast(..., {declared.dtype.name})",
-                    value,
-                )
+            raise self.error(
+                f"'{name}' is declared {declared.dtype.name} but this value is {dtype.name}; "
+                f"use cast(..., {declared.dtype.name})",
+                value,
+            )
         ttype = T.TType(body.type.dtype, shape)
         self.define(name, ttype, target.value)
         indices = tuple((internal, extent) for _, internal, extent in resolved)

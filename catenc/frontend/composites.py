@@ -131,6 +131,8 @@ def closest(word: str, choices: list[str] | tuple[str, ...]) -> str:
 def check_name(name: str, what: str, loc: Loc) -> None:
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise CatencError(f"invalid {what} name {name!r}: expected [A-Za-z_][A-Za-z0-9_]*", loc)
+    if name.startswith("catenc_") or name in ("workspace", "workspace_bytes"):
+        raise CatencError(f"{what} name '{name}' is reserved for the emitted C code", loc)
     if name in C_RESERVED or keyword.iskeyword(name):
         raise CatencError(f"{what} name '{name}' is reserved (a C or Python keyword or C library name)", loc)
 
@@ -152,9 +154,9 @@ class _Reader:
         if key not in table:
             return default
         value = table[key]
-        if not isinstance(value, kind) or (
-            kind is not bool and isinstance(value, bool) and bool not in _as_tuple(kind)
-        ):
+        # bool is an int in Python; it only passes where bool is asked for.
+        wrong_bool = isinstance(value, bool) and bool not in _as_tuple(kind)
+        if not isinstance(value, kind) or wrong_bool:
             raise CatencError(f"'{key}' must be {what}, not {_describe(value)}", self.loc(key))
         return value
 
@@ -296,7 +298,13 @@ def parse_composite(source: SourceFile, name: str, definition: object) -> Compos
     derived, constraints = _read_where(reader, definition)
     body = reader.get(definition, "body", str, "a string")
     test = _read_test(reader, definition)
-    return Composite(name, source, base, doc, inputs, outputs, types, derived, constraints, params, body, test)
+    comp = Composite(name, source, base, doc, inputs, outputs, types, derived, constraints, params, body, test)
+    for symbol in comp.symbols():
+        if symbol in seen:
+            raise CatencError(f"'{symbol}' is both a tensor and a symbol (a dim) of '{name}'", seen[symbol].loc)
+        if symbol in params or symbol in types:
+            raise CatencError(f"'{symbol}' is both a symbol (a dim) and a param or type variable", comp.loc)
+    return comp
 
 
 def _read_types(reader: _Reader, definition: dict) -> dict[str, list[str]]:

@@ -51,6 +51,9 @@ class Lazy:
 def build_graph(program: T.Program) -> Graph:
     """The graph IR of an entry's typed program."""
     builder = _Builder()
+    for _, ttype in program.inputs + program.outputs:
+        for dim in ttype.shape:
+            builder.used |= dim.free_symbols()  # symbols become C parameters: never reuse their names
     scope: dict[str, Lazy] = {}
     for name, ttype in program.inputs:
         builder.buffers.append(Buffer(name, ttype.dtype, ttype.shape, "input"))
@@ -83,6 +86,8 @@ class _Builder:
         out = []
         for extent in shape:
             name = f"{letter}{next(self.counter)}"
+            while name in self.used:
+                name = f"{letter}{next(self.counter)}"
             self.extents[name] = extent
             out.append((name, extent))
         return tuple(out)

@@ -99,7 +99,7 @@ def lower_schedule(schedule: Schedule, parallel: bool = False) -> tuple[LoopKern
 
 def _lower_kernel(schedule: Schedule, kernel: Kernel, parallel: bool) -> LoopKernel:
     graph = schedule.graph
-    lowerer = _KernelLowerer(kernel)
+    lowerer = _KernelLowerer(kernel, _names_in_use(schedule))
     outer_names = [name for name, _ in kernel.outer]
     row = _Frame(None, ONE)
     flops = ZERO
@@ -136,6 +136,19 @@ def _lower_kernel(schedule: Schedule, kernel: Kernel, parallel: bool) -> LoopKer
     return LoopKernel(kernel.name, body, buffers, tuple(symbols), tuple(m.name for m in kernel.members), flops)
 
 
+def _names_in_use(schedule: Schedule) -> set[str]:
+    """Buffer, symbol and index names of the graph: new locals must not shadow any."""
+    graph = schedule.graph
+    names = {b.name for b in graph.buffers}
+    for b in graph.buffers:
+        for dim in b.shape:
+            names |= dim.free_symbols()
+    for compute in graph.computes:
+        names |= {n for n, _ in compute.indices} | _value_symbols(compute.body)
+        names |= {n for node in walk(compute.body) if isinstance(node, Reduce) for n, _ in node.indices}
+    return names
+
+
 def _close(frames: list[_Frame], down_to: int) -> None:
     """Wrap frames[down_to:] into nested For loops appended to frames[down_to - 1]."""
     for k in range(len(frames) - 1, down_to - 1, -1):
@@ -146,14 +159,18 @@ def _close(frames: list[_Frame], down_to: int) -> None:
 
 
 class _KernelLowerer:
-    def __init__(self, kernel: Kernel):
+    def __init__(self, kernel: Kernel, taken: set[str]):
         self.kernel = kernel
         self.stack: list[_Frame] = []
         self.serial = count()
         self.reduced: dict[tuple, Value] = {}
+        self.taken = set(taken)
 
     def fresh(self, base: str) -> str:
-        return f"{base}{next(self.serial)}"
+        name = f"{base}{next(self.serial)}"
+        while name in self.taken:
+            name = f"{base}{next(self.serial)}"
+        return name
 
     def lower(self, value: Value, guards: tuple[Value, ...]) -> Value:
         if isinstance(value, Load):
