@@ -139,7 +139,7 @@ TOLS = {
 }
 
 
-def assert_close(actual, expected, *, rtol=None, atol=None, dtype=None):
+def assert_close(actual, expected, *, rtol=None, atol=None, dtype=None, err_msg=""):
     """Compare an output with a numpy reference: shape, dtype and values (NaNs equal).
 
     Integer and bool outputs must match exactly; float ones within the per-dtype default
@@ -149,9 +149,9 @@ def assert_close(actual, expected, *, rtol=None, atol=None, dtype=None):
     expected = np.asarray(expected)
     if dtype is not None:
         assert actual.dtype == np.dtype(dtype), (actual.dtype, dtype)
-    assert actual.shape == expected.shape, f"shape {actual.shape} != expected {expected.shape}"
+    assert actual.shape == expected.shape, f"{err_msg} shape {actual.shape} != {expected.shape}"
     if actual.dtype.kind in "biu":
-        np.testing.assert_array_equal(actual, expected.astype(actual.dtype))
+        np.testing.assert_array_equal(actual, expected.astype(actual.dtype), err_msg=err_msg)
         return
     tol = dict(TOLS.get(actual.dtype, TOLS[np.dtype(np.float32)]))
     if rtol is not None:
@@ -162,5 +162,6 @@ def assert_close(actual, expected, *, rtol=None, atol=None, dtype=None):
         actual.astype(np.float64),
         np.asarray(expected, dtype=np.float64),
         equal_nan=True,
+        err_msg=err_msg,
         **tol,
     )

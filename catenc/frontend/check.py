@@ -1030,7 +1030,7 @@ class BodyChecker:
         if step == 0:
             raise self.error("slice step cannot be zero", item.step)
 
-        def bound(e: ast.expr | None, default: Expr) -> Expr | None:
+        def bound(e: ast.expr | None) -> Expr | None:
             if e is None:
                 return None
             value = self.index_expr(e, None)
@@ -1038,16 +1038,26 @@ class BodyChecker:
                 value = dim + value
             return value
 
-        start, stop = bound(item.lower, ZERO), bound(item.upper, dim)
+        start, stop = bound(item.lower), bound(item.upper)
         if step > 0:
-            start = ZERO if start is None else minimum(maximum(start, ZERO), dim)
-            stop = dim if stop is None else minimum(maximum(stop, ZERO), dim)
-            length = maximum(floordiv(stop - start + step - 1, step), ZERO)
+            # numpy clamps both ends into [0, dim]; a start past the stop gives an empty slice,
+            # so the start need not be clamped from above (it is only read when length > 0).
+            start = ZERO if start is None else self.at_least(start, ZERO)
+            stop = dim if stop is None else self.at_most(self.at_least(stop, ZERO), dim)
+            length = self.at_least(floordiv(stop - start + step - 1, step), ZERO)
         else:
-            start = dim - 1 if start is None else minimum(start, dim - 1)
-            stop = const(-1) if stop is None else maximum(stop, const(-1))
-            length = maximum(floordiv(start - stop + (-step) - 1, -step), ZERO)
+            start = dim - 1 if start is None else self.at_most(start, dim - 1)
+            stop = const(-1) if stop is None else self.at_least(stop, const(-1))
+            length = self.at_least(floordiv(start - stop + (-step) - 1, -step), ZERO)
         return start, step, length
+
+    def at_least(self, value: Expr, low: Expr) -> Expr:
+        """max(value, low), simplified with what the composite's facts prove."""
+        return value if prove_nonneg(value - low, self.facts) else maximum(value, low)
+
+    def at_most(self, value: Expr, high: Expr) -> Expr:
+        """min(value, high), simplified with what the composite's facts prove."""
+        return value if prove_nonneg(high - value, self.facts) else minimum(value, high)
 
     # -- index form --
     def index_expr(self, node: ast.expr, scope: IndexScope | None) -> Expr:
@@ -1314,7 +1324,12 @@ class BodyChecker:
         bindings, args = self.bind_call(comp, args, node)
         bindings.params = params
         checker = BodyChecker(comp, bindings, self.ctx, self.depth + 1)
-        program = checker.run()
+        try:
+            program = checker.run()
+        except CatencError as err:
+            shapes = ", ".join(str(a.type) for a in args)
+            note = (f"in '{comp.name}' called here with {shapes}", self.loc(node))
+            raise CatencError(err.message, err.loc, tuple(err.notes) + (note,)) from None
         dtype = program.outputs[0][1]
         return T.Call(dtype, self.loc(node), comp.name, tuple(args), program)
 
