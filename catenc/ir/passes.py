@@ -9,6 +9,7 @@ from catenc.ir.nodes import (
     Binary,
     Cast,
     Compute,
+    Const,
     Graph,
     Load,
     Reduce,
@@ -202,3 +203,57 @@ def inline_computes(graph: Graph) -> tuple[Graph, list[str]]:
         if result.buffer(producer.name).role == "temp":
             notes.append(f"{producer.name}: materialised ({inline_decision(result, producer)[1]})")
     return result, notes
+
+
+def _wrap(value: int, dtype) -> int:
+    """Two's-complement wrap-around of an integer into dtype's range."""
+    bits = dtype.bits
+    value &= (1 << bits) - 1
+    if dtype.kind == "int" and value >= 1 << (bits - 1):
+        value -= 1 << bits
+    return value
+
+
+_INT_FOLDS = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "max": max,
+    "min": min,
+}
+
+
+def fold_value(value: Value) -> Value:
+    """Constant folding and algebraic identities that hold for every input (no float reassociation:
+    x + 0.0 stays, as it turns -0.0 into 0.0)."""
+    if isinstance(value, Unary):
+        x = fold_value(value.x)
+        if isinstance(x, Const) and value.op == "neg" and value.dtype.is_int:
+            return Const(value.dtype, _wrap(-int(x.value), value.dtype))
+        return Unary(value.dtype, value.op, x)
+    if isinstance(value, Cast):
+        return Cast(value.dtype, fold_value(value.x))
+    if isinstance(value, Where):
+        cond, a, b = fold_value(value.cond), fold_value(value.a), fold_value(value.b)
+        if isinstance(cond, Const):
+            return a if cond.value else b
+        return a if a == b else Where(value.dtype, cond, a, b)
+    if isinstance(value, Reduce):
+        return Reduce(value.dtype, value.op, value.indices, fold_value(value.body))
+    if isinstance(value, Binary):
+        a, b = fold_value(value.a), fold_value(value.b)
+        dtype = value.dtype
+        if isinstance(a, Const) and isinstance(b, Const) and dtype.is_int and value.op in _INT_FOLDS:
+            return Const(dtype, _wrap(_INT_FOLDS[value.op](int(a.value), int(b.value)), dtype))
+        if value.op == "mul" and isinstance(b, Const) and b.value == 1 and b.dtype == dtype:
+            return a
+        if value.op == "mul" and isinstance(a, Const) and a.value == 1 and a.dtype == dtype:
+            return b
+        if value.op in ("add", "sub") and dtype.is_int and isinstance(b, Const) and b.value == 0:
+            return a
+        return Binary(dtype, value.op, a, b)
+    return value
+
+
+def fold_constants(graph: Graph) -> Graph:
+    return replace(graph, computes=tuple(replace(c, body=fold_value(c.body)) for c in graph.computes))
