@@ -86,7 +86,7 @@ def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
 
 def f32_to_bf16(values: np.ndarray) -> np.ndarray:
     """Round float32 values to bfloat16 bit patterns, nearest-even, NaN kept quiet."""
-    x = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    x = np.asarray(values, dtype=np.float32, order="C").view(np.uint32)
     rounded = (x + 0x7FFF + ((x >> 16) & 1)) >> 16
     nan = (x & 0x7FFFFFFF) > 0x7F800000
     return np.where(nan, (x >> 16) | 0x40, rounded).astype(np.uint16)
@@ -96,7 +96,7 @@ def to_storage(values: np.ndarray, dtype: DType) -> np.ndarray:
     """Convert numpy values to the buffer representation catenc's C ABI uses for dtype."""
     if dtype.name == "bf16":
         return f32_to_bf16(np.asarray(values, dtype=np.float32))
-    return np.ascontiguousarray(values, dtype=dtype.numpy)
+    return np.asarray(values, dtype=dtype.numpy, order="C")  # keeps rank 0 (ascontiguousarray does not)
 
 
 def from_storage(buffer: np.ndarray, dtype: DType) -> np.ndarray:

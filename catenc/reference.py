@@ -19,6 +19,11 @@ from catenc.symbolic import Expr
 _erf = np.frompyfunc(math.erf, 1, 1)
 
 
+def erf(x: np.ndarray) -> np.ndarray:
+    """math.erf elementwise, as float64 (numpy has no erf)."""
+    return np.asarray(_erf(np.asarray(x, dtype=np.float64)), dtype=np.float64)
+
+
 def compute_dtype(dtype: DType) -> np.dtype:
     """numpy dtype the reference computes in (f32 for f16 and bf16)."""
     return np.dtype(np.float32) if dtype.is_half else dtype.numpy
@@ -322,9 +327,9 @@ def apply(op: str, args: list[np.ndarray], dtype: DType, arg_dtype: DType) -> np
             return _int_pow(a, b)
         return _BINARY[op](a, b)
     if op == "gelu":
-        return (0.5 * x * (1.0 + _erf(x.astype(np.float64) / math.sqrt(2.0)).astype(np.float64))).astype(x.dtype)
+        return (0.5 * x * (1.0 + erf(x.astype(np.float64) / math.sqrt(2.0)))).astype(x.dtype)
     if op == "erf":
-        return _erf(x.astype(np.float64)).astype(np.float64)
+        return erf(x.astype(np.float64))
     if op == "neg" and not is_float:
         return (np.zeros_like(x) - x).astype(x.dtype)
     return _UNARY[op](x)

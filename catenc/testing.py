@@ -116,6 +116,11 @@ def compare(got: np.ndarray, want: np.ndarray, dtype: DType, rtol: float, atol: 
         return float("inf"), float("inf"), False
     if got.size == 0:
         return 0.0, 0.0, True
+    with np.errstate(all="ignore"):
+        return _compare(got, want, dtype, rtol, atol)
+
+
+def _compare(got: np.ndarray, want: np.ndarray, dtype: DType, rtol: float, atol: float) -> tuple[float, float, bool]:
     same_nan = np.isnan(got) == np.isnan(want)
     both = ~np.isnan(got) & ~np.isnan(want)
     same_inf = np.where(np.isinf(want) & both, got == want, True)
