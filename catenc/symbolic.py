@@ -575,6 +575,7 @@ def _scales(e: Expr, fact: Expr) -> list[int]:
 
 
 def _nonneg_over_symbols(e: Expr, facts: Facts) -> bool:
+    e = _relax_upper_atoms(e)
     if e.is_const:
         return e.value >= 0
     if _direct_nonneg(e):
@@ -585,6 +586,23 @@ def _nonneg_over_symbols(e: Expr, facts: Facts) -> bool:
             if _direct_nonneg(e - k * fact):
                 return True
     return False
+
+
+def _relax_upper_atoms(e: Expr) -> Expr:
+    """A smaller-or-equal expression (up to a positive factor) without `a // c` and `a % c`
+    atoms of negative coefficient: c*(a // c) <= a, and a % c <= c - 1, for constants c > 0."""
+    for m, coefficient in e.terms:
+        if coefficient >= 0 or len(m) != 1 or m[0][1] != 1 or not isinstance(m[0][0], Call):
+            continue
+        atom = m[0][0]
+        if atom.func not in ("floordiv", "mod") or not atom.args[1].is_const or atom.args[1].value <= 0:
+            continue
+        c = atom.args[1].value
+        rest = e - Expr.from_dict({m: coefficient})
+        if atom.func == "mod":
+            return _relax_upper_atoms(rest + coefficient * (c - 1))
+        return _relax_upper_atoms(c * rest + coefficient * atom.args[0])
+    return e
 
 
 def prove_less(a: ExprLike, b: ExprLike, facts: Facts = Facts()) -> bool:

@@ -60,7 +60,20 @@ def compile_text(
     stem = name or f"model{next(_COUNTER)}"
     path = directory / f"{stem}.toml"
     path.write_text(textwrap.dedent(text))
-    out_dir = directory / f"out_{stem}_O{opt}"
+    return compile_file(
+        path, directory / f"out_{stem}_O{opt}", opt=opt, defines=defines, include_dirs=include_dirs
+    )
+
+
+def compile_file(
+    path: str | Path,
+    out_dir: str | Path,
+    *,
+    opt: str = "2",
+    defines: Mapping[str, object] | None = None,
+    include_dirs: tuple[str, ...] = (),
+) -> Library:
+    """Compile a composite file (TOML or YAML) in-process into out_dir and load it."""
     rt = runtime()
     options = Options(
         rt,
@@ -70,17 +83,33 @@ def compile_text(
         include_dirs=tuple(include_dirs),
     )
     plan = plan_file(str(path), options)
-    written = build(plan, options, BuildRequest(str(path), str(out_dir), ("c", "h", "manifest", "so")))
+    request = BuildRequest(str(path), str(out_dir), ("c", "h", "manifest", "so"))
+    written = build(plan, options, request)
     return load(written["manifest"])
 
 
-@pytest.fixture(scope="module")
+_CACHE: dict[str, Library | Exception] = {}
+
+
+@pytest.fixture(scope="session")
 def compile_composites(tmp_path_factory):
-    """``compile_composites(text, **kw) -> Library``, in a fresh module-scoped directory."""
+    """``compile_composites(text, **kw) -> Library``, each in a fresh directory.
+
+    Results are cached by text and options, failures included: a composite file that does
+    not compile fails every test using it, but is compiled only once.
+    """
 
     def compile_(text: str, **kw) -> Library:
-        directory = tmp_path_factory.mktemp("catenc")
-        return compile_text(directory, text, **kw)
+        key = repr((text, sorted(kw.items())))
+        if key not in _CACHE:
+            try:
+                _CACHE[key] = compile_text(tmp_path_factory.mktemp("catenc"), text, **kw)
+            except Exception as error:  # noqa: BLE001 - re-raised for every user
+                _CACHE[key] = error
+        result = _CACHE[key]
+        if isinstance(result, Exception):
+            raise result
+        return result
 
     return compile_
 
@@ -102,7 +131,7 @@ def uniform(shape, lo, hi, dtype=np.float32, seed: int = 0) -> np.ndarray:
 
 def randint(shape, lo, hi, dtype, seed: int = 0) -> np.ndarray:
     """Integers in [lo, hi] of dtype (hi inclusive)."""
-    return rng(seed).integers(lo, hi, size=shape, endpoint=True, dtype=np.int64).astype(dtype)
+    return rng(seed).integers(int(lo), int(hi), size=shape, endpoint=True, dtype=dtype)
 
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])

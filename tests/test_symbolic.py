@@ -83,3 +83,12 @@ def test_simplify_folds_divisions_inside_the_range():
     assert simplify(((i * N + j) // N) % M, box) == i
     assert simplify((i * N + j) % N, box) == j
     assert simplify((j + 1) // N, box) != const(0)  # j + 1 may reach N
+
+
+def test_divisions_and_remainders_in_bounds_proofs():
+    i, N = sym("i"), sym("N")
+    box = Facts().with_range("i", N)
+    assert prove_less(floordiv(i, 2), 2 * N, box)  # x[b, i // 2] with x: [B, 2*N]
+    assert prove_less(mod(i, 2), 2, box)
+    assert prove_less(2 * i + 1, 2 * N, box)
+    assert not prove_less(floordiv(i, 2) + N, N, box)
