@@ -107,7 +107,7 @@ def build(plan: FilePlan, options: Options, request: BuildRequest) -> dict[str, 
     parallel = runtime.parallel(options.config)
     origin = Path(request.path).name  # no directory of the build machine in the outputs
     source = render_source(plan.entries, stem, origin, runtime.renderer(), parallel, runtime.source_suffix)
-    header = render_header(plan.entries, stem, origin)
+    header = render_header(plan.entries, stem, origin, options.prefix)
     staging = Path(tempfile.mkdtemp(prefix=".catenc-", dir=out_dir))
     try:
         (staging / names["c"]).write_text(source)
@@ -117,7 +117,7 @@ def build(plan: FilePlan, options: Options, request: BuildRequest) -> dict[str, 
             if kind in request.emit:
                 steps = runtime.build_commands(names["c"], names[kind], options.config, options.opt, kind)
                 for argv in steps:
-                    _run_toolchain(argv, staging)
+                    _run_toolchain(argv, staging, user_flags=_user_flags(options.config))
                 commands += steps
         dumps = stage_dumps(plan)
         for kind, text in dumps.items():
@@ -140,11 +140,22 @@ def build(plan: FilePlan, options: Options, request: BuildRequest) -> dict[str, 
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _run_toolchain(argv: list[str], cwd: Path) -> None:
+def _user_flags(config: dict[str, str]) -> str:
+    """Toolchain flags the user chose through --config (empty when none)."""
+    return " ".join(f"{k}={v}" for k, v in sorted(config.items()) if k in ("CFLAGS", "MARCH") and v)
+
+
+def _run_toolchain(argv: list[str], cwd: Path, user_flags: str = "") -> None:
     try:
         result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
     except OSError as err:
         raise CatencError(f"cannot run '{argv[0]}': {err}") from None
+    if result.returncode != 0 and user_flags:
+        # With flags of the user's own, a rejection is most likely theirs: say so, exit 1.
+        raise CatencError(
+            f"the C toolchain failed with your --config {user_flags}: {' '.join(argv)}\n"
+            f"{result.stderr.strip()[:4000]}"
+        )
     if result.returncode != 0:
         raise InternalError(
             f"the C toolchain rejected the generated code: {' '.join(argv)}\n{result.stderr.strip()[:4000]}"
@@ -240,8 +251,8 @@ def write_depfile(plan: FilePlan, options: Options, request: BuildRequest, final
     deps = [real for _, real in input_files(plan, options)]
     target = request.dep_target or final.get("so") or final.get("o") or final.get("c") or next(iter(final.values()))
     lines = [f"{_escape_make(target)}: " + " ".join(_escape_make(d) for d in deps)]
-    if request.dep_phony:
-        lines += [f"\n{_escape_make(d)}:" for d in deps]
+    if request.dep_phony:  # gcc -MP: a phony target for each dependency but the main file
+        lines += [f"\n{_escape_make(d)}:" for d in deps[1:]]
     text = "\n".join(lines) + "\n"
     path = Path(request.depfile)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -30,12 +30,25 @@ def compute_dtype(dtype: DType) -> np.dtype:
 
 
 def round_to(values: np.ndarray, dtype: DType) -> np.ndarray:
-    """Round f32 values to f16/bf16 precision (kept as f32); other dtypes unchanged."""
+    """Round values to f16/bf16 precision in one rounding (kept as f32); other dtypes unchanged."""
     if dtype.name == "f16":
-        return np.asarray(values, dtype=np.float32).astype(np.float16).astype(np.float32)
+        return np.asarray(values).astype(np.float16).astype(np.float32)
     if dtype.name == "bf16":
+        values = np.asarray(values)
+        if values.dtype == np.float64:
+            return _round_bits(values, 8, -133, 3.3895313892515355e38)
         return bf16_to_f32(f32_to_bf16(values))
     return values
+
+
+def _round_bits(x: np.ndarray, bits: int, min_exp: int, max_finite: float) -> np.ndarray:
+    """Round float64 values to `bits` significant bits (ties to even), as f32."""
+    _, exponent = np.frexp(np.abs(x))
+    step = np.maximum(exponent - bits, min_exp)
+    q = np.ldexp(np.rint(np.ldexp(np.abs(x), -step)), step)
+    q = np.where(q > max_finite, np.inf, q)
+    q = np.where(np.isfinite(x) & (x != 0), np.copysign(q, x), x)
+    return q.astype(np.float32)
 
 
 def run_program(
@@ -298,8 +311,10 @@ def _int_pow(base: np.ndarray, exponent: np.ndarray) -> np.ndarray:
 def _cast(x: np.ndarray, to: DType) -> np.ndarray:
     if to.name == "bool":
         return x != 0
+    if to.is_half:
+        return round_to(x if x.dtype == np.float64 else x.astype(np.float32), to)
     if to.is_float:
-        return round_to(x.astype(compute_dtype(to)), to)
+        return x.astype(compute_dtype(to))
     if np.issubdtype(x.dtype, np.floating):
         # Truncate toward zero and saturate at the integer range; NaN gives 0.
         info = np.iinfo(to.numpy)

@@ -55,8 +55,8 @@ class CRenderer:
         "round": "rint{s}({0})",
         "isnan": "(isnan({0}) != 0)",
         "isinf": "(isinf({0}) != 0)",
-        "round_f16": "catenc_round_f16({0})",
-        "round_bf16": "catenc_round_bf16({0})",
+        "round_f16": "catenc_round_f16_{t}({0})",
+        "round_bf16": "catenc_round_bf16_{t}({0})",
         **{f: f + "{s}({0})" for f in FLOAT_FUNCS},
     }
     binary_float = {

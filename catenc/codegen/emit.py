@@ -82,8 +82,8 @@ def doc_lines(entry: EntryPlan) -> list[str]:
     return lines
 
 
-def render_header(entries: tuple[EntryPlan, ...], stem: str, source: str) -> str:
-    guard = "CATENC_" + re.sub(r"[^A-Za-z0-9]", "_", stem).upper() + "_H"
+def render_header(entries: tuple[EntryPlan, ...], stem: str, source: str, prefix: str = "") -> str:
+    guard = "CATENC_" + re.sub(r"[^A-Za-z0-9]", "_", prefix + stem).upper() + "_H"
     context = [
         {
             "doc": doc_lines(e),

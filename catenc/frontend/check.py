@@ -655,7 +655,7 @@ class BodyChecker:
                 valid = ", ".join(allowed) if allowed else "none"
                 raise self.error(
                     f"unknown keyword '{kw.arg}'{closest(kw.arg or '', allowed)}; valid: {valid}",
-                    kw.value,
+                    kw,
                 )
             out[kw.arg] = kw.value
         return out
@@ -796,7 +796,9 @@ class BodyChecker:
         known = product(d for i, (d, _) in enumerate(dims) if i not in unknown)
         shape = [d for d, _ in dims]
         if unknown:
-            inferred = floordiv(total, known)
+            inferred = _cancel(arg.type.shape, [d for i, (d, _) in enumerate(dims) if i not in unknown])
+            if inferred is None:
+                inferred = floordiv(total, known)
             if inferred * known != total and not self.equal(inferred * known, total):
                 raise self.error(
                     f"reshape cannot infer -1: {total} elements are not a multiple of {known}",
@@ -968,7 +970,9 @@ class BodyChecker:
         if value.type.rank:
             raise self.error("the fill value must be a scalar", node)
         if is_weak(value) or value.type.dtype != dtype:
-            if isinstance(value, T.Lit):
+            if isinstance(value, T.Lit) and dtype == BOOL:
+                value = T.Lit(T.TType(BOOL, ()), value.loc, bool(value.value), False)
+            elif isinstance(value, T.Lit):
                 value = self.retype(T.Lit(value.type, value.loc, value.value, True), dtype, node)
             else:
                 value = T.Apply(T.TType(dtype, ()), loc, "cast", (value,))
@@ -1017,9 +1021,7 @@ class BodyChecker:
                 axes.append(T.SliceAxis(start, step, True))
                 shape.append(length)
             else:
-                index = self.index_expr(item, None)
-                if index.is_const and index.value < 0:
-                    index = dim + index
+                index = self.from_end(self.index_expr(item, None), dim, item)
                 if not (prove_nonneg(index, self.facts) and prove_less(index, dim, self.facts)):
                     raise self.error(f"index {index} may be out of bounds for a dim of size {dim}", item)
                 axes.append(T.SliceAxis(index, 1, False))
@@ -1031,12 +1033,7 @@ class BodyChecker:
             raise self.error("slice step cannot be zero", item.step)
 
         def bound(e: ast.expr | None) -> Expr | None:
-            if e is None:
-                return None
-            value = self.index_expr(e, None)
-            if value.is_const and value.value < 0:
-                value = dim + value
-            return value
+            return None if e is None else self.from_end(self.index_expr(e, None), dim, e)
 
         start, stop = bound(item.lower), bound(item.upper)
         if step > 0:
@@ -1050,6 +1047,18 @@ class BodyChecker:
             stop = const(-1) if stop is None else self.at_least(stop, const(-1))
             length = self.at_least(floordiv(start - stop + (-step) - 1, -step), ZERO)
         return start, step, length
+
+    def from_end(self, value: Expr, dim: Expr, node: ast.AST) -> Expr:
+        """numpy's rule for a slice bound or index: a negative value counts from the end."""
+        if prove_nonneg(value, self.facts):
+            return value
+        if prove_nonneg(-value - 1, self.facts):
+            return dim + value
+        raise self.error(
+            f"cannot tell whether {value} is negative (numpy counts negative bounds from the end); "
+            "add a 'where' constraint that decides it",
+            node,
+        )
 
     def at_least(self, value: Expr, low: Expr) -> Expr:
         """max(value, low), simplified with what the composite's facts prove."""
@@ -1315,7 +1324,7 @@ class BodyChecker:
                 valid = ", ".join(comp.params) or "none"
                 raise self.error(
                     f"'{comp.name}' has no param '{kw.arg}'{closest(kw.arg or '', list(comp.params))}; params: {valid}",
-                    kw.value,
+                    kw,
                 )
             value = self.expr(kw.value, None)
             if not isinstance(value, T.Lit):
@@ -1474,6 +1483,19 @@ def _solve_linear(want: Expr, got: Expr, missing: set[str], known: dict[str, Exp
     numerator = got - rest
     c = coefficient.value
     return var, floordiv(numerator, c), (mod(numerator, c) if c != 1 else None)
+
+
+def _cancel(dims: tuple[Expr, ...], divisors: list[Expr]) -> Expr | None:
+    """product(dims) / product(divisors) when every divisor is one of the dims (as in
+    reshape(x, [C - 1, -1]) of a [C - 1, A, B] tensor), else None."""
+    remaining = list(dims)
+    for d in divisors:
+        if d == ONE:
+            continue
+        if d not in remaining:
+            return None
+        remaining.remove(d)
+    return product(remaining)
 
 
 def _index_names(node: ast.expr) -> list[str] | None:

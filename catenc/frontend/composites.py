@@ -47,6 +47,7 @@ class TensorDecl:
     dims: tuple[Expr, ...]
     batch: bool
     loc: Loc
+    symbol_order: tuple[str, ...] = ()  # symbols as first written in the dims, left to right
 
     def __str__(self) -> str:
         dims = (["..."] if self.batch else []) + [str(d) for d in self.dims]
@@ -103,10 +104,9 @@ class Composite:
         """Symbols in order of first appearance in the input then output declarations."""
         seen: list[str] = []
         for decl in self.inputs + self.outputs:
-            for dim in decl.dims:
-                for name in _ordered_symbols(dim):
-                    if name not in seen:
-                        seen.append(name)
+            for name in decl.symbol_order:
+                if name not in seen:
+                    seen.append(name)
         for expr in self.derived.values():
             for name in _ordered_symbols(expr):
                 if name not in seen:
@@ -197,6 +197,7 @@ def parse_decl(text: str, loc_at) -> TensorDecl:
     name, dtype, dims_text = match.group(1), match.group(2), match.group(3)
     check_name(name, "tensor", loc_at(match.start(1)))
     dims: list[Expr] = []
+    order: list[str] = []
     batch = False
     if dims_text is not None and dims_text.strip():
         start = match.start(3)
@@ -221,7 +222,10 @@ def parse_decl(text: str, loc_at) -> TensorDecl:
             if dim.is_const and dim.value < 0:
                 raise CatencError(f"dim {dim} is negative", loc_at(pos))
             dims.append(dim)
-    return TensorDecl(name, dtype, tuple(dims), batch, loc_at(0))
+            for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", piece):
+                if word in dim.free_symbols() and word not in order:
+                    order.append(word)
+    return TensorDecl(name, dtype, tuple(dims), batch, loc_at(0), tuple(order))
 
 
 def _split_commas(text: str) -> Iterator[tuple[str, int]]:

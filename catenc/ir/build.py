@@ -395,10 +395,10 @@ def apply(op: str, args: list[Value], dtype: DType, result: DType, arg_dtype: DT
     if op == "where":
         return Where(dtype, args[0], args[1], args[2])
     if op == "cast":
-        value: Value = x if x.dtype == dtype else Cast(dtype, x)
         if result.is_half:
-            value = Unary(F32, f"round_{result.name}", value)
-        return value
+            source = x if x.dtype.is_float else Cast(F32, x)  # f64 rounds to f16 once, not via f32
+            return Unary(F32, f"round_{result.name}", source)
+        return x if x.dtype == dtype else Cast(dtype, x)
     if op == "relu":
         return Binary(compute, "max", x, c(0))
     if op == "sign":

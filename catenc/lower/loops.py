@@ -132,7 +132,8 @@ def _lower_kernel(schedule: Schedule, kernel: Kernel, parallel: bool) -> LoopKer
         body = (For(name, extent, body, parallel and k == 0),)
     buffers = _buffers(body, [b.name for b in graph.buffers])
     loop_vars = _bound_names(body)
-    symbols = sorted(_free_symbols(body) - loop_vars)
+    strides = {name for b in graph.buffers if b.name in buffers for dim in b.shape for name in dim.free_symbols()}
+    symbols = sorted((_free_symbols(body) | strides) - loop_vars)
     return LoopKernel(kernel.name, body, buffers, tuple(symbols), tuple(m.name for m in kernel.members), flops)
 
 
