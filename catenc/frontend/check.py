@@ -682,7 +682,7 @@ class BodyChecker:
         self.keywords(node, ())
         if name == "where" and scope is not None:
             cond = self.expr(node.args[0], scope)
-            when_true, when_false = self.guard_facts(cond)
+            when_true, when_false = self.guard_facts(cond, scope)
             a = self.expr(node.args[1], scope.guarded(when_true))
             b = self.expr(node.args[2], scope.guarded(when_false))
             return self.elementwise("where", [cond, a, b], node)
@@ -1270,10 +1270,7 @@ class BodyChecker:
         elif len(items) != ttype.rank:
             raise self.error(f"'{name}' has rank {ttype.rank} but {len(items)} indices are given", node)
         indices.extend(self.index_expr(e, scope) for e in explicit)
-        facts = self.facts
-        for internal, extent in scope.names.values():
-            facts = facts.with_range(internal, extent)
-        facts = facts.with_nonneg(*scope.guards)
+        facts = self.scope_facts(scope)
         positions = [None] * (len(indices) - len(explicit)) + explicit
         for k, (index, dim) in enumerate(zip(indices, ttype.shape)):
             if not (prove_nonneg(index, facts) and prove_less(index, dim, facts)):
@@ -1285,26 +1282,47 @@ class BodyChecker:
                 )
         return T.Access(T.TType(ttype.dtype, ()), self.loc(node), name, tuple(indices))
 
-    def guard_facts(self, cond: T.Node) -> tuple[list[Expr], list[Expr]]:
+    def guard_facts(self, cond: T.Node, scope: IndexScope) -> tuple[list[Expr], list[Expr]]:
         """Facts (e >= 0) that hold where cond is true, and where it is false."""
         if isinstance(cond, T.Apply):
             if cond.op in ("lt", "le", "gt", "ge", "eq", "ne"):
                 a, b = (as_symbolic(x) for x in cond.args)
                 if a is None or b is None:
                     return [], []
-                op = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}[cond.op]
-                negated = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}[op]
-                return constraint_facts(a, op, b), constraint_facts(a, negated, b)
+                equal, unequal = constraint_facts(a, "==", b), self.unequal_facts(a, b, scope)
+                return {
+                    "lt": (constraint_facts(a, "<", b), constraint_facts(a, ">=", b)),
+                    "le": (constraint_facts(a, "<=", b), constraint_facts(a, ">", b)),
+                    "gt": (constraint_facts(a, ">", b), constraint_facts(a, "<=", b)),
+                    "ge": (constraint_facts(a, ">=", b), constraint_facts(a, "<", b)),
+                    "eq": (equal, unequal),
+                    "ne": (unequal, equal),
+                }[cond.op]
             if cond.op == "and":
-                (t1, f1), (t2, f2) = (self.guard_facts(x) for x in cond.args)
+                (t1, _), (t2, _) = (self.guard_facts(x, scope) for x in cond.args)
                 return t1 + t2, []
             if cond.op == "or":
-                (t1, f1), (t2, f2) = (self.guard_facts(x) for x in cond.args)
+                (_, f1), (_, f2) = (self.guard_facts(x, scope) for x in cond.args)
                 return [], f1 + f2
             if cond.op == "not":
-                t, f = self.guard_facts(cond.args[0])
+                t, f = self.guard_facts(cond.args[0], scope)
                 return f, t
         return [], []
+
+    def unequal_facts(self, a: Expr, b: Expr, scope: IndexScope) -> list[Expr]:
+        """a != b as a fact: a > b where a >= b is known (e.g. i != 0 for an index i), and so on."""
+        facts = self.scope_facts(scope)
+        if prove_nonneg(a - b, facts):
+            return [a - b - 1]
+        if prove_nonneg(b - a, facts):
+            return [b - a - 1]
+        return []
+
+    def scope_facts(self, scope: IndexScope) -> Facts:
+        facts = self.facts
+        for internal, extent in scope.names.values():
+            facts = facts.with_range(internal, extent)
+        return facts.with_nonneg(*scope.guards)
 
     # -- composite calls --
     def composite_call(self, comp: Composite, node: ast.Call) -> T.Node:
