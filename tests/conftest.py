@@ -46,6 +46,7 @@ def compile_text(
     defines: Mapping[str, object] | None = None,
     include_dirs: tuple[str, ...] = (),
     extra_files: Mapping[str, str] | None = None,
+    config: Mapping[str, str] | None = None,
 ) -> Library:
     """Write ``text`` (a TOML composite file) into ``directory``, compile it and load it.
 
@@ -60,9 +61,8 @@ def compile_text(
     stem = name or f"model{next(_COUNTER)}"
     path = directory / f"{stem}.toml"
     path.write_text(textwrap.dedent(text))
-    return compile_file(
-        path, directory / f"out_{stem}_O{opt}", opt=opt, defines=defines, include_dirs=include_dirs
-    )
+    out_dir = directory / f"out_{stem}_O{opt}"
+    return compile_file(path, out_dir, opt=opt, defines=defines, include_dirs=include_dirs, config=config)
 
 
 def compile_file(
@@ -72,12 +72,16 @@ def compile_file(
     opt: str = "2",
     defines: Mapping[str, object] | None = None,
     include_dirs: tuple[str, ...] = (),
+    config: Mapping[str, str] | None = None,
 ) -> Library:
-    """Compile a composite file (TOML or YAML) in-process into out_dir and load it."""
+    """Compile a composite file (TOML or YAML) in-process into out_dir and load it.
+
+    config: runtime options (``{"OMP": "1"}`` ...), as ``--config``.
+    """
     rt = runtime()
     options = Options(
         rt,
-        config=rt.validate_config({}),
+        config=rt.validate_config(dict(config or {})),
         opt=opt,
         defines=dict(defines or {}),
         include_dirs=tuple(include_dirs),
@@ -104,7 +108,7 @@ def compile_composites(tmp_path_factory):
         if key not in _CACHE:
             try:
                 _CACHE[key] = compile_text(tmp_path_factory.mktemp("catenc"), text, **kw)
-            except Exception as error:  # noqa: BLE001 - re-raised for every user
+            except Exception as error:  # re-raised for every user
                 _CACHE[key] = error
         result = _CACHE[key]
         if isinstance(result, Exception):

@@ -132,14 +132,10 @@ def cc(cwd: Path, *args: str, compiler: str = "cc") -> None:
 
 def run(cwd: Path, exe: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [f"./{exe}", *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=full_env
-    )
+    return subprocess.run([f"./{exe}", *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=full_env)
 
 
-def build_and_run(
-    cwd: Path, name: str, main: str, *sources: str, flags: tuple[str, ...] = ()
-) -> str:
+def build_and_run(cwd: Path, name: str, main: str, *sources: str, flags: tuple[str, ...] = ()) -> str:
     """Write NAME.c, build it with the sources into ./NAME, run it; returns its stdout."""
     (cwd / f"{name}.c").write_text(main)
     strict = ("-Werror=implicit-function-declaration", "-Werror=incompatible-pointer-types")
@@ -214,7 +210,7 @@ def test_header_compiles_as_cpp_and_links_with_c(abi: Path) -> None:
         "    float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8];\n"
         "    if (k4(x, y, 8, nullptr, 0) != CATENC_OK) return 1;\n"
         "    for (int i = 0; i < 8; i++) if (y[i] != 2 * x[i]) return 2;\n"
-        "    std::puts(\"cpp ok\");\n"
+        '    std::puts("cpp ok");\n'
         "    return 0;\n"
         "}\n"
     )
@@ -602,7 +598,7 @@ def call_block(entry: dict, env: dict[str, int], tag: str, seed: int) -> tuple[l
             call_args.append(f"{tag}_w")
         elif role == "workspace_bytes":
             call_args.append(f"{tag}_ws")
-    lines.append(f"    CHECK({entry['symbol']}({', '.join(call_args)}) == CATENC_OK, \"{tag}\");")
+    lines.append(f'    CHECK({entry["symbol"]}({", ".join(call_args)}) == CATENC_OK, "{tag}");')
     return lines, outputs
 
 

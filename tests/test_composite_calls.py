@@ -84,11 +84,51 @@ outputs = ["y: T[..., N]"]
 types = { T = ["f32", "f64"] }
 body = "y[..., i] = x[..., i] * w[i] + 1.0"
 
+[composite.rowmax_ix]
+inputs = ["x: T[..., N]"]
+outputs = ["y: T[...]"]
+types = { T = ["f32", "f64"] }
+body = "y[...] = max[k](x[..., k]) - min[k](x[..., k])"
+
 [composite.rev_ix]
 inputs = ["x: T[..., N]"]
 outputs = ["y: T[..., N]"]
 types = { T = ["f32", "f64"] }
 body = "y[..., i] = x[..., N - 1 - i] - x[..., i]"
+
+[composite.add_b]
+inputs = ["x: T[..., N]", "y: T[..., N]"]
+outputs = ["z: T[..., N]"]
+types = { T = ["f32", "f64"] }
+body = "z = x * 2.0 + y"
+
+[composite.expand4]
+inputs = ["x: f32[N]"]
+outputs = ["y: f32[H]"]
+where = ["H = 4*N"]
+params = { flag = true }
+body = "y = where(flag, concat([x, x, x, x], 0), 0.0)"
+
+[composite.call_broadcast]
+inputs = ["x: f32[B, M, N]", "y: f32[N]", "w: f32[M, N]", "xd: f64[N]", "yd: f64[N]"]
+outputs = ["a: f32[B, M, N]", "b: f32[B, M, N]", "c: f32[4*N]", "d: f32[4*N]", "e: f32[N]", "f: f64[N]"]
+body = """
+a = add_b(x, y)
+b = add_b(x, w)
+c = expand4(y)
+d = expand4(y, flag=False)
+e = axpy(2.0, y, y)
+f = axpy(2.0, xd, yd)
+"""
+
+[composite.call_views]
+inputs = ["x: f32[M, N]"]
+outputs = ["a: f32[N, M]", "b: f32[M, N]"]
+where = ["M >= 1"]
+body = """
+a = add_b(x.T, x[::-1].T)
+b = add_b(x[:, ::-1], expand(x[0:1], [M, N]))
+"""
 
 # ------------------------------------------------------------------ callers
 
@@ -144,8 +184,9 @@ body = "y = first(x) * 2.0"
 
 [composite.poly_r1]
 inputs = ["x: f32[N]", "w: f32[N]"]
-outputs = ["s: f32", "p: f32[N]", "q: f32[N]", "r: f32[N]"]
+outputs = ["s: f32", "p: f32[N]", "q: f32[N]", "r: f32[N]", "m: f32"]
 body = """
+m = rowmax_ix(x)
 s = rowsum(x)
 p = softmax_b(x)
 q = scale_ix(x, w)
@@ -154,8 +195,9 @@ r = rev_ix(x)
 
 [composite.poly_r2]
 inputs = ["x: f32[M, N]", "w: f32[N]"]
-outputs = ["s: f32[M]", "p: f32[M, N]", "q: f32[M, N]", "r: f32[M, N]"]
+outputs = ["s: f32[M]", "p: f32[M, N]", "q: f32[M, N]", "r: f32[M, N]", "m: f32[M]"]
 body = """
+m = rowmax_ix(x)
 s = rowsum(x)
 p = softmax_b(x)
 q = scale_ix(x, w)
@@ -164,8 +206,9 @@ r = rev_ix(x)
 
 [composite.poly_r3]
 inputs = ["x: f64[B, M, N]", "w: f64[N]"]
-outputs = ["s: f64[B, M]", "p: f64[B, M, N]", "q: f64[B, M, N]", "r: f64[B, M, N]"]
+outputs = ["s: f64[B, M]", "p: f64[B, M, N]", "q: f64[B, M, N]", "r: f64[B, M, N]", "m: f64[B, M]"]
 body = """
+m = rowmax_ix(x)
 s = rowsum(x)
 p = softmax_b(x)
 q = scale_ix(x, w)
@@ -259,7 +302,8 @@ def _softmax(x):
 
 def _poly_expected(x, w):
     x64, w64 = x.astype(np.float64), w.astype(np.float64)
-    return x64.sum(axis=-1), _softmax(x64), x64 * w64 + 1.0, x64[..., ::-1] - x64
+    spread = x64.max(axis=-1) - x64.min(axis=-1)
+    return x64.sum(axis=-1), _softmax(x64), x64 * w64 + 1.0, x64[..., ::-1] - x64, spread
 
 
 @pytest.mark.parametrize("n", [1, 7, 13, 37])
@@ -292,6 +336,33 @@ def test_rank_polymorphic_chain(lib, bmn):
     x64 = x.astype(np.float64) * w + 1.0
     expected = (_softmax(x64) * 3.0).sum(axis=-1)
     assert_close(lib["poly_chain"](x, w), expected, **F32)
+
+
+@pytest.mark.parametrize("bmn", [(1, 1, 1), (2, 7, 13), (3, 13, 1), (2, 3, 37), (0, 2, 3)])
+def test_batch_dims_broadcast_between_inputs(lib, bmn):
+    """`...` inputs of one call broadcast; one callee at two dtypes in one body; a derived
+    output symbol and a bool keyword param in the callee."""
+    b, m, n = bmn
+    x, y, w = randn(bmn), randn(n, seed=1), randn((m, n), seed=2)
+    xd, yd = randn(n, np.float64, seed=3), randn(n, np.float64, seed=4)
+    a, bb, c, d, e, f = lib["call_broadcast"](x, y, w, xd, yd)
+    two = np.float32(2)
+    assert_close(a, x * two + y, rtol=0, atol=0)
+    assert_close(bb, x * two + w, rtol=0, atol=0)
+    assert_close(c, np.tile(y, 4), rtol=0, atol=0)
+    assert_close(d, np.zeros(4 * n, np.float32), rtol=0, atol=0)
+    assert_close(e, two * y + y, rtol=0, atol=0)
+    assert f.dtype == np.float64
+    assert_close(f, 2.0 * xd + yd, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("mn", [(1, 1), (7, 13), (13, 1), (3, 37)])
+def test_views_as_arguments(lib, mn):
+    x = randn(mn)
+    a, b = lib["call_views"](x)
+    two = np.float32(2)
+    assert_close(a, x.T * two + x[::-1].T, rtol=0, atol=0)
+    assert_close(b, x[:, ::-1] * two + x[0:1], rtol=0, atol=0)
 
 
 # ---------------------------------------------------------------- includes and -I
@@ -433,3 +504,43 @@ body = "y = gelu_b(x)"
         assert_close(lib["g1"](x), np.zeros(n), rtol=0, atol=1e-6)
         x = randn((3, n), np.float64)
         assert_close(lib["g2"](x), x * 0.5 * (1.0 + erf(x / math.sqrt(2.0))), **F64)
+
+
+OP_LIBRARY_CALLS = """
+[composite.use_ops]
+inputs = ["x: f32[M, N]", "g: f32[N]", "b: f32[N]"]
+outputs = ["s: f32[M, N]", "l: f32[M, N]", "r: f32[M, N]"]
+where = ["N >= 1"]
+body = '''
+s = softmax(x)
+l = layernorm(x, g, b, eps=1e-3)
+r = rmsnorm(x, g)
+'''
+
+[composite.use_ops3]
+inputs = ["x: f64[B, M, N]"]
+outputs = ["s: f64[B, M, N]", "t: f64[B, M, N]"]
+where = ["N >= 1"]
+body = "s = softmax(x); t = log_softmax(x)"
+"""
+
+
+@pytest.mark.parametrize("bmn", [(1, 1, 1), (2, 7, 13), (3, 13, 1), (2, 3, 37)])
+def test_bundled_op_library(compile_composites, bmn):
+    """Composites the file does not define come from the bundled op library (ops/)."""
+    lib = compile_composites(OP_LIBRARY_CALLS)
+    b, m, n = bmn
+    x, g, bias = randn((m, n)), randn(n, seed=1), randn(n, seed=2)
+    s, ln, r = lib["use_ops"](x, g, bias)
+    x64 = x.astype(np.float64)
+    assert_close(s, _softmax(x64), **F32)
+    mu = x64.mean(axis=-1, keepdims=True)
+    var = x64.var(axis=-1, keepdims=True)
+    assert_close(ln, (x64 - mu) / np.sqrt(var + 1e-3) * g + bias, rtol=1e-4, atol=1e-4)
+    rms = np.sqrt((x64 * x64).mean(axis=-1, keepdims=True) + 1e-6)
+    assert_close(r, x64 / rms * g, rtol=1e-4, atol=1e-4)
+    x3 = randn(bmn, np.float64, seed=3)
+    s3, t3 = lib["use_ops3"](x3)
+    assert_close(s3, _softmax(x3), **F64)
+    shifted = x3 - x3.max(axis=-1, keepdims=True)
+    assert_close(t3, shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True)), **F64)

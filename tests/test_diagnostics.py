@@ -98,11 +98,7 @@ def find_line(text: str, at) -> int:
     lines = text.split("\n")
     if isinstance(at, tuple):
         _, name = at
-        hits = [
-            n
-            for n, line in enumerate(lines, 1)
-            if line.strip() in (f"[composite.{name}]", f"{name}:")
-        ]
+        hits = [n for n, line in enumerate(lines, 1) if line.strip() in (f"[composite.{name}]", f"{name}:")]
     else:
         hits = [n for n, line in enumerate(lines, 1) if at in line]
     assert len(hits) == 1, f"{at!r} must name exactly one line of\n{text}"
@@ -137,9 +133,7 @@ def parse_error(result: subprocess.CompletedProcess) -> Diagnostic:
     lines = result.stderr.rstrip("\n").split("\n")
     match = DIAG_RE.match(lines[0])
     assert match, f"first line is not FILE:LINE:COL: error: ...\n{result.stderr}"
-    return Diagnostic(
-        match["file"], int(match["line"]), int(match["col"]), match["msg"], lines
-    )
+    return Diagnostic(match["file"], int(match["line"]), int(match["col"]), match["msg"], lines)
 
 
 def check_source_and_caret(diag: Diagnostic, source_line: str, first: int = 1) -> None:

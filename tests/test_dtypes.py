@@ -28,19 +28,13 @@ HALVES = ("f16", "bf16")
 def comp(name, inputs, outputs, body, extra=""):
     ins = ", ".join(f'"{d}"' for d in inputs)
     outs = ", ".join(f'"{d}"' for d in outputs)
-    return (
-        f'[composite.{name}]\ninputs = [{ins}]\noutputs = [{outs}]\n{extra}'
-        f'body = """\n{body}\n"""\n\n'
-    )
+    return f'[composite.{name}]\ninputs = [{ins}]\noutputs = [{outs}]\n{extra}body = """\n{body}\n"""\n\n'
 
 
 def _source():
     parts = []
     for h in HALVES:
-        parts.append(
-            comp(f"fma_{h}", [f"a: {h}[N]", f"b: {h}[N]", f"c: {h}[N]"], [f"y: {h}[N]"],
-                 "y = a * b + c")
-        )
+        parts.append(comp(f"fma_{h}", [f"a: {h}[N]", f"b: {h}[N]", f"c: {h}[N]"], [f"y: {h}[N]"], "y = a * b + c"))
         parts.append(
             comp(
                 f"chain_{h}",
@@ -50,50 +44,104 @@ def _source():
             )
         )
         parts.append(
-            comp(f"transc_{h}", [f"a: {h}[N]"], [f"y: {h}[N]", f"z: {h}[N]"],
-                 "y = exp(a) * tanh(a)\nz = gelu(a) + sqrt(abs(a))")
+            comp(
+                f"transc_{h}",
+                [f"a: {h}[N]"],
+                [f"y: {h}[N]", f"z: {h}[N]"],
+                "y = exp(a) * tanh(a)\nz = gelu(a) + sqrt(abs(a))",
+            )
         )
-        parts.append(comp(f"sum_{h}", [f"x: {h}[M, N]"], [f"s: {h}[M]", f"t: {h}"],
-                          "s = sum(x, axis=1)\nt = sum(x)"))
-        parts.append(comp(f"idxsum_{h}", [f"x: {h}[M, N]"], [f"s: {h}[M]", f"m: {h}[M]"],
-                          "s[i] = sum[k](x[i, k])\nm[i] = mean[k](x[i, k])"))
-        parts.append(comp(f"mm_{h}", [f"a: {h}[M, K]", f"b: {h}[K, N]"], [f"c: {h}[M, N]"],
-                          "c = a @ b"))
-        parts.append(comp(f"scalar_{h}", [f"x: {h}[N]", f"s: {h}"], [f"y: {h}[N]", f"m: {h}"],
-                          "y = x * s\nm = max(x)"))
+        parts.append(comp(f"sum_{h}", [f"x: {h}[M, N]"], [f"s: {h}[M]", f"t: {h}"], "s = sum(x, axis=1)\nt = sum(x)"))
+        parts.append(
+            comp(
+                f"idxsum_{h}",
+                [f"x: {h}[M, N]"],
+                [f"s: {h}[M]", f"m: {h}[M]"],
+                "s[i] = sum[k](x[i, k])\nm[i] = mean[k](x[i, k])",
+            )
+        )
+        parts.append(comp(f"mm_{h}", [f"a: {h}[M, K]", f"b: {h}[K, N]"], [f"c: {h}[M, N]"], "c = a @ b"))
+        parts.append(comp(f"scalar_{h}", [f"x: {h}[N]", f"s: {h}"], [f"y: {h}[N]", f"m: {h}"], "y = x * s\nm = max(x)"))
         parts.append(comp(f"to_{h}", ["x: f32[N]"], [f"y: {h}[N]"], f"y = cast(x, {h})"))
-        parts.append(comp(f"from_{h}", [f"x: {h}[N]"], ["y: f32[N]", "z: f64[N]"],
-                          "y = cast(x, f32)\nz = cast(x, f64)"))
-        parts.append(comp(f"cmp_{h}", [f"x: {h}[N]", f"y: {h}[N]"], ["c: bool[N]", f"m: {h}[N]"],
-                          "c = x < y\nm = maximum(x, y)"))
-        parts.append(comp(f"softmax_{h}", [f"x: {h}[M, N]"], [f"y: {h}[M, N]"],
-                          "e = exp(x - max(x, axis=-1, keepdims=True))\n"
-                          "y = e / sum(e, axis=-1, keepdims=True)"))
+        parts.append(
+            comp(f"from_{h}", [f"x: {h}[N]"], ["y: f32[N]", "z: f64[N]"], "y = cast(x, f32)\nz = cast(x, f64)")
+        )
+        parts.append(
+            comp(f"cmp_{h}", [f"x: {h}[N]", f"y: {h}[N]"], ["c: bool[N]", f"m: {h}[N]"], "c = x < y\nm = maximum(x, y)")
+        )
+        parts.append(
+            comp(
+                f"softmax_{h}",
+                [f"x: {h}[M, N]"],
+                [f"y: {h}[M, N]"],
+                "e = exp(x - max(x, axis=-1, keepdims=True))\ny = e / sum(e, axis=-1, keepdims=True)",
+            )
+        )
     parts.append(comp("f16_to_bf16", ["x: f16[N]"], ["y: bf16[N]"], "y = cast(x, bf16)"))
-    parts.append(comp("mix_precision", ["x: f16[N]", "w: bf16[N]"], ["y: f32[N]"],
-                      "y = cast(x, f32) * cast(w, f32)"))
+    for h in HALVES:
+        parts.append(comp(f"round_{h}", [f"x: {h}[N]"], [f"y: {h}[N]", f"a: {h}[N]"], "y = round(x)\na = abs(x) * 0.5"))
+    parts.append(comp("f64_to_half", ["x: f64[N]"], ["y: f16[N]", "z: bf16[N]"], "y = cast(x, f16)\nz = cast(x, bf16)"))
+    for h in HALVES:
+        parts.append(
+            comp(
+                f"{h}_to_int",
+                [f"x: {h}[N]"],
+                ["a: i8[N]", "b: u8[N]", "c: i32[N]"],
+                "a = cast(x, i8)\nb = cast(x, u8)\nc = cast(x, i32)",
+            )
+        )
+        parts.append(
+            comp(
+                f"{h}_arg_mean",
+                [f"x: {h}[M, N]"],
+                ["i: i64[M]", f"m: {h}[M]"],
+                "i = argmax(x, axis=1)\nm = mean(x, axis=1)",
+            )
+        )
+    parts.append(comp("mix_precision", ["x: f16[N]", "w: bf16[N]"], ["y: f32[N]"], "y = cast(x, f32) * cast(w, f32)"))
     parts.append(
-        comp("typevar", ["x: T[N]", "y: T[N]"], ["z: T[N]", "s: T"],
-             "z = x * y + exp(x) * 0.1\ns = sum(z)", extra='types = { T = ["f32", "f64"] }\n')
+        comp(
+            "typevar",
+            ["x: T[N]", "y: T[N]"],
+            ["z: T[N]", "s: T"],
+            "z = x * y + exp(x) * 0.1\ns = sum(z)",
+            extra='types = { T = ["f32", "f64"] }\n',
+        )
     )
     parts.append(
-        comp("typevar_int", ["x: I[N]"], ["z: I[N]"], "z = x * 3 + 1",
-             extra='types = { I = ["i32", "i8", "u16"] }\n')
+        comp("typevar_int", ["x: I[N]"], ["z: I[N]"], "z = x * 3 + 1", extra='types = { I = ["i32", "i8", "u16"] }\n')
     )
     for dt in INT_WIDTHS:
-        parts.append(comp(f"int_{dt}", [f"x: {dt}[N]", f"y: {dt}[N]"],
-                          [f"s: {dt}[N]", f"p: {dt}[N]", f"d: {dt}[N]"],
-                          "s = x + y\np = x * y\nd = x - y"))
-        parts.append(comp(f"intsum_{dt}", [f"x: {dt}[M, N]"], [f"s: {dt}[M]", f"m: {dt}[M]"],
-                          "s = sum(x, axis=1)\nm = max(x, axis=1)"))
-    parts.append(comp("bools", ["a: bool[N]", "x: f32[N]"],
-                      ["y: bool[N]", "n: i64", "z: f32[N]", "w: bool[N]"],
-                      "y = a & (x > 0) | ~a & (x < -1)\n"
-                      "n = sum(cast(a, i64))\n"
-                      "z = where(a, x, -x) + cast(a, f32)\n"
-                      "w = a == (x > 0.5)"))
-    parts.append(comp("bool_scalar", ["a: bool", "x: f32[N]"], ["y: f32[N]", "b: bool"],
-                      "y = where(a, x, 0.0)\nb = ~a"))
+        parts.append(
+            comp(
+                f"int_{dt}",
+                [f"x: {dt}[N]", f"y: {dt}[N]"],
+                [f"s: {dt}[N]", f"p: {dt}[N]", f"d: {dt}[N]"],
+                "s = x + y\np = x * y\nd = x - y",
+            )
+        )
+        parts.append(
+            comp(
+                f"intsum_{dt}",
+                [f"x: {dt}[M, N]"],
+                [f"s: {dt}[M]", f"m: {dt}[M]"],
+                "s = sum(x, axis=1)\nm = max(x, axis=1)",
+            )
+        )
+    parts.append(
+        comp(
+            "bools",
+            ["a: bool[N]", "x: f32[N]"],
+            ["y: bool[N]", "n: i64", "z: f32[N]", "w: bool[N]"],
+            "y = a & (x > 0) | ~a & (x < -1)\n"
+            "n = sum(cast(a, i64))\n"
+            "z = where(a, x, -x) + cast(a, f32)\n"
+            "w = a == (x > 0.5)",
+        )
+    )
+    parts.append(
+        comp("bool_scalar", ["a: bool", "x: f32[N]"], ["y: f32[N]", "b: bool"], "y = where(a, x, 0.0)\nb = ~a")
+    )
     return "".join(parts)
 
 
@@ -111,7 +159,8 @@ def lib(request, compile_composites):
 def to_half(values, h):
     """f32 values rounded once to the storage of h (float16, or bf16 bits)."""
     values = np.asarray(values, dtype=np.float32)
-    return values.astype(np.float16) if h == "f16" else f32_to_bf16(values)
+    with np.errstate(over="ignore"):
+        return values.astype(np.float16) if h == "f16" else f32_to_bf16(values)
 
 
 def from_half(stored, h):
@@ -211,8 +260,23 @@ def test_half_scalar_by_value(lib, h, n):
 def _cast_values(n):
     x = rng(10).standard_normal(n).astype(np.float32) * 10
     specials = np.array(
-        [np.nan, np.inf, -np.inf, 65504.0, 65520.0, 70000.0, -1e6, 1e-8, 6e-5, 3e38, 1.0 + 2**-11,
-         1.0 + 3 * 2**-11, 1.0 + 2**-8, 1.0 + 3 * 2**-8, -0.0],
+        [
+            np.nan,
+            np.inf,
+            -np.inf,
+            65504.0,
+            65520.0,
+            70000.0,
+            -1e6,
+            1e-8,
+            6e-5,
+            3e38,
+            1.0 + 2**-11,
+            1.0 + 3 * 2**-11,
+            1.0 + 2**-8,
+            1.0 + 3 * 2**-8,
+            -0.0,
+        ],
         dtype=np.float32,
     )
     k = min(n, len(specials))
@@ -375,3 +439,77 @@ def test_bool_scalar(lib, flag):
     y, b = lib["bool_scalar"](np.bool_(flag), x)
     assert_close(y, x if flag else np.zeros_like(x), **EXACT)
     assert b.shape == () and bool(b) == (not flag)
+
+
+DOUBLE_ROUNDING = np.array(
+    [
+        1 + 2**-11 + 2**-40,
+        1 + 2**-11 - 2**-40,
+        1 + 2**-8 + 2**-40,
+        1 + 2**-8 - 2**-40,
+        1 + 2**-11,
+        1 + 3 * 2**-11,
+        65519.99,
+        65520.0,
+        -2.0,
+        2**-25 + 2**-60,
+        0.1,
+        1e-8,
+    ],
+    dtype=np.float64,
+)
+
+
+def test_f64_to_f16_rounds_once(lib):
+    """cast(f64 -> f16) rounds the double directly, as numpy does (no rounding through f32:
+    1 + 2**-11 + 2**-40 is above the tie between 1 and 1 + 2**-10)."""
+    y, _ = lib["f64_to_half"](DOUBLE_ROUNDING)
+    with np.errstate(over="ignore"):
+        expected = DOUBLE_ROUNDING.astype(np.float16)
+    np.testing.assert_array_equal(y.view(np.uint16), expected.view(np.uint16))
+
+
+def test_f64_to_bf16_rounds_once(lib):
+    """cast(f64 -> bf16) rounds the double directly: 1 + 2**-8 + 2**-40 is above the tie
+    between 1 and 1 + 2**-7, 1 + 2**-8 - 2**-40 below it."""
+    _, z = lib["f64_to_half"](DOUBLE_ROUNDING)
+    expected = np.array([1.0, 1.0, 1 + 2**-7, 1.0], np.float32)
+    np.testing.assert_array_equal(bf16_to_f32(z[:4]), expected)
+
+
+@pytest.mark.parametrize("h", HALVES)
+def test_half_to_int_saturates(lib, h):
+    values = np.array([np.nan, np.inf, -np.inf, 300.0, -300.0, 2.75, -2.75, 65504.0, -0.5, 255.5], dtype=np.float32)
+    x = to_half(values, h)
+    a, b, c = lib[f"{h}_to_int"](x)
+    fx = from_half(x, h).astype(np.float64)
+
+    def ref(lo, hi):
+        return [0 if np.isnan(v) else int(min(max(np.trunc(v), lo), hi)) for v in fx]
+
+    np.testing.assert_array_equal(a, ref(-128, 127))
+    np.testing.assert_array_equal(b, ref(0, 255))
+    np.testing.assert_array_equal(c, ref(-(2**31), 2**31 - 1))
+
+
+@pytest.mark.parametrize("mn", [(1, 1), (3, 7), (2, 37), (4, 0)])
+@pytest.mark.parametrize("h", HALVES)
+def test_half_argmax_and_empty_mean(lib, h, mn):
+    m, n = mn
+    x = to_half(rng(24).integers(-3, 3, mn).astype(np.float32), h)
+    idx, mean = lib[f"{h}_arg_mean"](x) if n else (None, lib[f"{h}_arg_mean"](x)[1])
+    fx = from_half(x, h)
+    if n:
+        np.testing.assert_array_equal(idx, np.argmax(fx, axis=1))
+        assert_half(mean, fx.astype(np.float64).mean(axis=1), h, ulps=1)
+    else:
+        assert np.isnan(from_half(mean, h)).all() and mean.shape == (m,)
+
+
+@pytest.mark.parametrize("h", HALVES)
+def test_half_round_half_to_even(lib, h):
+    x = to_half(np.array([0.5, 1.5, 2.5, -2.5, 3.5, 100.5, -0.5, 7.25, 1001.0, 0.0]), h)
+    y, a = lib[f"round_{h}"](x)
+    fx = from_half(x, h)
+    assert_half(y, np.round(fx), h)
+    assert_half(a, np.abs(fx) * np.float32(0.5), h)

@@ -7,6 +7,8 @@ vectorised) and every test runs against both: a schedule decision must never cha
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -14,6 +16,7 @@ import pytest
 from conftest import (
     SIZES0,
     assert_close,
+    compile_text,
     np_erf,
     np_gelu,
     np_gelu_tanh,
@@ -168,6 +171,11 @@ BOOL_OPS = {
     "ne": ("a != b", np.not_equal),
 }
 CAST_TARGETS = ("i8", "u8", "i16", "i32", "i64", "u32", "u64")
+# functions checked at special values (inf, nan, 0, -0, domain edges): numpy's results
+SPECIAL_FNS = (
+    "exp exp2 log log2 log1p expm1 sqrt rsqrt reciprocal sin cos tan tanh sinh cosh asin acos "
+    "atan erf floor ceil round trunc sigmoid softplus abs sign relu"
+).split()
 
 
 # ------------------------------------------------------------------ composite text
@@ -188,9 +196,7 @@ def _source() -> str:
         for fn in PREDICATES:
             parts.append(comp(f"p_{fn}_{dt}", [f"x: {dt}[N]"], ["y: bool[N]"], f"y = {fn}(x)"))
         for name, (expr, *_) in BINARY_FLOAT.items():
-            parts.append(
-                comp(f"b_{name}_{dt}", [f"x: {dt}[N]", f"y: {dt}[N]"], [f"z: {dt}[N]"], f"z = {expr}")
-            )
+            parts.append(comp(f"b_{name}_{dt}", [f"x: {dt}[N]", f"y: {dt}[N]"], [f"z: {dt}[N]"], f"z = {expr}"))
         parts.append(
             comp(
                 f"clip_{dt}",
@@ -199,20 +205,16 @@ def _source() -> str:
                 "y = clip(x, lo, hi)",
             )
         )
-        parts.append(
-            comp(f"clipc_{dt}", [f"x: {dt}[N]"], [f"y: {dt}[N]"], "y = clip(x, -0.5, 2)")
-        )
+        parts.append(comp(f"clipc_{dt}", [f"x: {dt}[N]"], [f"y: {dt}[N]"], "y = clip(x, -0.5, 2)"))
         parts.append(
             comp(
                 f"where_{dt}",
-                [f"c: bool[N, 1]", f"a: {dt}[M]", f"b: {dt}[N, M]"],
+                ["c: bool[N, 1]", f"a: {dt}[M]", f"b: {dt}[N, M]"],
                 [f"y: {dt}[N, M]"],
                 "y = where(c, a, b)",
             )
         )
-        parts.append(
-            comp(f"wherelit_{dt}", [f"x: {dt}[N]"], [f"y: {dt}[N]"], "y = where(x > 0, x, 0)")
-        )
+        parts.append(comp(f"wherelit_{dt}", [f"x: {dt}[N]"], [f"y: {dt}[N]"], "y = where(x > 0, x, 0)"))
         parts.append(
             comp(
                 f"lit_{dt}",
@@ -237,9 +239,7 @@ def _source() -> str:
                 "y = a - b",
             )
         )
-        parts.append(
-            comp(f"scalar_{dt}", [f"a: {dt}", f"b: {dt}"], [f"c: {dt}"], "c = a * b + a / b")
-        )
+        parts.append(comp(f"scalar_{dt}", [f"a: {dt}", f"b: {dt}"], [f"c: {dt}"], "c = a * b + a / b"))
         parts.append(
             comp(
                 f"scalar_out_{dt}",
@@ -249,12 +249,8 @@ def _source() -> str:
             )
         )
         for name, (expr, _) in COMPARISONS.items():
-            parts.append(
-                comp(f"c_{name}_{dt}", [f"x: {dt}[N]", f"y: {dt}[N]"], ["z: bool[N]"], f"z = {expr}")
-            )
-        parts.append(
-            comp(f"mm_{dt}", [f"a: {dt}[M, K]", f"b: {dt}[K, N]"], [f"c: {dt}[M, N]"], "c = a @ b")
-        )
+            parts.append(comp(f"c_{name}_{dt}", [f"x: {dt}[N]", f"y: {dt}[N]"], ["z: bool[N]"], f"z = {expr}"))
+        parts.append(comp(f"mm_{dt}", [f"a: {dt}[M, K]", f"b: {dt}[K, N]"], [f"c: {dt}[M, N]"], "c = a @ b"))
         parts.append(
             comp(
                 f"mmbatch_{dt}",
@@ -274,29 +270,34 @@ def _source() -> str:
         parts.append(comp(f"mmvm_{dt}", [f"a: {dt}[K]", f"b: {dt}[K, N]"], [f"c: {dt}[N]"], "c = a @ b"))
         parts.append(comp(f"mmmv_{dt}", [f"a: {dt}[M, K]", f"b: {dt}[K]"], [f"c: {dt}[M]"], "c = a @ b"))
         parts.append(comp(f"mmvv_{dt}", [f"a: {dt}[K]", f"b: {dt}[K]"], [f"c: {dt}"], "c = a @ b"))
-        for target in CAST_TARGETS + ("f32", "f64", "bool"):
-            parts.append(
-                comp(f"cast_{dt}_{target}", [f"x: {dt}[N]"], [f"y: {target}[N]"], f"y = cast(x, {target})")
+        parts.append(comp(f"mmv3_{dt}", [f"a: {dt}[K]", f"b: {dt}[B, K, N]"], [f"c: {dt}[B, N]"], "c = a @ b"))
+        parts.append(
+            comp(
+                f"specials_{dt}",
+                [f"x: {dt}[N]"],
+                [f"o_{fn}: {dt}[N]" for fn in SPECIAL_FNS],
+                "\n".join(f"o_{fn} = {fn}(x)" for fn in SPECIAL_FNS),
             )
-        parts.append(comp(f"fdivz_{dt}", [f"x: {dt}[N]"], [f"y: {dt}[N]", f"z: {dt}[N]", f"w: {dt}[N]"],
-                          "y = x / 0.0\nz = x // 0.0\nw = x % 0.0"))
+        )
+        for target in CAST_TARGETS + ("f32", "f64", "bool"):
+            parts.append(comp(f"cast_{dt}_{target}", [f"x: {dt}[N]"], [f"y: {target}[N]"], f"y = cast(x, {target})"))
+        parts.append(
+            comp(
+                f"fdivz_{dt}",
+                [f"x: {dt}[N]"],
+                [f"y: {dt}[N]", f"z: {dt}[N]", f"w: {dt}[N]"],
+                "y = x / 0.0\nz = x // 0.0\nw = x % 0.0",
+            )
+        )
     for dt in INTS:
         for name, (expr, _) in BINARY_INT.items():
-            parts.append(
-                comp(f"i_{name}_{dt}", [f"x: {dt}[N]", f"y: {dt}[N]"], [f"z: {dt}[N]"], f"z = {expr}")
-            )
-        parts.append(
-            comp(f"i_pow_{dt}", [f"x: {dt}[N]", f"y: {dt}[N]"], [f"z: {dt}[N]"], "z = x ** y")
-        )
-        parts.append(
-            comp(f"i_powlit_{dt}", [f"x: {dt}[N]"], [f"z: {dt}[N]"], "z = x ** 2 + pow(x, 3)")
-        )
+            parts.append(comp(f"i_{name}_{dt}", [f"x: {dt}[N]", f"y: {dt}[N]"], [f"z: {dt}[N]"], f"z = {expr}"))
+        parts.append(comp(f"i_pow_{dt}", [f"x: {dt}[N]", f"y: {dt}[N]"], [f"z: {dt}[N]"], "z = x ** y"))
+        parts.append(comp(f"i_powlit_{dt}", [f"x: {dt}[N]"], [f"z: {dt}[N]"], "z = x ** 2 + pow(x, 3)"))
         for name, (expr, _) in UNARY_INT.items():
             parts.append(comp(f"iu_{name}_{dt}", [f"x: {dt}[N]"], [f"y: {dt}[N]"], f"y = {expr}"))
         for name, (expr, _) in COMPARISONS.items():
-            parts.append(
-                comp(f"c_{name}_{dt}", [f"x: {dt}[N]", f"y: {dt}[N]"], ["z: bool[N]"], f"z = {expr}")
-            )
+            parts.append(comp(f"c_{name}_{dt}", [f"x: {dt}[N]", f"y: {dt}[N]"], ["z: bool[N]"], f"z = {expr}"))
         parts.append(
             comp(
                 f"i_clip_{dt}",
@@ -306,9 +307,21 @@ def _source() -> str:
             )
         )
         parts.append(comp(f"i_lit_{dt}", [f"x: {dt}[N]"], [f"y: {dt}[N]"], "y = x * 3 + 1 - x // 2"))
+        body = "a = x // 4\nb = x % 4\nc = x // 3\nd = x % 3\ne = x // 1\nf = x % 1"
+        outs = [f"{v}: {dt}[N]" for v in "abcdef"]
+        if not dt.startswith("u"):
+            body += "\ng = x // -3\nh = x % -3\nk = x // -4\nl = x % -4"
+            outs += [f"{v}: {dt}[N]" for v in "ghkl"]
+        parts.append(comp(f"i_litdiv_{dt}", [f"x: {dt}[N]"], outs, body))
         parts.append(
-            comp(f"i_mm_{dt}", [f"a: {dt}[M, K]", f"b: {dt}[K, N]"], [f"c: {dt}[M, N]"], "c = a @ b")
+            comp(
+                f"i_where_scalar_{dt}",
+                [f"x: {dt}[N]", f"s: {dt}"],
+                [f"y: {dt}[N]"],
+                "y = where(x > s, s, x) + maximum(x, s) - minimum(x, 2)",
+            )
         )
+        parts.append(comp(f"i_mm_{dt}", [f"a: {dt}[M, K]", f"b: {dt}[K, N]"], [f"c: {dt}[M, N]"], "c = a @ b"))
         for target in CAST_TARGETS + ("f32", "f64", "bool"):
             if target != dt:
                 parts.append(
@@ -330,14 +343,59 @@ def _source() -> str:
             "c = ((x > 0) & a) | ~(x < -1) ^ True",
         )
     )
-    parts.append(comp("bool_cast", ["a: bool[N]"], ["y: f32[N]", "z: i32[N]"],
-                      "y = cast(a, f32)\nz = cast(a, i32) * 5"))
-    parts.append(comp("i32_overflow", ["x: i32[N]", "y: i32[N]"], ["s: i32[N]", "d: i32[N]", "p: i32[N]"],
-                      "s = x + y\nd = x - y\np = x * y"))
+    parts.append(
+        comp("bool_cast", ["a: bool[N]"], ["y: f32[N]", "z: i32[N]"], "y = cast(a, f32)\nz = cast(a, i32) * 5")
+    )
+    parts.append(
+        comp(
+            "i32_overflow",
+            ["x: i32[N]", "y: i32[N]"],
+            ["s: i32[N]", "d: i32[N]", "p: i32[N]"],
+            "s = x + y\nd = x - y\np = x * y",
+        )
+    )
     parts.append(comp("u8_lit", ["x: u8[N]"], ["y: u8[N]"], "y = x + 255"))
-    parts.append(comp("chain_f32", ["x: f32[N]", "y: f32[N]"], ["z: f32[N]"],
-                      "t = exp(-abs(x)) * y\nu = sqrt(t * t + 1.0) - reciprocal(1.0 + x * x)\n"
-                      "z = maximum(u, tanh(t)) + where(isnan(y), 0.0, 1.0)"))
+    parts.append(
+        comp(
+            "chain_f32",
+            ["x: f32[N]", "y: f32[N]"],
+            ["z: f32[N]"],
+            "t = exp(-abs(x)) * y\nu = sqrt(t * t + 1.0) - reciprocal(1.0 + x * x)\n"
+            "z = maximum(u, tanh(t)) + where(isnan(y), 0.0, 1.0)",
+        )
+    )
+    fold_outs = [f"{v}: f32[N]" for v in "abcdeghkmn"] + ["f: bool[N]", "l: bool[N]"]
+    parts.append(
+        comp(
+            "fold_f32",
+            ["x: f32[N]"],
+            fold_outs,
+            "a = x - x\nb = x * 0.0\nc = x + 0.0\nd = x / x\ne = x / 3.0\nf = x == x\n"
+            "g = x * 1.0 - 0.0\nh = (x + 1.0) - 1.0\nk = 0.0 - x\nl = ~(x < 0.0)\n"
+            "m = maximum(x, x)\nn = x / 10.0",
+        )
+    )
+    parts.append(
+        comp(
+            "fold_i32",
+            ["x: i32[N]"],
+            ["a: i32[N]", "b: i32[N]", "c: i32[N]", "d: i32[N]"],
+            "a = x // x\nb = x % x\nc = (x * 2) // 2\nd = (x + 1) - 1",
+        )
+    )
+    parts.append(
+        comp(
+            "lang_misc",
+            ["x: f32[N]", "k: i32[N]", "s: f32[]", "u: u8[N]"],
+            ["y: f32[N]", "b: bool[N]", "p: f32[N]", "q: i32[N]", "w: f32[N]", "r: f32[]", "c: u8[N]"],
+            "y = where(x > 0, x, nan) + where(True, 0.0, 1.0)  # literals, a comment\n"
+            "b = (x > 0) | False; p = 2.0 ** x + pow(3, x)\n"
+            "q = 2 ** k\n"
+            "t = x * 2.0; w = t + where(x > 0, 1, 2) - x\n"
+            "r = s * 2.0 + sum(x)\n"
+            "c = clip(u, 10, 200) + maximum(u, 0) - minimum(u, 255)",
+        )
+    )
     return "".join(parts)
 
 
@@ -602,7 +660,7 @@ def _int_operands(op, dt, n):
     info = np.iinfo(NP[dt])
     if op in ("floordiv", "mod"):
         lo = max(info.min, -1000)
-        x = randint(n, lo, 1000, NP[dt], seed=22)
+        x = randint(n, lo, min(info.max, 1000), NP[dt], seed=22)
         y = randint(n, max(info.min, -9), 9, NP[dt], seed=23)  # includes 0 and negatives
         if n:
             x[0] = info.min
@@ -718,8 +776,29 @@ def _float_to_int_ref(x, target):
 def _cast_input(dt, n):
     g = rng(34)
     x = g.standard_normal(n) * 100
-    specials = [np.nan, np.inf, -np.inf, 2.5, -2.5, 0.99, -0.99, 127.9, -128.9, 255.5, 256.0,
-                -1.0, 3e9, -3e9, 2.0**31, -(2.0**31), 2.0**63, -(2.0**63), 1e20, -1e20, 65535.7]
+    specials = [
+        np.nan,
+        np.inf,
+        -np.inf,
+        2.5,
+        -2.5,
+        0.99,
+        -0.99,
+        127.9,
+        -128.9,
+        255.5,
+        256.0,
+        -1.0,
+        3e9,
+        -3e9,
+        2.0**31,
+        -(2.0**31),
+        2.0**63,
+        -(2.0**63),
+        1e20,
+        -1e20,
+        65535.7,
+    ]
     k = min(n, len(specials))
     x[:k] = specials[:k]
     return x.astype(NP[dt])
@@ -755,10 +834,7 @@ def test_cast_from_int(lib, dt, target, n):
     if n >= 4:
         x[:4] = [info.min, info.max, 0, 1]
     y = lib[f"cast_{dt}_{target}"](x)
-    if target == "bool":
-        expected = x != 0
-    else:
-        expected = x.astype(NP[target])
+    expected = x != 0 if target == "bool" else x.astype(NP[target])
     assert_close(y, expected, dtype=NP[target], rtol=0, atol=0)
 
 
@@ -793,8 +869,7 @@ def test_nan_propagates_through_relu_and_clip(lib, dt):
 
 @pytest.mark.parametrize("dt", FLOATS)
 def test_round_half_to_even(lib, dt):
-    x = np.array([0.5, 1.5, 2.5, 3.5, -0.5, -1.5, -2.5, 4.5, 1e7 + 0.5, -2.4, 2.6, 0.49999997],
-                 dtype=NP[dt])
+    x = np.array([0.5, 1.5, 2.5, 3.5, -0.5, -1.5, -2.5, 4.5, 1e7 + 0.5, -2.4, 2.6, 0.49999997], dtype=NP[dt])
     assert_close(lib[f"u_round_{dt}"](x), np.round(x), rtol=0, atol=0)
 
 
@@ -914,3 +989,241 @@ def test_chain(lib, n):
     u = np.sqrt(t * t + 1.0) - 1.0 / (1.0 + x64 * x64)
     expected = np.maximum(u, np.tanh(t)) + np.where(np.isnan(y64), 0.0, 1.0)
     assert_close(lib["chain_f32"](x, y), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", NS)
+@pytest.mark.parametrize("dt", INTS)
+def test_int_literal_divisors(lib, dt, n):
+    """Floor division and modulo by constants (where shifts and masks are tempting)."""
+    info = np.iinfo(NP[dt])
+    x = randint(n, info.min, info.max, NP[dt], seed=38)
+    if n >= 4:
+        x[:4] = [info.min, info.max, 0, info.min + 1]
+    got = lib[f"i_litdiv_{dt}"](x)
+    divisors = [4, 4, 3, 3, 1, 1] + ([] if dt.startswith("u") else [-3, -3, -4, -4])
+    with np.errstate(all="ignore"):
+        for k, (value, d) in enumerate(zip(got, divisors, strict=True)):
+            op = np.floor_divide if k % 2 == 0 else np.mod
+            assert_close(value, op(x, NP[dt](d)), dtype=NP[dt], err_msg=f"{op.__name__} {d}")
+
+
+@pytest.mark.parametrize("n", NS)
+@pytest.mark.parametrize("dt", INTS)
+def test_int_where_with_scalar(lib, dt, n):
+    info = np.iinfo(NP[dt])
+    x = randint(n, max(info.min, -50), min(info.max, 50), NP[dt], seed=39)
+    s = NP[dt](7)
+    expected = np.where(x > s, s, x) + np.maximum(x, s) - np.minimum(x, NP[dt](2))
+    with np.errstate(all="ignore"):
+        assert_close(lib[f"i_where_scalar_{dt}"](x, s), expected, dtype=NP[dt])
+
+
+@pytest.mark.parametrize("bkn", [(1, 1, 1), (2, 7, 13), (3, 37, 1), (0, 2, 2)])
+@pytest.mark.parametrize("dt", FLOATS)
+def test_matmul_vector_batch(lib, dt, bkn):
+    b, k, n = bkn
+    g = rng(40)
+    v = g.standard_normal(k).astype(NP[dt])
+    m = g.standard_normal((b, k, n)).astype(NP[dt])
+    assert_close(lib[f"mmv3_{dt}"](v, m), v.astype(np.float64) @ m, **_mm_tol(dt, k))
+
+
+SPECIAL_VALUES = [
+    np.nan,
+    np.inf,
+    -np.inf,
+    0.0,
+    -0.0,
+    1.0,
+    -1.0,
+    2.0,
+    -2.0,
+    1e30,
+    -1e30,
+    1e-30,
+    -1e-30,
+    0.5,
+    -0.5,
+    100.0,
+    -100.0,
+    1000.0,
+    -1000.0,
+    1e-45,
+    3.4e38,
+]
+
+
+@pytest.mark.parametrize("dt", FLOATS)
+@pytest.mark.parametrize("fn", SPECIAL_FNS)
+def test_special_values(lib, fn, dt):
+    """inf, nan, signed zeros, overflow and domain edges give numpy's (IEEE) results."""
+    x = np.array(SPECIAL_VALUES, dtype=NP[dt])
+    got = lib[f"specials_{dt}"](x)[SPECIAL_FNS.index(fn)]
+    ref = UNARY[fn][0] if fn in UNARY else None
+    expected = _ref(ref, x)
+    with np.errstate(all="ignore"):
+        expected = expected.astype(NP[dt])  # overflow to inf in the dtype, like the result
+    finite = np.isfinite(expected)
+    # infinities and NaNs must match exactly, finite values within a few ulp
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected), err_msg=f"{fn} nan at {x}")
+    np.testing.assert_array_equal(
+        got[~finite & ~np.isnan(expected)], expected[~finite & ~np.isnan(expected)], err_msg=f"{fn} inf"
+    )
+    assert_close(got[finite], expected[finite], err_msg=fn, **_tol(dt))
+
+
+@pytest.mark.parametrize("dt", FLOATS)
+def test_pow_special_values(lib, dt):
+    pairs = [
+        (np.nan, 0.0),
+        (1.0, np.nan),
+        (0.0, -1.0),
+        (-0.0, -1.0),
+        (0.0, 0.0),
+        (-8.0, 1 / 3),
+        (np.inf, -1.0),
+        (-np.inf, 3.0),
+        (2.0, np.inf),
+        (0.5, np.inf),
+        (-1.0, np.inf),
+        (2.0, 1024.0),
+        (2.0, -1080.0),
+        (-2.0, 0.5),
+        (np.nan, 1.0),
+        (4.0, 0.5),
+    ]
+    x = np.array([p[0] for p in pairs], dtype=NP[dt])
+    y = np.array([p[1] for p in pairs], dtype=NP[dt])
+    with np.errstate(all="ignore"):
+        expected = np.power(x, y)
+    assert_close(lib[f"b_pow_{dt}"](x, y), expected, **_tol(dt))
+    assert_close(lib[f"b_powop_{dt}"](x, y), expected, **_tol(dt))
+
+
+@pytest.mark.parametrize("n", (16, 37, 100))
+@pytest.mark.parametrize("dt", FLOATS)
+@pytest.mark.parametrize("op", ["maximum", "minimum"])
+def test_nan_propagation_long_vectors(lib, op, dt, n):
+    g = rng(41)
+    x = g.standard_normal(n).astype(NP[dt])
+    y = g.standard_normal(n).astype(NP[dt])
+    x[g.random(n) < 0.2] = np.nan
+    y[g.random(n) < 0.2] = np.nan
+    expected = getattr(np, op)(x, y)
+    assert_close(lib[f"b_{op}_{dt}"](x, y), expected, rtol=0, atol=0)
+    assert_close(lib[f"u_relu_{dt}"](x), np.maximum(x, 0), rtol=0, atol=0)
+    assert_close(lib[f"clipc_{dt}"](y), np.clip(y, NP[dt](-0.5), NP[dt](2)), rtol=0, atol=0)
+
+
+def test_no_unsafe_algebraic_folding(lib):
+    """x - x, x * 0, x + 0, x / x, x == x ... keep IEEE results for NaN, inf and -0.0;
+    division by a constant is a correctly rounded division, not a multiplication."""
+    x = np.array(
+        [np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, 3e38, 7.0, 1e-45, 0.3, 1.7, 123.456, 1e-40],
+        np.float32,
+    )
+    got = dict(zip("abcdeghkmnfl", lib["fold_f32"](x), strict=True))
+    f0, f1, f3, f10 = (np.float32(v) for v in (0, 1, 3, 10))
+    with np.errstate(all="ignore"):
+        expected = {
+            "a": x - x, "b": x * f0, "c": x + f0, "d": x / x, "e": x / f3, "f": x == x,
+            "g": x * f1 - f0, "h": (x + f1) - f1, "k": f0 - x, "l": ~(x < f0),
+            "m": np.maximum(x, x), "n": x / f10,
+        }  # fmt: skip
+    for name, want in expected.items():
+        np.testing.assert_array_equal(got[name], want, err_msg=name)
+        if want.dtype.kind == "f":
+            np.testing.assert_array_equal(np.signbit(got[name]), np.signbit(want), err_msg=name)
+    xi = np.array([0, 5, -7, 2**30, -(2**31), 2**31 - 1], np.int32)
+    got = lib["fold_i32"](xi)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = [xi // xi, xi % xi, (xi * np.int32(2)) // np.int32(2), (xi + np.int32(1)) - 1]
+    for name, value, want in zip("abcd", got, expected, strict=True):
+        np.testing.assert_array_equal(value, want, err_msg=name)
+
+
+@pytest.mark.parametrize("n", NS)
+def test_language_misc(lib, n):
+    """nan/True/False literals, comments and `;`, literal bases of ** and pow, a weak where,
+    a rank-0 input declared `f32[]`, integer literals meeting u8."""
+    g = rng(42)
+    x = (g.standard_normal(n) * 2).astype(np.float32)
+    k = g.integers(0, 31, n).astype(np.int32)
+    u = g.integers(0, 255, n, endpoint=True).astype(np.uint8)
+    y, b, p, q, w, r, c = lib["lang_misc"](x, k, np.float32(0.75), u)
+    f = np.float32
+    assert_close(y, np.where(x > 0, x, np.nan), rtol=0, atol=0)
+    assert_close(b, x > 0, dtype=np.bool_)
+    assert_close(p, np.power(2.0, x.astype(np.float64)) + np.power(3.0, x.astype(np.float64)))
+    assert_close(q, np.power(np.int32(2), k), dtype=np.int32)
+    assert_close(w, x * f(2) + np.where(x > 0, f(1), f(2)) - x, rtol=0, atol=0)
+    assert r.shape == ()
+    assert_close(r, 1.5 + x.astype(np.float64).sum(), rtol=1e-5, atol=1e-5)
+    with np.errstate(over="ignore"):
+        expected_c = np.clip(u, 10, 200).astype(np.uint8) + np.maximum(u, 0) - np.minimum(u, 255)
+    assert_close(c, expected_c.astype(np.uint8), dtype=np.uint8)
+
+
+UB_SOURCE = """
+[composite.ub_i32]
+inputs = ["x: i32[N]", "y: i32[N]"]
+outputs = ["a: i32[N]", "b: i32[N]", "c: i32[N]", "d: i32[N]", "e: i32[N]", "f: i32[N]", "g: i32[N]", "h: i32[N]"]
+body = "a = x + y; b = x - y; c = x * y; d = x // y; e = x % y; f = -x; g = abs(x); h = x ** y"
+
+[composite.ub_i64]
+inputs = ["x: i64[N]", "y: i64[N]"]
+outputs = ["a: i64[N]", "c: i64[N]", "d: i64[N]", "e: i64[N]", "s: i64"]
+body = "a = x + y; c = x * y; d = x // y; e = x % y; s = sum(x) + prod(y)"
+
+[composite.ub_i8]
+inputs = ["x: i8[N]", "y: i8[N]"]
+outputs = ["a: i8[N]", "c: i8[N]", "d: i8[N]"]
+body = "a = x + y; c = x * y; d = x // y"
+
+[composite.ub_casts]
+inputs = ["x: f32[N]", "z: f64[N]"]
+outputs = ["a: i32[N]", "b: u8[N]", "c: i64[N]", "d: u64[N]", "e: i8[N]", "f: f16[N]", "g: f32[N]"]
+body = "a = cast(x, i32); b = cast(x, u8); c = cast(z, i64); d = cast(z, u64); e = cast(x, i8); f = cast(z, f16); g = cast(z, f32)"
+
+[composite.ub_reduce]
+inputs = ["x: i32[M, N]"]
+outputs = ["s: i32[M]", "p: i32[M]", "m: i32[M]"]
+body = "s = sum(x, axis=1); p = prod(x, axis=1); m[i] = sum[j](x[i, j] * x[i, j])"
+"""
+
+UB_DRIVER = """
+import sys
+import numpy as np
+from catenc.loader import load
+
+lib = load(sys.argv[1])
+i32, i64 = np.iinfo(np.int32), np.iinfo(np.int64)
+x = np.array([i32.min, i32.max, i32.min, -7, 7, 0, i32.max, 3, -2], np.int32)
+y = np.array([-1, 1, 0, 0, -2, 0, i32.max, 31, 31], np.int32)
+lib["ub_i32"](x, y)
+x = np.array([i64.min, i64.max, i64.min, 5, i64.max], np.int64)
+y = np.array([-1, 1, 0, i64.max, i64.max], np.int64)
+lib["ub_i64"](x, y)
+lib["ub_i8"](np.array([-128, 127, -128, 100], np.int8), np.array([-1, 1, 0, 3], np.int8))
+xf = np.array([np.nan, np.inf, -np.inf, 3e9, -3e9, 1e20, -1.5, 300.7, 3.5e38], np.float32)
+xd = np.array([np.nan, np.inf, -np.inf, 1e19, -1e19, 1e300, -1.5, 1e300, 2.0**64], np.float64)
+lib["ub_casts"](xf, xd)
+lib["ub_reduce"](np.full((3, 5), i32.max, np.int32))
+print("no undefined behaviour")
+"""
+
+
+@pytest.mark.parametrize("opt", ["0", "2"])
+def test_no_undefined_behaviour(tmp_path, opt):
+    """Overflowing integer arithmetic, INT_MIN // -1, division by zero and out-of-range
+    float -> int casts, built with UBSan in trap mode (--config CFLAGS=...): no trap."""
+    flags = "-fsanitize=undefined -fsanitize=float-cast-overflow -fsanitize-trap=all"
+    lib = compile_text(tmp_path, UB_SOURCE, name="ub", opt=opt, config={"CFLAGS": flags})
+    driver = tmp_path / "driver.py"
+    driver.write_text(UB_DRIVER)
+    result = subprocess.run(
+        [sys.executable, str(driver), str(lib.manifest_path)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, f"trapped (status {result.returncode}): {result.stderr[-2000:]}"
+    assert "no undefined behaviour" in result.stdout

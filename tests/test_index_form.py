@@ -132,6 +132,122 @@ outputs = ["y: f32[N, K]"]
 where = ["K % 4 == 0", "N <= 100"]
 body = "y[n, k] = x[n, k] * 2.0 + cast(K // 4, f32)"
 
+[composite.index_arith]
+inputs = ["x: f32[N]"]
+outputs = ["q: i64[N]", "r: i64[N]", "s: i64[N]", "t: i64[N]", "y: f32[N]"]
+body = """
+q[i] = (i - 5) // 3
+r[i] = (i - 5) % 3
+s[i] = (N - 10 - i) // -4
+t[i] = (N - 10 - i) % -4
+y[i] = where(i % 2 == 0, x[i], -x[i]) * cast(i - 2, f32)
+"""
+
+[composite.outer_reduction]
+inputs = ["x: f32[M, N]", "s: f32[N, N]"]
+outputs = ["c: f32[N]", "d: f32[N]"]
+body = """
+c[j] = sum[i](x[i, j])
+d[i] = s[i, i] * 2.0
+"""
+
+[composite.guards]
+inputs = ["x: f32[N]"]
+outputs = ["a: f32[N]", "b: f32[N]", "c: f32[N]", "d: f32[N]", "e: f32[2*N]", "f: f32[N]"]
+body = """
+a[i] = where((i < 1) | (i > N - 2), 0.0, x[i - 1] + x[i + 1])
+b[i] = where(~(i >= 1), 0.0, x[i - 1])
+c[i] = where(i >= 1, where(i + 1 < N, x[i - 1] + x[i + 1], x[i - 1]), x[i])
+d[i] = where(i < N - 1, x[i + 1], 0)
+e[i] = where(i % 2 == 0, x[i // 2], 0.0)
+f[i] = where(x[i] > 0.0, x[i], 0.0) + where((i >= 2) & (x[i] < 0.0), x[i - 2], 0.0)
+"""
+
+[composite.aligned]
+inputs = ["x: f32[M, N]", "w: f32[N, K]", "b: f32[K]"]
+outputs = ["y: f32[M, K]", "s: f32[M]", "e: f32[M, N]"]
+where = ["N % 16 == 0", "K % 8 == 0"]
+body = """
+y = relu(x @ w + b)
+s = max(x, axis=1) + sum(x, axis=-1)
+e = exp(x - max(x, axis=-1, keepdims=True))
+"""
+
+[composite.derive_chain]
+inputs = ["x: f32[N, M]", "w: f32[H]"]
+outputs = ["y: f32[G]", "z: f32[N, M]", "n: i64"]
+where = ["H = 4*M", "G = H + 1"]
+body = """
+y = concat([w, zeros([1], f32)], 0) + cast(G, f32)
+z = x / cast(N * M, f32)
+n = N * M - H
+"""
+
+[composite.stencil_on_intermediate]
+inputs = ["x: f32[N]"]
+outputs = ["y: f32[N]"]
+body = """
+t = exp(x) * 2.0
+y[i] = where(i >= 1, t[i - 1], 0.0) + t[i] + where(i + 1 < N, t[i + 1], 0.0)
+"""
+
+[composite.two_consumers]
+inputs = ["x: f32[M, N]"]
+outputs = ["a: f32[M, N]", "b: f32[N, M]", "c: f32[N]"]
+body = """
+t = tanh(x) + 1.0
+a = t * 2.0
+b = t.T - 1.0
+c = sum(t, axis=0)
+"""
+
+[composite.red_of_red]
+inputs = ["x: f32[A, B, C]"]
+outputs = ["y: f32[A]", "z: f32[A, B]"]
+where = ["C >= 1"]
+body = """
+m = max(x, axis=2)
+y = sum(m - mean(m, axis=1, keepdims=True), axis=1)
+z = m / sum(exp(x), axis=-1)
+"""
+
+[composite.gather_like]
+inputs = ["x: f32[N, N]"]
+outputs = ["d: f32[N]", "u: f32[N, N]"]
+body = """
+t = x + x.T
+d[i] = t[i, i]
+u[i, j] = where(j >= i, t[i, j], t[j, i])
+"""
+
+[composite.matmul_chain]
+inputs = ["a: f32[M, K]", "b: f32[K, N]", "c: f32[N, P]"]
+outputs = ["y: f32[M, P]", "z: f32[P, M]"]
+body = """
+t = relu(a @ b)
+y = t @ c
+z = (t @ c).T * 2.0
+"""
+
+[composite.broadcast_reduce]
+inputs = ["x: f32[M, 1]", "y: f32[N]"]
+outputs = ["s: f32[M]", "t: f32[N]"]
+body = """
+p = x * y
+s = sum(p, axis=1)
+t = max(p, axis=0)
+"""
+
+[composite.index_array_index]
+inputs = ["x: f32[M, N]"]
+outputs = ["y: f32[M]"]
+where = ["N >= 1"]
+body = """
+s[i, j] = x[i, j] * cast(j + 1, f32)
+e = exp(s - max(s, axis=1, keepdims=True))
+y[i] = sum[j](e[i, j] * x[i, j]) / sum[j](e[i, j])
+"""
+
 [composite.affine_dims]
 inputs = ["x: f32[N, 4*Q]"]
 outputs = ["y: f32[N, Q]"]
@@ -286,6 +402,165 @@ def test_constraints_hold(lib, nk):
     n, k = nk
     x = randn(nk)
     assert_close(lib["constrained"](x), x * np.float32(2) + np.float32(k // 4), **EXACT)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 13, 37])
+def test_index_arithmetic_floor_semantics(lib, n):
+    """Index and symbol values are i64 with floor // and %, also when negative."""
+    x = randn(n)
+    q, r, s, t, y = lib["index_arith"](x)
+    i = np.arange(n, dtype=np.int64)
+    np.testing.assert_array_equal(q, (i - 5) // 3)
+    np.testing.assert_array_equal(r, (i - 5) % 3)
+    np.testing.assert_array_equal(s, (n - 10 - i) // -4)
+    np.testing.assert_array_equal(t, (n - 10 - i) % -4)
+    assert_close(y, np.where(i % 2 == 0, x, -x) * (i - 2).astype(np.float32), **EXACT)
+
+
+@pytest.mark.parametrize("mn", [(1, 1), (7, 13), (13, 1), (37, 5), (0, 3)])
+def test_reduction_over_outer_index_and_diagonal(lib, mn):
+    m, n = mn
+    x, s = randn(mn), randn((n, n), seed=1)
+    c, d = lib["outer_reduction"](x, s)
+    assert_close(c, x.astype(np.float64).sum(axis=0), **F32)
+    assert_close(d, np.diag(s) * np.float32(2), **EXACT)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 13, 37])
+def test_guard_conditions(lib, n):
+    """Guards with | ~ nested where, symbols, modulo, and data-dependent conditions."""
+    x = randn(n)
+    a, b, c, d, e, f = lib["guards"](x)
+    i = np.arange(n)
+    xm1 = np.concatenate([[0.0], x[:-1]])[:n].astype(np.float32)  # x[i - 1]
+    xp1 = np.concatenate([x[1:], [0.0]])[:n].astype(np.float32)  # x[i + 1]
+    xm2 = np.concatenate([[0.0, 0.0], x[:-2]])[:n].astype(np.float32)
+    assert_close(a, np.where((i < 1) | (i > n - 2), 0.0, xm1 + xp1), **EXACT)
+    assert_close(b, np.where(i >= 1, xm1, 0.0), **EXACT)
+    assert_close(c, np.where(i >= 1, np.where(i + 1 < n, xm1 + xp1, xm1), x), **EXACT)
+    assert_close(d, np.where(i < n - 1, xp1, 0.0), **EXACT)
+    e_expected = np.zeros(2 * n, np.float32)
+    e_expected[0::2] = x
+    assert_close(e, e_expected, **EXACT)
+    expected_f = np.where(x > 0, x, 0) + np.where((i >= 2) & (x < 0), xm2, 0)
+    assert_close(f, expected_f, **EXACT)
+
+
+EQUALITY_GUARDS = """
+[composite.eq_guards]
+inputs = ["x: f32[N]"]
+outputs = ["a: f32[N]", "b: f32[N]"]
+body = '''
+a[i] = where(i == 0, 0.0, x[i - 1])
+b[i] = where(i != 0, x[i - 1], 0.0)
+'''
+"""
+
+
+def test_guard_with_equality(compile_composites):
+    """The false branch of i == 0 (and the true one of i != 0), with 0 <= i, proves i >= 1."""
+    lib = compile_composites(EQUALITY_GUARDS)
+    for n in (0, 1, 7, 13):
+        x = randn(n)
+        a, b = lib["eq_guards"](x)
+        expected = np.concatenate([[0.0], x[:-1]])[:n]
+        assert_close(a, expected, **EXACT)
+        assert_close(b, expected, **EXACT)
+
+
+@pytest.mark.parametrize("mnk", [(1, 16, 8), (7, 32, 24), (3, 48, 8), (13, 16, 40), (2, 0, 0)])
+def test_alignment_constraints_used_as_facts(lib, mnk):
+    """With N % 16 == 0 and K % 8 == 0 the compiler may drop remainder loops: still exact."""
+    m, n, k = mnk
+    x, w, b = randn((m, n)), randn((n, k), seed=1), randn(k, seed=2)
+    y, s, e = lib["aligned"](x, w, b)
+    x64 = x.astype(np.float64)
+    assert_close(y, np.maximum(x64 @ w.astype(np.float64) + b, 0), rtol=1e-5, atol=1e-4)
+    if n:
+        assert_close(s, x64.max(axis=1) + x64.sum(axis=-1), rtol=1e-5, atol=1e-4)
+        assert_close(e, np.exp(x64 - x64.max(axis=-1, keepdims=True)), **F32)
+    with pytest.raises(CatencStatusError):
+        lib["aligned"](randn((m, n + 1)), randn((n + 1, k)), b)
+
+
+@pytest.mark.parametrize("nm", [(1, 1), (7, 13), (13, 1), (2, 37), (0, 3)])
+def test_derivation_chain_and_symbol_values(lib, nm):
+    n, m = nm
+    x, w = randn(nm), randn(4 * m, seed=1)
+    y, z, c = lib["derive_chain"](x, w)
+    assert_close(y, np.concatenate([w, np.zeros(1, np.float32)]) + np.float32(4 * m + 1), **EXACT)
+    assert_close(z, x / np.float32(n * m) if n * m else x, **EXACT)
+    assert int(c) == n * m - 4 * m
+
+
+# ------------------------------------------------- producers fused into consumers (O2)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 13, 37])
+def test_stencil_on_intermediate(lib, n):
+    x = randn(n)
+    t = np.exp(x.astype(np.float64)) * 2
+    p = np.pad(t, 1)
+    assert_close(lib["stencil_on_intermediate"](x), p[:-2] + p[1:-1] + p[2:], **F32)
+
+
+@pytest.mark.parametrize("mn", [(1, 1), (7, 13), (13, 1), (3, 37), (0, 2)])
+def test_intermediate_with_two_consumers(lib, mn):
+    x = randn(mn)
+    a, b, c = lib["two_consumers"](x)
+    t = np.tanh(x.astype(np.float64)) + 1
+    assert_close(a, t * 2, **F32)
+    assert_close(b, t.T - 1, **F32)
+    assert_close(c, t.sum(axis=0), **F32)
+
+
+@pytest.mark.parametrize("abc", [(1, 1, 1), (2, 7, 13), (3, 13, 1), (2, 1, 37), (0, 2, 2)])
+def test_reduction_of_reduction(lib, abc):
+    x = randn(abc)
+    y, z = lib["red_of_red"](x)
+    x64 = x.astype(np.float64)
+    m = x64.max(axis=2)
+    assert_close(y, (m - m.mean(axis=1, keepdims=True)).sum(axis=1), **F32)
+    assert_close(z, m / np.exp(x64).sum(axis=-1), **F32)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 13, 37])
+def test_diagonal_and_symmetric_reads(lib, n):
+    x = randn((n, n))
+    d, u = lib["gather_like"](x)
+    t = x + x.T
+    i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    assert_close(d, np.diag(t), **EXACT)
+    assert_close(u, np.where(j >= i, t, t.T), **EXACT)
+
+
+@pytest.mark.parametrize("mknp", [(1, 1, 1, 1), (7, 13, 37, 5), (13, 5, 1, 7), (2, 0, 3, 4)])
+def test_matmul_chain(lib, mknp):
+    m, k, n, p = mknp
+    a, b, c = randn((m, k)), randn((k, n), seed=1), randn((n, p), seed=2)
+    y, z = lib["matmul_chain"](a, b, c)
+    t = np.maximum(a.astype(np.float64) @ b, 0) @ c
+    assert_close(y, t, rtol=1e-4, atol=1e-4)
+    assert_close(z, t.T * 2, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("mn", [(1, 1), (7, 13), (13, 1), (3, 37)])
+def test_broadcast_then_reduce(lib, mn):
+    m, n = mn
+    x, y = randn((m, 1)), randn(n, seed=1)
+    s, t = lib["broadcast_reduce"](x, y)
+    p = x * y
+    assert_close(s, p.astype(np.float64).sum(axis=1), **F32)
+    assert_close(t, p.max(axis=0), **EXACT)
+
+
+@pytest.mark.parametrize("mn", [(1, 1), (7, 13), (13, 1), (3, 37), (0, 4)])
+def test_index_array_index(lib, mn):
+    x = randn(mn)
+    x64 = x.astype(np.float64)
+    s = x64 * (np.arange(mn[1]) + 1)
+    e = np.exp(s - s.max(axis=1, keepdims=True)) if mn[0] else s
+    assert_close(lib["index_array_index"](x), (e * x64).sum(axis=1) / e.sum(axis=1), **F32)
 
 
 @pytest.mark.parametrize("nq", [(1, 1), (7, 13), (13, 1), (2, 37), (0, 2), (3, 0)])

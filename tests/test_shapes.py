@@ -221,6 +221,70 @@ p = pad(x, [[1, 1], [1, 1]])
 y = p[2:, 1:M+1] + p[:N, 1:-1] - p[1:N+1, 2:]
 w = concat([stack([x.T[0], x.T[-1]], 1), zeros([M, 2], f32)], 0)
 """
+
+[composite.views_materialised]
+inputs = ["x: f32[A, B]", "y: f32[A, 4]"]
+outputs = ["t: f32[A*B]", "s: f32[2*A]", "r: f32[B, A]", "c: f32[2*B, A]"]
+body = """
+t = reshape(transpose(x), [-1])
+s = reshape(y[:, ::2], [-1])
+r = reshape(x[::-1], [B, A])
+c = concat([x.T, x[::-1].T * 2.0], 0)
+"""
+
+[composite.views_reduced]
+inputs = ["x: f32[A, B]", "z: f32[A, B, C]"]
+outputs = ["s: f32[A]", "m: f32[A]", "f: f32[C*B, A]", "k: f32[A, B, C]"]
+body = """
+s = sum(x.T, axis=0)
+m = max(x[::-1, ::-1], axis=1)
+f = flatten(z.T, 0, 1)
+k = z - mean(z, axis=(0, 2), keepdims=True)
+"""
+
+[composite.misc_shapes]
+inputs = ["x: f32[A, B, C]", "v: f32[N]", "a: f32", "b: f32"]
+outputs = ["p: f32[C, A, B]", "q: f32[2]", "u: f32[N]", "w: f32[N]", "g: f32[A, B*C]", "h: f32[A*B, C]"]
+body = """
+p = transpose(x, [-1, 0, 1])
+q = stack([a, b], 0)
+u = concat([v], 0) + v.T
+w = full([N], alpha, f32) + full([N], a, f32)
+g = flatten(x, start=-2)
+h = flatten(x, end=-2)
+"""
+params = { alpha = 2.5 }
+
+[composite.misc_slices]
+inputs = ["x: f32[N]"]
+outputs = ["y: f32[(N+1)//3]", "h: f32[N - N//2]", "z: f32[N+1]", "c: f32[N]", "d: f32[N]"]
+body = """
+y = x[1:N:3]
+h = x[N//2:]
+z = zeros([N+1], f32) + 1.0
+c = x
+d = c * 2.0
+"""
+[composite.param_shapes]
+inputs = ["x: f32[N]"]
+outputs = ["y: f32[N + 4]", "r: f32[2, N]", "s: f32[1, N]", "a: i64[5]"]
+params = { p = 2, v = 1.5, k = 2 }
+body = """
+y = pad(x, [[p, p]], value=v)
+r = reshape(concat([x, x], 0), [k, -1])
+s = stack([x], 0)
+a = arange(5)
+"""
+
+[composite.roll_fused]
+inputs = ["x: f32[N]"]
+outputs = ["y: f32[N]", "z: f32[N]"]
+where = ["N >= 1"]
+body = """
+t = x * 3.0 + 1.0
+y = t[::-1] + t
+z = concat([t[1:], t[:1]], 0) * t
+"""
 '''
 
 
@@ -512,18 +576,24 @@ def test_reshape_infer_after_slice(compile_composites):
     lib = compile_composites(RESHAPE_INFER_SLICED)
     for shape in [(1, 1, 1), (2, 7, 13), (5, 3, 1), (13, 2, 2)]:
         x = randn(shape)
-        assert_close(lib["reshape_infer_sliced"](x), x[1:].reshape(shape[0] - 1, -1), **EXACT)
+        expected = x[1:].reshape(shape[0] - 1, shape[1] * shape[2])
+        assert_close(lib["reshape_infer_sliced"](x), expected, **EXACT)
 
 
-BOOL_CONSTRUCTORS = """
+BOOL_CONSTRUCTORS = (
+    """
 [composite.bool_constructors]
 inputs = ["x: f32[M]"]
 outputs = ["b: bool[M]", "c: bool[M]", "d: bool[M]"]
-body = """ + '"""' + """
+body = """
+    + '"""'
+    + """
 b = zeros([M], bool)
 c = ones([M], bool)
 d = full([M], True, bool) & (x > 0)
-""" + '"""\n'
+"""
+    + '"""\n'
+)
 
 
 def test_bool_constructors(compile_composites):
@@ -556,3 +626,139 @@ def test_chained_pad_slice(lib, nm):
     assert_close(y, p[2:, 1 : m + 1] + p[:n, 1:-1] - p[1 : n + 1, 2:], rtol=1e-6, atol=1e-6)
     expected_w = np.concatenate([np.stack([x.T[0], x.T[-1]], 1), np.zeros((m, 2))], 0)
     assert_close(w, expected_w, **EXACT)
+
+
+@pytest.mark.parametrize("ab", SIZES2)
+def test_views_materialised(lib, ab):
+    """reshape of a non-contiguous view (transposed, strided, reversed) copies in order."""
+    a, b = ab
+    x = randn(ab)
+    y = randn((a, 4), seed=1)
+    t, s, r, c = lib["views_materialised"](x, y)
+    assert_close(t, np.transpose(x).reshape(-1), **EXACT)
+    assert_close(s, y[:, ::2].reshape(-1), **EXACT)
+    assert_close(r, x[::-1].reshape(b, a), **EXACT)
+    assert_close(c, np.concatenate([x.T, x[::-1].T * np.float32(2)], 0), **EXACT)
+
+
+@pytest.mark.parametrize("abc", SIZES3)
+def test_views_reduced(lib, abc):
+    a, b, c = abc
+    x = randn((a, b))
+    z = randn(abc, seed=1)
+    s, m, f, k = lib["views_reduced"](x, z)
+    assert_close(s, x.T.astype(np.float64).sum(axis=0), rtol=1e-5, atol=1e-5)
+    expected_m = x[::-1, ::-1].max(axis=1) if b else np.full(a, -np.inf)
+    assert_close(m, expected_m, **EXACT)
+    assert_close(f, z.T.reshape(c * b, a), **EXACT)
+    if z.size:
+        mean = z.astype(np.float64).mean(axis=(0, 2), keepdims=True)
+        assert_close(k, z - mean, rtol=1e-5, atol=1e-5)
+    else:
+        assert k.shape == abc
+
+
+@pytest.mark.parametrize("abcn", [(1, 1, 1, 1), (2, 7, 13, 5), (3, 1, 5, 37), (0, 2, 3, 0)])
+def test_misc_shapes(lib, abcn):
+    a, b, c, n = abcn
+    x, v = randn((a, b, c)), randn(n, seed=1)
+    p, q, u, w, g, h = lib["misc_shapes"](x, v, np.float32(1.5), np.float32(-4))
+    assert_close(p, np.transpose(x, (-1, 0, 1)), **EXACT)
+    assert_close(q, np.array([1.5, -4], np.float32), **EXACT)
+    assert_close(u, v + v, **EXACT)
+    assert_close(w, np.full(n, 4.0, np.float32), **EXACT)
+    assert_close(g, x.reshape(a, b * c), **EXACT)
+    assert_close(h, x.reshape(a * b, c), **EXACT)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 13, 37])
+def test_misc_slices(lib, n):
+    x = randn(n)
+    y, h, z, c, d = lib["misc_slices"](x)
+    assert_close(y, x[1:n:3], **EXACT)
+    assert_close(h, x[n // 2 :], **EXACT)
+    assert_close(z, np.ones(n + 1, np.float32), **EXACT)
+    assert_close(c, x, **EXACT)
+    assert_close(d, x * np.float32(2), **EXACT)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 13, 37])
+def test_params_in_shape_functions(lib, n):
+    x = randn(n)
+    y, r, s, a = lib["param_shapes"](x)
+    assert_close(y, np.pad(x, [[2, 2]], constant_values=1.5), **EXACT)
+    assert_close(r, np.concatenate([x, x]).reshape(2, -1) if n else np.zeros((2, 0)), **EXACT)
+    assert_close(s, np.stack([x], 0), **EXACT)
+    np.testing.assert_array_equal(a, np.arange(5))
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 13, 37])
+def test_roll_of_fused_intermediate(lib, n):
+    x = randn(n)
+    y, z = lib["roll_fused"](x)
+    t = x * np.float32(3) + np.float32(1)
+    assert_close(y, t[::-1] + t, **EXACT)
+    assert_close(z, np.roll(t, -1) * t, **EXACT)
+
+
+ROLL_ANY_N = """
+[composite.roll]
+inputs = ["x: f32[N]"]
+outputs = ["z: f32[N]"]
+body = "z = concat([x[1:], x[:1]], 0) * x"
+"""
+
+
+def test_roll_shape_for_every_n(compile_composites):
+    """len(x[1:]) + len(x[:1]) is max(0, N-1) + min(1, N) == N for every N >= 0."""
+    lib = compile_composites(ROLL_ANY_N)
+    for n in (0, 1, 2, 7, 13):
+        x = randn(n)
+        assert_close(lib["roll"](x), np.roll(x, -1) * x, **EXACT)
+
+
+# Slices whose length is provably the declared one for every allowed N, though it takes
+# min/max/floor-division reasoning: (name, composite text, numpy of x, sizes)
+PROVABLE_SLICES = {
+    "floordiv_stop": (
+        """
+[composite.f]
+inputs = ["x: f32[N]"]
+outputs = ["y: f32[(N - 1) // 2]"]
+where = ["N >= 1"]
+body = "y = x[:(N-1)//2]"
+""",
+        lambda x: x[: (len(x) - 1) // 2],
+        (1, 2, 7, 13),
+    ),
+    "half_up_stop": (
+        """
+[composite.f]
+inputs = ["x: f32[N]"]
+outputs = ["y: f32[(N + 1) // 2]"]
+body = "y = x[:(N+1)//2]"
+""",
+        lambda x: x[: (len(x) + 1) // 2],
+        (0, 1, 2, 7, 13),
+    ),
+    "empty_range": (
+        """
+[composite.f]
+inputs = ["x: f32[N]"]
+outputs = ["y: f32[0]", "z: f32[N]"]
+body = "y = x[3:3]; z = x"
+""",
+        lambda x: x[3:3],
+        (0, 1, 5),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(PROVABLE_SLICES))
+def test_slice_lengths_that_need_min_max_reasoning(compile_composites, case):
+    text, ref, sizes = PROVABLE_SLICES[case]
+    lib = compile_composites(text)
+    for n in sizes:
+        x = randn(n)
+        out = lib["f"](x)
+        assert_close(out[0] if isinstance(out, tuple) else out, ref(x), **EXACT)

@@ -82,11 +82,16 @@ def doc_lines(entry: EntryPlan) -> list[str]:
     return lines
 
 
+def doc_comment(entry: EntryPlan) -> str:
+    body = "\n".join(f" * {line}".rstrip() for line in doc_lines(entry))
+    return f"/*\n{body}\n */"
+
+
 def render_header(entries: tuple[EntryPlan, ...], stem: str, source: str, prefix: str = "") -> str:
     guard = "CATENC_" + re.sub(r"[^A-Za-z0-9]", "_", prefix + stem).upper() + "_H"
     context = [
         {
-            "doc": doc_lines(e),
+            "comment": doc_comment(e),
             "prototype": prototype(e),
             "workspace_prototype": workspace_prototype(e),
         }
