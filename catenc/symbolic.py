@@ -547,9 +547,74 @@ def prove_nonneg(e: ExprLike, facts: Facts = Facts()) -> bool:
     """Sound (incomplete) proof that e >= 0 for all values allowed by `facts`.
 
     Tries e itself, then e minus up to two facts (scaled to cancel a term), with loop
-    indices replaced by the end of their range that minimises e.
+    indices replaced by the end of their range that minimises e. Failing that, splits cases:
+    on which side a max/min takes, and on small values of a symbol under a // or %.
     """
     e = to_expr(e)
+    return _prove_direct(e, facts) or _prove_by_cases(e, facts, 0)
+
+
+MAX_CASE_DEPTH = 3
+SMALL_VALUES = 4
+
+
+def _prove_by_cases(e: Expr, facts: Facts, depth: int) -> bool:
+    if depth >= MAX_CASE_DEPTH:
+        return False
+    atoms = _call_atoms(e)
+    choice = next((a for a in atoms if a.func in ("max", "min")), None)
+    if choice is not None:
+        p, q = choice.args
+        cases = [(p, p - q), (q, q - p)] if choice.func == "max" else [(p, q - p), (q, p - q)]
+        return all(_prove_case(_replace_atom(e, choice, value), facts, fact, depth) for value, fact in cases)
+    divided = [a for a in atoms if a.func in ("floordiv", "mod")]
+    names = sorted(set().union(*(a.free_symbols() for a in divided)) - set(facts.extents)) if divided else []
+    if not names or len(names) > 2:
+        return False
+    name = names[0]
+    for value in range(SMALL_VALUES):
+        mapping = {name: const(value)}
+        if not _prove_case(e.substitute(mapping), _substitute_facts(facts, mapping), None, depth):
+            return False
+    mapping = {name: sym(name) + SMALL_VALUES}  # the rest: name >= SMALL_VALUES
+    return _prove_case(e.substitute(mapping), _substitute_facts(facts, mapping), None, depth)
+
+
+def _prove_case(e: Expr, facts: Facts, assumption: Expr | None, depth: int) -> bool:
+    """e >= 0 in one case (facts plus `assumption` >= 0); an impossible case holds trivially."""
+    if assumption is not None:
+        if _prove_direct(-assumption - 1, facts):
+            return True
+        facts = facts.with_nonneg(assumption)
+    if any(f.is_const and f.value < 0 for f in facts.nonneg):
+        return True
+    return _prove_direct(e, facts) or _prove_by_cases(e, facts, depth + 1)
+
+
+def _substitute_facts(facts: Facts, mapping: Mapping[str, Expr]) -> Facts:
+    return Facts(
+        tuple(f.substitute(mapping) for f in facts.nonneg),
+        tuple((n, extent.substitute(mapping)) for n, extent in facts.ranges),
+    )
+
+
+def _call_atoms(e: Expr) -> list[Call]:
+    return [atom for m, _ in e.terms for atom, _ in m if isinstance(atom, Call)]
+
+
+def _replace_atom(e: Expr, target: Atom, value: Expr) -> Expr:
+    total = ZERO
+    for m, c in e.terms:
+        term = const(c)
+        for atom, power in m:
+            piece = value if atom == target else Expr.atom(atom)
+            for _ in range(power):
+                term = term * piece
+        total = total + term
+    return total
+
+
+def _prove_direct(e: Expr, facts: Facts) -> bool:
     candidates = [e]
     for fact in facts.nonneg:
         candidates.extend(e - k * fact for k in _scales(e, fact))

@@ -1184,7 +1184,10 @@ body = "a = x + y; c = x * y; d = x // y"
 [composite.ub_casts]
 inputs = ["x: f32[N]", "z: f64[N]"]
 outputs = ["a: i32[N]", "b: u8[N]", "c: i64[N]", "d: u64[N]", "e: i8[N]", "f: f16[N]", "g: f32[N]"]
-body = "a = cast(x, i32); b = cast(x, u8); c = cast(z, i64); d = cast(z, u64); e = cast(x, i8); f = cast(z, f16); g = cast(z, f32)"
+body = '''
+a = cast(x, i32); b = cast(x, u8); c = cast(z, i64); d = cast(z, u64)
+e = cast(x, i8); f = cast(z, f16); g = cast(z, f32)
+'''
 
 [composite.ub_reduce]
 inputs = ["x: i32[M, N]"]

@@ -92,3 +92,12 @@ def test_divisions_and_remainders_in_bounds_proofs():
     assert prove_less(mod(i, 2), 2, box)
     assert prove_less(2 * i + 1, 2 * N, box)
     assert not prove_less(floordiv(i, 2) + N, N, box)
+
+
+def test_case_splits_decide_max_min_and_small_values():
+    N = sym("N")
+    rolled = maximum(N - 1, 0) + minimum(N, 1)  # len(x[1:]) + len(x[:1])
+    assert prove_nonneg(rolled - N) and prove_nonneg(N - rolled)
+    assert prove_nonneg(N - floordiv(N + 1, 2))  # (N + 1) // 2 <= N, tight at N = 0 and 1
+    assert not prove_nonneg(N - floordiv(N + 3, 2))  # fails at N = 0
+    assert prove_nonneg(-maximum(minimum(N, 3) - 3, 0)) and prove_nonneg(maximum(minimum(N, 3) - 3, 0))

@@ -142,6 +142,8 @@ def decide(lhs: Expr, op: str, rhs: Expr, facts: Facts) -> bool | None:
         diff = lhs - rhs
         if diff.is_const:
             return diff.value == 0
+        if prove_nonneg(diff, facts) and prove_nonneg(-diff, facts):
+            return True
         if prove_nonneg(diff - 1, facts) or prove_nonneg(-diff - 1, facts):
             return False
         return None
