@@ -153,8 +153,7 @@ def _run_toolchain(argv: list[str], cwd: Path, user_flags: str = "") -> None:
     if result.returncode != 0 and user_flags:
         # With flags of the user's own, a rejection is most likely theirs: say so, exit 1.
         raise CatencError(
-            f"the C toolchain failed with your --config {user_flags}: {' '.join(argv)}\n"
-            f"{result.stderr.strip()[:4000]}"
+            f"the C toolchain failed with your --config {user_flags}: {' '.join(argv)}\n{result.stderr.strip()[:4000]}"
         )
     if result.returncode != 0:
         raise InternalError(

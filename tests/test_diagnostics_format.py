@@ -85,9 +85,7 @@ def test_caret_keeps_tabs_of_the_source_line() -> None:
 
 def test_caret_past_end_of_line() -> None:
     error = CatencError("expected ']'", Loc("m.toml", 1, 6))
-    assert format_diagnostic(error, reader({"m.toml": "a = ["})) == (
-        "m.toml:1:6: error: expected ']'\na = [\n     ^"
-    )
+    assert format_diagnostic(error, reader({"m.toml": "a = ["})) == ("m.toml:1:6: error: expected ']'\na = [\n     ^")
 
 
 def test_default_reader_reads_file_from_disk(tmp_path: Path) -> None:

@@ -323,9 +323,7 @@ def test_entry_describes_its_arguments(lib: Library):
     assert entry.dims == ["N"]
     assert entry.inputs[3].dtype is DTYPES["bf16"] and entry.inputs[3].shape == ("H",)
     assert entry.inputs[2].shape == () and entry.inputs[2].rank == 0
-    assert entry.signature == (
-        "scale_add(x: f32[N], y: f32[N], alpha: f32, b: bf16[H]) -> (z: f32[N], total: f64)"
-    )
+    assert entry.signature == ("scale_add(x: f32[N], y: f32[N], alpha: f32, b: bf16[H]) -> (z: f32[N], total: f64)")
     assert lib.take_rows.specialized == {"D": 3}
     assert "take_rows" in repr(lib)
 
