@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from catenc.dtypes import DTYPES, DType
-from catenc.ir.nodes import Binary, Buffer, Cast, Const, Load, SymInt, Unary, Value, Where
-from catenc.lower.loops import Assign, Declare, For, If, Local, LoopKernel, Stmt, Store
+from catenc.ir.nodes import Binary, Buffer, Cast, Const, Load, Local, SymInt, Unary, Value, Where
+from catenc.lower.loops import Assign, Declare, For, If, LoopKernel, Stmt, Store
 from catenc.symbolic import Expr
 
 FLOAT_FUNCS = (

@@ -10,7 +10,7 @@ broadcast are folded into these maps, never copied), `Unary`, `Binary`, `Where`,
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from catenc.dtypes import DType
 from catenc.symbolic import Expr
@@ -26,9 +26,16 @@ REDUCE_OPS = frozenset("sum prod max min argmax argmin".split())
 @dataclass(frozen=True)
 class Value:
     dtype: DType
+    child_fields = ()  # names of the fields that hold sub-values
 
     def children(self) -> tuple[Value, ...]:
-        return ()
+        return tuple(getattr(self, name) for name in self.child_fields)
+
+    def with_children(self, children: tuple[Value, ...]) -> Value:
+        """The same node over new children (a pass's way to rebuild a tree)."""
+        if not self.child_fields:
+            return self
+        return replace(self, **dict(zip(self.child_fields, children)))
 
 
 @dataclass(frozen=True)
@@ -53,9 +60,7 @@ class Load(Value):
 class Unary(Value):
     op: str
     x: Value
-
-    def children(self) -> tuple[Value, ...]:
-        return (self.x,)
+    child_fields = ("x",)
 
 
 @dataclass(frozen=True)
@@ -63,9 +68,7 @@ class Binary(Value):
     op: str
     a: Value
     b: Value
-
-    def children(self) -> tuple[Value, ...]:
-        return (self.a, self.b)
+    child_fields = ("a", "b")
 
 
 @dataclass(frozen=True)
@@ -75,17 +78,13 @@ class Where(Value):
     cond: Value
     a: Value
     b: Value
-
-    def children(self) -> tuple[Value, ...]:
-        return (self.cond, self.a, self.b)
+    child_fields = ("cond", "a", "b")
 
 
 @dataclass(frozen=True)
 class Cast(Value):
     x: Value
-
-    def children(self) -> tuple[Value, ...]:
-        return (self.x,)
+    child_fields = ("x",)
 
 
 @dataclass(frozen=True)
@@ -96,9 +95,14 @@ class Reduce(Value):
     op: str
     indices: tuple[tuple[str, Expr], ...]
     body: Value
+    child_fields = ("body",)
 
-    def children(self) -> tuple[Value, ...]:
-        return (self.body,)
+
+@dataclass(frozen=True)
+class Local(Value):
+    """A scalar local variable (introduced by lowering: accumulators, per-row values)."""
+
+    name: str
 
 
 @dataclass(frozen=True)
@@ -158,6 +162,8 @@ def loads(value: Value) -> Iterator[Load]:
 
 
 def format_value(value: Value) -> str:
+    if isinstance(value, Local):
+        return value.name
     if isinstance(value, Const):
         return f"{value.value!r}:{value.dtype.name}"
     if isinstance(value, SymInt):

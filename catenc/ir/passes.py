@@ -5,21 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from itertools import count
 
-from catenc.ir.nodes import (
-    Binary,
-    Cast,
-    Compute,
-    Const,
-    Graph,
-    Load,
-    Reduce,
-    SymInt,
-    Unary,
-    Value,
-    Where,
-    loads,
-    walk,
-)
+from catenc.ir.nodes import Binary, Cast, Compute, Const, Graph, Load, Reduce, SymInt, Unary, Value, Where, loads, walk
 from catenc.symbolic import Expr, sym
 
 EXPENSIVE_OPS = frozenset(
@@ -33,61 +19,31 @@ def substitute(value: Value, mapping: dict[str, Expr]) -> Value:
         return Load(value.dtype, value.buffer, tuple(e.substitute(mapping) for e in value.index))
     if isinstance(value, SymInt):
         return SymInt(value.dtype, value.expr.substitute(mapping))
-    if isinstance(value, Unary):
-        return Unary(value.dtype, value.op, substitute(value.x, mapping))
-    if isinstance(value, Cast):
-        return Cast(value.dtype, substitute(value.x, mapping))
-    if isinstance(value, Binary):
-        return Binary(value.dtype, value.op, substitute(value.a, mapping), substitute(value.b, mapping))
-    if isinstance(value, Where):
-        return Where(value.dtype, *(substitute(v, mapping) for v in (value.cond, value.a, value.b)))
-    if isinstance(value, Reduce):
-        return Reduce(value.dtype, value.op, value.indices, substitute(value.body, mapping))
-    return value
+    return value.with_children(tuple(substitute(c, mapping) for c in value.children()))
 
 
 def rename_reductions(value: Value, suffix: str) -> Value:
     """Give every index bound by a Reduce in the tree a new name (name + suffix)."""
-    mapping: dict[str, Expr] = {}
-    for node in walk(value):
-        if isinstance(node, Reduce):
-            for name, _ in node.indices:
-                mapping[name] = sym(name + suffix)
+    mapping = {name: sym(name + suffix) for node in walk(value) if isinstance(node, Reduce) for name, _ in node.indices}
 
     def rename(v: Value) -> Value:
+        v = v.with_children(tuple(rename(c) for c in v.children()))
         if isinstance(v, Reduce):
-            indices = tuple((name + suffix, extent) for name, extent in v.indices)
-            return Reduce(v.dtype, v.op, indices, rename(v.body))
-        if isinstance(v, Unary):
-            return Unary(v.dtype, v.op, rename(v.x))
-        if isinstance(v, Cast):
-            return Cast(v.dtype, rename(v.x))
-        if isinstance(v, Binary):
-            return Binary(v.dtype, v.op, rename(v.a), rename(v.b))
-        if isinstance(v, Where):
-            return Where(v.dtype, rename(v.cond), rename(v.a), rename(v.b))
+            return replace(v, indices=tuple((name + suffix, extent) for name, extent in v.indices))
         return v
 
     return substitute(rename(value), mapping) if mapping else value
 
 
 def replace_loads(value: Value, buffer: str, make) -> Value:
-    """Rebuild a value tree with every load of `buffer` replaced by make(load, enclosing)."""
+    """Rebuild a value tree with every load of `buffer` replaced by make(load, enclosing), where
+    enclosing are the (index, extent) pairs of the Reduces around the load."""
 
     def visit(v: Value, enclosing: tuple[tuple[str, Expr], ...]) -> Value:
         if isinstance(v, Load):
             return make(v, enclosing) if v.buffer == buffer else v
-        if isinstance(v, Unary):
-            return Unary(v.dtype, v.op, visit(v.x, enclosing))
-        if isinstance(v, Cast):
-            return Cast(v.dtype, visit(v.x, enclosing))
-        if isinstance(v, Binary):
-            return Binary(v.dtype, v.op, visit(v.a, enclosing), visit(v.b, enclosing))
-        if isinstance(v, Where):
-            return Where(v.dtype, *(visit(x, enclosing) for x in (v.cond, v.a, v.b)))
-        if isinstance(v, Reduce):
-            return Reduce(v.dtype, v.op, v.indices, visit(v.body, enclosing + v.indices))
-        return v
+        inner = enclosing + v.indices if isinstance(v, Reduce) else enclosing
+        return v.with_children(tuple(visit(c, inner) for c in v.children()))
 
     return visit(value, ())
 
@@ -226,23 +182,16 @@ _INT_FOLDS = {
 def fold_value(value: Value) -> Value:
     """Constant folding and algebraic identities that hold for every input (no float reassociation:
     x + 0.0 stays, as it turns -0.0 into 0.0)."""
-    if isinstance(value, Unary):
-        x = fold_value(value.x)
-        if isinstance(x, Const) and value.op == "neg" and value.dtype.is_int:
-            return Const(value.dtype, _wrap(-int(x.value), value.dtype))
-        return Unary(value.dtype, value.op, x)
-    if isinstance(value, Cast):
-        return Cast(value.dtype, fold_value(value.x))
+    value = value.with_children(tuple(fold_value(c) for c in value.children()))
+    dtype = value.dtype
+    if isinstance(value, Unary) and isinstance(value.x, Const) and value.op == "neg" and dtype.is_int:
+        return Const(dtype, _wrap(-int(value.x.value), dtype))
     if isinstance(value, Where):
-        cond, a, b = fold_value(value.cond), fold_value(value.a), fold_value(value.b)
-        if isinstance(cond, Const):
-            return a if cond.value else b
-        return a if a == b else Where(value.dtype, cond, a, b)
-    if isinstance(value, Reduce):
-        return Reduce(value.dtype, value.op, value.indices, fold_value(value.body))
+        if isinstance(value.cond, Const):
+            return value.a if value.cond.value else value.b
+        return value.a if value.a == value.b else value
     if isinstance(value, Binary):
-        a, b = fold_value(value.a), fold_value(value.b)
-        dtype = value.dtype
+        a, b = value.a, value.b
         if isinstance(a, Const) and isinstance(b, Const) and dtype.is_int and value.op in _INT_FOLDS:
             return Const(dtype, _wrap(_INT_FOLDS[value.op](int(a.value), int(b.value)), dtype))
         if value.op == "mul" and isinstance(b, Const) and b.value == 1 and b.dtype == dtype:
@@ -251,7 +200,6 @@ def fold_value(value: Value) -> Value:
             return b
         if value.op in ("add", "sub") and dtype.is_int and isinstance(b, Const) and b.value == 0:
             return a
-        return Binary(dtype, value.op, a, b)
     return value
 
 

@@ -15,9 +15,9 @@ from itertools import count
 from catenc.dtypes import BOOL, I64, DType
 from catenc.ir.nodes import (
     Binary,
-    Cast,
     Const,
     Load,
+    Local,
     Reduce,
     SymInt,
     Unary,
@@ -29,13 +29,6 @@ from catenc.ir.nodes import (
 from catenc.ir.passes import substitute
 from catenc.schedule.kernels import Kernel, Schedule
 from catenc.symbolic import ONE, ZERO, Expr, sym
-
-
-@dataclass(frozen=True)
-class Local(Value):
-    """A scalar local variable of the kernel."""
-
-    name: str
 
 
 @dataclass(frozen=True)
@@ -175,15 +168,7 @@ class _KernelLowerer:
 
     def lower(self, value: Value, guards: tuple[Value, ...]) -> Value:
         if isinstance(value, Load):
-            if value.buffer in self.kernel.scalars:
-                return Local(value.dtype, value.buffer)
-            return value
-        if isinstance(value, Unary):
-            return Unary(value.dtype, value.op, self.lower(value.x, guards))
-        if isinstance(value, Cast):
-            return Cast(value.dtype, self.lower(value.x, guards))
-        if isinstance(value, Binary):
-            return Binary(value.dtype, value.op, self.lower(value.a, guards), self.lower(value.b, guards))
+            return Local(value.dtype, value.buffer) if value.buffer in self.kernel.scalars else value
         if isinstance(value, Where):
             cond = self.lower(value.cond, guards)
             a = self.lower(value.a, guards + (cond,))
@@ -191,7 +176,7 @@ class _KernelLowerer:
             return Where(value.dtype, cond, a, b)
         if isinstance(value, Reduce):
             return self.reduce(value, guards)
-        return value
+        return value.with_children(tuple(self.lower(c, guards) for c in value.children()))
 
     def reduce(self, value: Reduce, guards: tuple[Value, ...]) -> Value:
         frames = tuple(id(f) for f in self.stack)
@@ -377,27 +362,12 @@ def _format_body(body: tuple[Stmt, ...], depth: int, lines: list[str]) -> None:
             lines.append(f"{pad}{mark}for {stmt.index} in 0..{stmt.extent}:")
             _format_body(stmt.body, depth + 1, lines)
         elif isinstance(stmt, If):
-            lines.append(f"{pad}if {_render_local(stmt.cond)}:")
+            lines.append(f"{pad}if {format_value(stmt.cond)}:")
             _format_body(stmt.body, depth + 1, lines)
         elif isinstance(stmt, Declare):
-            lines.append(f"{pad}{stmt.dtype.name} {stmt.name} = {_render_local(stmt.value)}")
+            lines.append(f"{pad}{stmt.dtype.name} {stmt.name} = {format_value(stmt.value)}")
         elif isinstance(stmt, Assign):
-            lines.append(f"{pad}{stmt.name} = {_render_local(stmt.value)}")
+            lines.append(f"{pad}{stmt.name} = {format_value(stmt.value)}")
         elif isinstance(stmt, Store):
             idx = ", ".join(str(e) for e in stmt.index)
-            lines.append(f"{pad}{stmt.buffer}[{idx}] = {_render_local(stmt.value)}")
-
-
-def _render_local(value: Value) -> str:
-    """format_value that also knows Local."""
-    if isinstance(value, Local):
-        return value.name
-    if isinstance(value, Unary):
-        return f"{value.op}({_render_local(value.x)})"
-    if isinstance(value, Binary):
-        return f"{value.op}({_render_local(value.a)}, {_render_local(value.b)})"
-    if isinstance(value, Where):
-        return f"where({_render_local(value.cond)}, {_render_local(value.a)}, {_render_local(value.b)})"
-    if isinstance(value, Cast):
-        return f"cast({_render_local(value.x)}, {value.dtype.name})"
-    return format_value(value)
+            lines.append(f"{pad}{stmt.buffer}[{idx}] = {format_value(stmt.value)}")
