@@ -240,7 +240,7 @@ class _IndexGrid:
         env = {**self.interp.symbols, **{n: self.env[n] for n in self.axes}}
         index = []
         for expr, size in zip(node.indices, tensor.shape):
-            value = np.asarray(_evaluate(expr, env), dtype=np.int64)
+            value = np.asarray(expr.evaluate(env), dtype=np.int64)  # indices are numpy arrays here
             # Indices outside the tensor only occur under a false where-guard; clamp to read safely.
             index.append(np.clip(value, 0, max(size - 1, 0)))
         if tensor.size == 0:
@@ -266,32 +266,6 @@ class _IndexGrid:
         for name, _ in node.indices:
             del self.axes[name]
         return out
-
-
-def _evaluate(expr: Expr, env: dict) -> np.ndarray | int:
-    """Evaluate a symbolic expression where indices are numpy arrays."""
-    total = 0
-    for monomial, coeff in expr.terms:
-        term = coeff
-        for atom, power in monomial:
-            value = _evaluate_atom(atom, env)
-            for _ in range(power):
-                term = term * value
-        total = total + term
-    return total
-
-
-def _evaluate_atom(atom, env):
-    from catenc.symbolic import Sym
-
-    if isinstance(atom, Sym):
-        return env[atom.name]
-    args = [_evaluate(a, env) for a in atom.args]
-    if atom.func == "floordiv":
-        return np.where(args[1] == 0, 0, np.floor_divide(args[0], np.where(args[1] == 0, 1, args[1])))
-    if atom.func == "mod":
-        return np.where(args[1] == 0, 0, np.mod(args[0], np.where(args[1] == 0, 1, args[1])))
-    return np.maximum(*args) if atom.func == "max" else np.minimum(*args)
 
 
 # ---- elementwise semantics ----
