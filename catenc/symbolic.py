@@ -216,12 +216,13 @@ class Expr:
         return total
 
     def evaluate(self, env: Mapping[str, int]) -> int:
+        """The value at env; values may also be numpy index arrays (they broadcast)."""
         total = 0
         for m, c in self.terms:
             term = c
             for atom, power in m:
-                term *= atom.evaluate(env) ** power
-            total += term
+                term = term * atom.evaluate(env) ** power  # not *=: arrays of other shapes broadcast
+            total = total + term
         return total
 
     # ---- rendering ----------------------------------------------------------------------

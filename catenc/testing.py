@@ -14,7 +14,7 @@ from catenc.dtypes import DType, from_storage, to_storage
 from catenc.frontend.check import decide
 from catenc.loader import Library
 from catenc.reference import run_program
-from catenc.symbolic import Facts, const
+from catenc.symbolic import Facts, const, parse_expr
 
 DEFAULT_TOLERANCE = {
     "f64": (1e-9, 1e-9),
@@ -77,10 +77,26 @@ def entry_sizes(entry: EntryPlan, given: dict[str, int]) -> dict[str, int]:
     return values
 
 
-def random_input(rng: np.random.Generator, dtype: DType, shape: tuple[int, ...]) -> np.ndarray:
-    """Values (not storage bits) for an input of this dtype."""
+def input_range(composite, name: str, env: dict[str, int]) -> tuple[float, float] | None:
+    """The composite's test.ranges entry for an input, evaluated at these sizes."""
+    bounds = composite.test.get("ranges", {}).get(name)
+    if bounds is None:
+        return None
+    return tuple(parse_expr(b).evaluate(env) if isinstance(b, str) else b for b in bounds)
+
+
+def random_input(
+    rng: np.random.Generator, dtype: DType, shape: tuple[int, ...], bounds: tuple[float, float] | None = None
+) -> np.ndarray:
+    """Values (not storage bits) for an input of this dtype, within [low, high) when given."""
     if dtype.name == "bool":
         return rng.random(shape) < 0.5
+    if bounds is not None:
+        low, high = bounds
+        if dtype.is_float:
+            values = rng.uniform(low, high, shape)
+            return values.astype(np.float16 if dtype.name == "f16" else np.float32 if dtype.bits <= 32 else np.float64)
+        return rng.integers(int(low), max(int(high), int(low) + 1), shape).astype(dtype.numpy)
     if dtype.is_float:
         values = rng.standard_normal(shape).astype(np.float32 if dtype.bits <= 32 else np.float64)
         if dtype.name == "f16":
@@ -147,7 +163,8 @@ def check_entries(
         env = dict(symbols)
         for name, ttype in entry.program.inputs:
             shape = tuple(int(d.evaluate(env)) for d in ttype.shape)
-            value = random_input(rng, ttype.dtype, shape)
+            env.update({k: int(v.evaluate(env)) for k, v in entry.derived.items()})
+            value = random_input(rng, ttype.dtype, shape, input_range(entry.composite, name, env))
             stored = to_storage(value, ttype.dtype)
             values[name] = from_storage(stored, ttype.dtype).astype(np.float32) if ttype.dtype.is_half else stored
             storage.append(stored)

@@ -101,3 +101,11 @@ def test_case_splits_decide_max_min_and_small_values():
     assert prove_nonneg(N - floordiv(N + 1, 2))  # (N + 1) // 2 <= N, tight at N = 0 and 1
     assert not prove_nonneg(N - floordiv(N + 3, 2))  # fails at N = 0
     assert prove_nonneg(-maximum(minimum(N, 3) - 3, 0)) and prove_nonneg(maximum(minimum(N, 3) - 3, 0))
+
+
+def test_evaluate_broadcasts_numpy_index_arrays():
+    import numpy as np
+
+    o, k, S = sym("o"), sym("k"), sym("S")
+    grid = {"o": np.arange(7).reshape(7, 1), "k": np.arange(3).reshape(1, 3), "S": 2}
+    np.testing.assert_array_equal((o * S + k).evaluate(grid), np.arange(7)[:, None] * 2 + np.arange(3)[None, :])

@@ -159,7 +159,11 @@ def decide(lhs: Expr, op: str, rhs: Expr, facts: Facts) -> bool | None:
 
 def check_entry(comp: Composite, ctx: EntryContext, fixed: dict[str, object]) -> tuple[T.Program, Bindings]:
     """Type a composite as a compiled entry; `fixed` holds -D values (symbols, params, dtypes)."""
-    symbols: dict[str, Expr] = {}
+    params = dict(comp.params)
+    for name, value in fixed.items():
+        if name in params:
+            params[name] = _coerce_param(name, value, params[name], comp.loc)
+    symbols: dict[str, Expr] = shape_params(params)
     for name in comp.symbols():
         value = fixed.get(name)
         if name in comp.derived:
@@ -178,10 +182,6 @@ def check_entry(comp: Composite, ctx: EntryContext, fixed: dict[str, object]) ->
         if chosen not in choices:
             raise CatencError(f"-D {var}={chosen}: '{comp.name}' allows {var} in {', '.join(choices)}", comp.loc)
         dtypes[var] = DTYPES[str(chosen)]
-    params = dict(comp.params)
-    for name, value in fixed.items():
-        if name in params:
-            params[name] = _coerce_param(name, value, params[name], comp.loc)
     for c in comp.constraints:
         lhs, rhs = c.lhs.substitute(symbols), c.rhs.substitute(symbols)
         verdict = decide(lhs, c.op, rhs, ctx.facts)
@@ -191,6 +191,11 @@ def check_entry(comp: Composite, ctx: EntryContext, fixed: dict[str, object]) ->
             ctx.add_check(lhs, c.op, rhs, c.text, c.loc)
     bindings = Bindings(symbols, dtypes, params)
     return BodyChecker(comp, bindings, ctx, depth=0).run(), bindings
+
+
+def shape_params(params: dict[str, bool | int | float]) -> dict[str, Expr]:
+    """Integer params as constants: they may appear in shapes (e.g. a stride in a conv's output)."""
+    return {k: const(v) for k, v in params.items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
 def _coerce_param(name: str, value: object, default: object, loc: Loc) -> bool | int | float:
@@ -1225,14 +1230,19 @@ class BodyChecker:
         op = node.func.value.id
         self.positional(node, 1, 1, f"{op}[...](...)")
         self.keywords(node, ())
-        names = _index_names(node.func.slice)
-        if names is None:
-            raise self.error(f"{op}[...] binds index names, like {op}[k](...) or {op}[c, r](...)", node.func)
+        bindings = _index_bindings(node.func.slice)
+        if bindings is None:
+            raise self.error(
+                f"{op}[...] binds index names, like {op}[k](...), {op}[c, r](...) or {op}[k < K](...)", node.func
+            )
         uses = self._pending_uses
         items = []
-        for n in names:
+        for n, extent_node in bindings:
             self._check_index_name(n, node.func)
-            extent = self._agree(n, None, node.func, uses.get((id(node), n), []))
+            given = self.index_expr(extent_node, None) if extent_node is not None else None
+            if given is not None and not prove_nonneg(given, self.facts):
+                raise self.error(f"the range {given} of index '{n}' may be negative", extent_node)
+            extent = self._agree(n, given, node.func, uses.get((id(node), n), []))
             items.append((n, self.fresh(n), extent))
         inner = scope.bind(items)
         body = self.strengthen(self.expr(node.args[0], inner))
@@ -1350,8 +1360,7 @@ class BodyChecker:
             if not isinstance(value, T.Lit):
                 raise self.error(f"param '{kw.arg}' needs a constant value", kw.value)
             params[kw.arg] = _coerce_param(kw.arg, value.value, comp.params[kw.arg], self.loc(kw.value))
-        bindings, args = self.bind_call(comp, args, node)
-        bindings.params = params
+        bindings, args = self.bind_call(comp, args, node, params)
         checker = BodyChecker(comp, bindings, self.ctx, self.depth + 1)
         try:
             program = checker.run()
@@ -1362,7 +1371,9 @@ class BodyChecker:
         dtype = program.outputs[0][1]
         return T.Call(dtype, self.loc(node), comp.name, tuple(args), program)
 
-    def bind_call(self, comp: Composite, args: list[T.Node], node: ast.Call) -> tuple[Bindings, list[T.Node]]:
+    def bind_call(
+        self, comp: Composite, args: list[T.Node], node: ast.Call, params: dict[str, bool | int | float]
+    ) -> tuple[Bindings, list[T.Node]]:
         """Infer the callee's dtype variables, batch dims and symbols from the arguments."""
         dtypes: dict[str, DType] = {}
         for decl, arg, arg_node in zip(comp.inputs, args, node.args):
@@ -1399,7 +1410,7 @@ class BodyChecker:
             dtype = DTYPES.get(decl.dtype) or dtypes[decl.dtype]
             fixed_args.append(self.retype(arg, dtype, node) if is_weak(arg) else arg)
         batches: list[tuple[Expr, ...]] = []
-        symbols: dict[str, Expr] = {}
+        symbols: dict[str, Expr] = shape_params(params)
         pending: list[tuple[Expr, Expr, ast.AST, TensorDecl]] = []
         for decl, arg, arg_node in zip(comp.inputs, fixed_args, node.args):
             shape = arg.type.shape
@@ -1457,7 +1468,7 @@ class BodyChecker:
         for c in comp.constraints:
             lhs, rhs = c.lhs.substitute(symbols), c.rhs.substitute(symbols)
             self.require(lhs, c.op, rhs, c.text, node, origin=c)
-        return Bindings(symbols, dtypes, {}, batch), fixed_args
+        return Bindings(symbols, dtypes, params, batch), fixed_args
 
     def require(
         self,
@@ -1518,11 +1529,27 @@ def _cancel(dims: tuple[Expr, ...], divisors: list[Expr]) -> Expr | None:
     return product(remaining)
 
 
+def _index_bindings(node: ast.expr) -> list[tuple[str, ast.expr | None]] | None:
+    """The indices a reduction binds: `k` (range inferred) or `k < EXTENT` (range given)."""
+    out = []
+    for item in node.elts if isinstance(node, ast.Tuple) else [node]:
+        if isinstance(item, ast.Name):
+            out.append((item.id, None))
+        elif (
+            isinstance(item, ast.Compare)
+            and isinstance(item.left, ast.Name)
+            and len(item.ops) == 1
+            and isinstance(item.ops[0], ast.Lt)
+        ):
+            out.append((item.left.id, item.comparators[0]))
+        else:
+            return None
+    return out
+
+
 def _index_names(node: ast.expr) -> list[str] | None:
-    items = node.elts if isinstance(node, ast.Tuple) else [node]
-    if all(isinstance(e, ast.Name) for e in items):
-        return [e.id for e in items]
-    return None
+    bindings = _index_bindings(node)
+    return None if bindings is None else [name for name, _ in bindings]
 
 
 def _reduced(shape: tuple[Expr, ...], axes: tuple[int, ...], keepdims: bool) -> tuple[Expr, ...]:

@@ -22,7 +22,7 @@ from catenc.symbolic import Expr, SymbolicSyntaxError, parse_expr
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 COMPOSITE_KEYS = ("doc", "inputs", "outputs", "types", "where", "params", "body", "test")
 TOP_KEYS = ("composite", "include")
-TEST_KEYS = ("sizes", "rtol", "atol", "reference")
+TEST_KEYS = ("sizes", "rtol", "atol", "reference", "ranges")
 C_RESERVED = frozenset(
     """auto break case char const continue default do double else enum extern float for goto if
     inline int long register restrict return short signed sizeof static struct switch typedef union
@@ -105,11 +105,11 @@ class Composite:
         seen: list[str] = []
         for decl in self.inputs + self.outputs:
             for name in decl.symbol_order:
-                if name not in seen:
+                if name not in seen and name not in self.params:
                     seen.append(name)
         for expr in self.derived.values():
             for name in _ordered_symbols(expr):
-                if name not in seen:
+                if name not in seen and name not in self.params:
                     seen.append(name)
         return seen
 
@@ -306,8 +306,12 @@ def parse_composite(source: SourceFile, name: str, definition: object) -> Compos
     for symbol in comp.symbols():
         if symbol in seen:
             raise CatencError(f"'{symbol}' is both a tensor and a symbol (a dim) of '{name}'", seen[symbol].loc)
-        if symbol in params or symbol in types:
-            raise CatencError(f"'{symbol}' is both a symbol (a dim) and a param or type variable", comp.loc)
+        if symbol in types:
+            raise CatencError(f"'{symbol}' is both a symbol (a dim) and a type variable", comp.loc)
+    for decl in inputs + outputs:
+        for used in decl.symbol_order:
+            if used in params and (isinstance(params[used], bool) or not isinstance(params[used], int)):
+                raise CatencError(f"param '{used}' appears in a shape, so it must be an integer", decl.loc)
     return comp
 
 
@@ -407,6 +411,22 @@ def _read_test(reader: _Reader, definition: dict) -> dict:
             raise CatencError(f"'{key}' must be a number", reader.loc("test", key))
     if "reference" in raw and not isinstance(raw["reference"], str):
         raise CatencError("'reference' must be a string of Python source", reader.loc("test", "reference"))
+    ranges = reader.get(raw, "ranges", dict, "a table of input = [low, high]", {})
+    for key, bounds in ranges.items():
+        ok = isinstance(bounds, list) and len(bounds) == 2
+        for bound in bounds if ok else ():
+            if isinstance(bound, str):
+                try:
+                    parse_expr(bound)
+                except SymbolicSyntaxError:
+                    ok = False
+            elif isinstance(bound, bool) or not isinstance(bound, (int, float)):
+                ok = False
+        if not ok:
+            raise CatencError(
+                f"test range of '{key}' must be [low, high] (numbers or expressions of symbols such as \"V\")",
+                reader.loc("test", "ranges", key),
+            )
     return raw
 
 
