@@ -57,9 +57,9 @@ ELEMENTWISE = (
 )
 REDUCTIONS = ("sum", "mean", "max", "min", "prod")
 SHAPE_FUNCS = frozenset(
-    "reshape transpose expand squeeze unsqueeze flatten concat arange zeros ones full stack pad".split()
+    "reshape transpose expand squeeze unsqueeze flatten concat arange zeros ones full stack pad tril triu einsum "
+    "take".split()
 )
-LEFT_TO_SPEC = frozenset("take einsum tril triu".split())
 CONSTANTS = {"inf": math.inf, "nan": math.nan, "pi": math.pi, "True": True, "False": False}
 BIN_OPS = {
     ast.Add: "add",
@@ -636,8 +636,6 @@ class BodyChecker:
             if scope is not None:
                 raise self.error(f"{name}(...) works on whole tensors; use it in array form", node)
             return self.shape_func(name, node)
-        if name in LEFT_TO_SPEC:
-            raise self.error(f"'{name}' is not supported yet by this version of catenc", node)
         comp = self.ctx.library.find(name)
         if comp is None:
             known = sorted(ELEMENTWISE | SHAPE_FUNCS | set(REDUCTIONS)) + list(self.ctx.library.local)
@@ -953,6 +951,86 @@ class BodyChecker:
         if value.type.dtype != arg.type.dtype:
             raise self.error("pad value dtype differs from the tensor's; use cast(...)", value_node)
         return T.Pad(T.TType(arg.type.dtype, tuple(shape)), loc, arg, tuple(before), value)
+
+    def _triangle(self, node: ast.Call, loc: Loc, lower: bool) -> T.Node:
+        name = "tril" if lower else "triu"
+        self.positional(node, 1, 2, name)
+        kws = self.keywords(node, ("k",))
+        arg = self.strengthen(self.expr(node.args[0], None))
+        if arg.type.rank < 2:
+            raise self.error(f"{name} needs a tensor of rank 2 or more, got {_shape(arg.type.shape)}", node.args[0])
+        k_node = node.args[1] if len(node.args) > 1 else kws.get("k")
+        k = self.index_expr(k_node, None) if k_node is not None else ZERO
+        rows, cols = arg.type.shape[-2], arg.type.shape[-1]
+        row = T.Reshape(T.TType(I64, (rows, ONE)), loc, T.Arange(T.TType(I64, (rows,)), loc))
+        col = T.Reshape(T.TType(I64, (ONE, cols)), loc, T.Arange(T.TType(I64, (cols,)), loc))
+        shifted = T.Apply(T.TType(I64, (rows, ONE)), loc, "add", (row, T.SymVal(T.TType(I64, ()), loc, k, False)))
+        keep = T.Apply(T.TType(BOOL, (rows, cols)), loc, "le" if lower else "ge", (col, shifted))
+        zero = self.retype(T.Lit(T.TType(I64, ()), loc, 0, True), arg.type.dtype, node)
+        if arg.type.dtype == BOOL:
+            zero = T.Lit(T.TType(BOOL, ()), loc, False, False)
+        return T.Apply(arg.type, loc, "where", (keep, arg, zero))
+
+    def fn_tril(self, node: ast.Call, loc: Loc) -> T.Node:
+        return self._triangle(node, loc, lower=True)
+
+    def fn_triu(self, node: ast.Call, loc: Loc) -> T.Node:
+        return self._triangle(node, loc, lower=False)
+
+    def fn_einsum(self, node: ast.Call, loc: Loc) -> T.Node:
+        """einsum("ij,jk->ik", a, b): operands laid out over all letters, multiplied, summed."""
+        self.keywords(node, ())
+        if not node.args or not (isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            raise self.error('einsum needs a subscripts string first: einsum("ij,jk->ik", a, b)', node)
+        spec = node.args[0].value.replace(" ", "")
+        operands = [self.strengthen(a) for a in self.unify([self.expr(a, None) for a in node.args[1:]], node)]
+        inputs_text, arrow, output = spec.partition("->")
+        terms = inputs_text.split(",")
+        if len(terms) != len(operands) or not operands:
+            raise self.error(f"einsum: '{spec}' names {len(terms)} operands but {len(operands)} are given", node)
+        dims: dict[str, Expr] = {}
+        for term, operand, arg_node in zip(terms, operands, node.args[1:]):
+            if not term.isalpha() or len(set(term)) != len(term) or len(term) != operand.type.rank:
+                raise self.error(
+                    f"einsum: '{term}' must name each of the {operand.type.rank} axes of this operand with a "
+                    "distinct letter (repeated letters in one operand are not supported)",
+                    arg_node,
+                )
+            for letter, dim in zip(term, operand.type.shape):
+                if letter in dims and not self.equal(dims[letter], dim):
+                    raise self.error(
+                        f"einsum: axis '{letter}' is {dims[letter]} in one operand and {dim} here", arg_node
+                    )
+                dims.setdefault(letter, dim)
+        counts = {c: inputs_text.count(c) for c in dims}
+        output = output if arrow else "".join(sorted(c for c in dims if counts[c] == 1))
+        if any(c not in dims for c in output) or len(set(output)) != len(output):
+            raise self.error(f"einsum: output '{output}' must use distinct letters of the inputs", node.args[0])
+        summed = [c for c in dims if c not in output]
+        letters = list(output) + summed
+        full = tuple(dims[c] for c in letters)
+        dtype = operands[0].type.dtype
+        if dtype == BOOL:
+            raise self.error("einsum of bool values: use cast(...) first", node)
+        product_node: T.Node | None = None
+        for term, operand in zip(terms, operands):
+            order = sorted(range(len(term)), key=lambda k: letters.index(term[k]))
+            shape = tuple(operand.type.shape[k] for k in order)
+            permuted = T.Permute(T.TType(dtype, shape), loc, operand, tuple(order))
+            present = "".join(term[k] for k in order)
+            spread = tuple(dims[c] if c in present else ONE for c in letters)
+            laid_out = T.Reshape(T.TType(dtype, spread), loc, permuted)
+            product_node = (
+                laid_out
+                if product_node is None
+                else T.Apply(T.TType(dtype, full), loc, "mul", (product_node, laid_out))
+            )
+        if product_node.type.shape != full:
+            product_node = T.Expand(T.TType(dtype, full), loc, product_node)
+        if not summed:
+            return product_node
+        axes = tuple(range(len(output), len(letters)))
+        return T.Reduce(T.TType(dtype, full[: len(output)]), loc, "sum", product_node, axes, False)
 
     def fn_arange(self, node: ast.Call, loc: Loc) -> T.Node:
         self.positional(node, 1, 1, "arange")
