@@ -168,6 +168,15 @@ class _Interpreter:
         ]
         return np.pad(x, widths, constant_values=value)
 
+    def eval_Take(self, node: T.Take, env) -> np.ndarray:
+        x = self.eval(node.arg, env)
+        indices = self.eval(node.indices, env).astype(np.int64)
+        size = x.shape[node.axis]
+        wrapped = np.where(indices < 0, indices + size, indices)
+        if np.any((wrapped < 0) | (wrapped >= size)):
+            raise IndexError(f"take: an index is outside [-{size}, {size})")
+        return np.take(x, wrapped, axis=node.axis)
+
     def eval_Arange(self, node: T.Arange, env) -> np.ndarray:
         return np.arange(self.dim(node.type.shape[0])).astype(compute_dtype(node.type.dtype))
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from catenc.dtypes import DTYPES, DType
-from catenc.ir.nodes import Binary, Buffer, Cast, Const, Load, Local, SymInt, Unary, Value, Where
+from catenc.ir.nodes import Binary, Buffer, Cast, Const, Gather, Load, Local, SymInt, Unary, Value, Where
 from catenc.lower.loops import Assign, Declare, For, If, LoopKernel, Stmt, Store
-from catenc.symbolic import Expr
+from catenc.symbolic import Expr, product
 
 FLOAT_FUNCS = (
     "sqrt exp exp2 log log2 log1p expm1 sin cos tan tanh sinh cosh asin acos atan erf floor ceil trunc".split()
@@ -202,7 +202,11 @@ class CRenderer:
 
     def load(self, v: Load) -> str:
         buf = self.buffers[v.buffer]
-        text = f"{v.buffer}[{self.flat_index(v.index, buf.shape)}]"
+        flat = self.flat_index(v.index, buf.shape)
+        if isinstance(v, Gather):  # index[axis] is 0 in v.index: add the computed position's offset
+            stride = product(buf.shape[v.axis + 1 :]).to_c()
+            flat = f"{flat} + {self.value(v.position)}*{stride}"
+        text = f"{v.buffer}[{flat}]"
         conversion = self.load_conversion.get(buf.dtype.name)
         return conversion.format(text) if conversion else text
 

@@ -137,6 +137,7 @@ def _entry_context(entry: EntryPlan, renderer: CRenderer, parallel: bool) -> dic
         actuals = [f"&{b}" if b in scalar_inputs else b for b in kernel.buffers] + list(kernel.symbols)
         calls.append(f"{kernel.name}({', '.join(actuals)})")
     checks = [_render_check(c.lhs, c.op, c.rhs) for c in entry.checks]
+    statuses = [b.name for b in graph.buffers if b.role == "status"]
     return {
         "name": entry.name,
         "kernels": kernels,
@@ -148,6 +149,7 @@ def _entry_context(entry: EntryPlan, renderer: CRenderer, parallel: bool) -> dic
         "checks": checks,
         "temps": temps,
         "calls": calls,
+        "statuses": statuses,
     }
 
 

@@ -1032,6 +1032,20 @@ class BodyChecker:
         axes = tuple(range(len(output), len(letters)))
         return T.Reduce(T.TType(dtype, full[: len(output)]), loc, "sum", product_node, axes, False)
 
+    def fn_take(self, node: ast.Call, loc: Loc) -> T.Node:
+        self.positional(node, 2, 3, "take")
+        kws = self.keywords(node, ("axis",))
+        arg = self.strengthen(self.expr(node.args[0], None))
+        indices = self.strengthen(self.expr(node.args[1], None))
+        if not indices.type.dtype.is_int:
+            raise self.error(f"take needs integer indices, not {indices.type.dtype.name}", node.args[1])
+        if arg.type.rank == 0:
+            raise self.error("take needs a tensor of rank 1 or more to gather from", node.args[0])
+        axis_node = node.args[2] if len(node.args) > 2 else kws.get("axis")
+        axis = self._axis(axis_node, arg.type.rank) if axis_node is not None else 0
+        shape = arg.type.shape[:axis] + indices.type.shape + arg.type.shape[axis + 1 :]
+        return T.Take(T.TType(arg.type.dtype, shape), loc, arg, indices, axis)
+
     def fn_arange(self, node: ast.Call, loc: Loc) -> T.Node:
         self.positional(node, 1, 1, "arange")
         kws = self.keywords(node, ("dtype",))

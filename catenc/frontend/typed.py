@@ -150,6 +150,15 @@ class Arange(Node):
 
 
 @dataclass(frozen=True, eq=False)
+class Take(Node):
+    """Gather along `axis` by an integer tensor (negative indices wrap once)."""
+
+    arg: Node
+    indices: Node
+    axis: int
+
+
+@dataclass(frozen=True, eq=False)
 class Access(Node):
     """Index form: the element of a named tensor at affine indices (a scalar)."""
 

@@ -21,6 +21,7 @@ from catenc.ir.nodes import (
     Cast,
     Compute,
     Const,
+    Gather,
     Graph,
     Load,
     Reduce,
@@ -305,6 +306,49 @@ class _Builder:
             return Where(dtype, inside, arg.at(src), fill.at(()))
 
         return Lazy(node.type.dtype, node.type.shape, at)
+
+    def lower_Take(self, node: T.Take, scope) -> Lazy:
+        arg = self.plain_buffer(self.lower(node.arg, scope))
+        indices = self.lower(node.indices, scope)
+        axis, size = node.axis, arg.shape[node.axis]
+        rank = len(indices.shape)
+        dtype = compute_dtype(node.type.dtype)
+        self.index_check(indices, size)
+
+        def at(idx: Index) -> Value:
+            raw = indices.at(idx[axis : axis + rank])
+            position = Cast(I64, raw) if raw.dtype != I64 else raw
+            negative = Binary(BOOL, "lt", position, Const(I64, 0))
+            wrapped = Where(I64, negative, Binary(I64, "add", position, symint(size)), position)
+            top = Binary(I64, "sub", symint(size), Const(I64, 1))
+            clamped = Binary(I64, "max", Binary(I64, "min", wrapped, top), Const(I64, 0))
+            load = arg.at(idx[:axis] + (ZERO,) + idx[axis + rank :])
+            return Gather(dtype, load.buffer, load.index, axis, clamped)
+
+        return Lazy(node.type.dtype, node.type.shape, at)
+
+    def plain_buffer(self, tensor: Lazy) -> Lazy:
+        """The tensor as a buffer read at exactly its own index (materialised if it is a view or
+        an expression), so that one axis can be read at a computed position."""
+        probe_index = tuple(sym(f"probe{k}") for k in range(len(tensor.shape)))
+        probe = tensor.at(probe_index)
+        if isinstance(probe, Load) and not isinstance(probe, Gather) and probe.index == probe_index:
+            return tensor
+        return self.materialise(self.unique("gathered"), tensor, "temp")
+
+    def index_check(self, indices: Lazy, size: Expr) -> None:
+        """A status compute counting the indices outside [-size, size): the entry returns
+        CATENC_E_INDEX when it is not zero."""
+        red = self.fresh_indices(indices.shape, "r")
+        value = indices.at(self.index_of(red))
+        position = Cast(I64, value) if value.dtype != I64 else value
+        low = Binary(BOOL, "lt", position, symint(-size))
+        high = Binary(BOOL, "le", symint(size), position)
+        bad = Cast(I64, Binary(BOOL, "or", low, high))
+        body = Reduce(I64, "sum", red, bad) if red else bad
+        name = self.unique("index_errors")
+        self.computes.append(Compute(name, (), body))
+        self.buffers.append(Buffer(name, I64, (), "status"))
 
     def lower_Arange(self, node: T.Arange, scope) -> Lazy:
         dtype = compute_dtype(node.type.dtype)

@@ -57,6 +57,16 @@ class Load(Value):
 
 
 @dataclass(frozen=True)
+class Gather(Load):
+    """A load whose index along `axis` is a computed value (take); `index[axis]` is unused.
+    The position is already wrapped and clamped into the axis, so the read is in bounds."""
+
+    axis: int
+    position: Value
+    child_fields = ("position",)
+
+
+@dataclass(frozen=True)
 class Unary(Value):
     op: str
     x: Value
@@ -110,7 +120,7 @@ class Buffer:
     name: str
     dtype: DType  # storage dtype
     shape: tuple[Expr, ...]
-    role: str  # input, output, temp
+    role: str  # input, output, temp, status (an error count the entry checks after its kernels)
 
 
 @dataclass(frozen=True)
@@ -168,6 +178,10 @@ def format_value(value: Value) -> str:
         return f"{value.value!r}:{value.dtype.name}"
     if isinstance(value, SymInt):
         return f"({value.expr})" if value.dtype.name == "i64" else f"({value.expr}):{value.dtype.name}"
+    if isinstance(value, Gather):
+        index = [str(i) for i in value.index]
+        index[value.axis] = format_value(value.position)
+        return f"{value.buffer}[{', '.join(index)}]"
     if isinstance(value, Load):
         return f"{value.buffer}[{', '.join(str(i) for i in value.index)}]"
     if isinstance(value, Unary):

@@ -5,7 +5,22 @@ from __future__ import annotations
 from dataclasses import replace
 from itertools import count
 
-from catenc.ir.nodes import Binary, Cast, Compute, Const, Graph, Load, Reduce, SymInt, Unary, Value, Where, loads, walk
+from catenc.ir.nodes import (
+    Binary,
+    Cast,
+    Compute,
+    Const,
+    Gather,
+    Graph,
+    Load,
+    Reduce,
+    SymInt,
+    Unary,
+    Value,
+    Where,
+    loads,
+    walk,
+)
 from catenc.symbolic import Expr, sym
 
 EXPENSIVE_OPS = frozenset(
@@ -16,8 +31,8 @@ EXPENSIVE_OPS = frozenset(
 def substitute(value: Value, mapping: dict[str, Expr]) -> Value:
     """Replace index names in every index expression of a value tree."""
     if isinstance(value, Load):
-        return Load(value.dtype, value.buffer, tuple(e.substitute(mapping) for e in value.index))
-    if isinstance(value, SymInt):
+        value = replace(value, index=tuple(e.substitute(mapping) for e in value.index))
+    elif isinstance(value, SymInt):
         return SymInt(value.dtype, value.expr.substitute(mapping))
     return value.with_children(tuple(substitute(c, mapping) for c in value.children()))
 
@@ -40,8 +55,8 @@ def replace_loads(value: Value, buffer: str, make) -> Value:
     enclosing are the (index, extent) pairs of the Reduces around the load."""
 
     def visit(v: Value, enclosing: tuple[tuple[str, Expr], ...]) -> Value:
-        if isinstance(v, Load):
-            return make(v, enclosing) if v.buffer == buffer else v
+        if isinstance(v, Load) and v.buffer == buffer:
+            return make(v, enclosing)
         inner = enclosing + v.indices if isinstance(v, Reduce) else enclosing
         return v.with_children(tuple(visit(c, inner) for c in v.children()))
 
@@ -50,7 +65,7 @@ def replace_loads(value: Value, buffer: str, make) -> Value:
 
 def remove_dead_computes(graph: Graph) -> Graph:
     """Drop computes whose values never reach an output."""
-    needed = {b.name for b in graph.outputs}
+    needed = {b.name for b in graph.buffers if b.role in ("output", "status")}
     kept: list[Compute] = []
     for compute in reversed(graph.computes):
         if compute.name in needed:
@@ -102,6 +117,8 @@ def inline_decision(graph: Graph, producer: Compute) -> tuple[bool, str]:
     sites = list(dict.fromkeys(_sites(graph, producer.name)))
     if not sites:
         return False, "unused"
+    if any(isinstance(load, Gather) for _, load, _ in sites):
+        return False, "read at computed positions (take)"
     reuse_free = all(is_reuse_free(c, load, enc) for c, load, enc in sites)
     has_reduce = any(isinstance(v, Reduce) for v in walk(producer.body))
     if has_reduce:

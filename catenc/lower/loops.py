@@ -167,8 +167,8 @@ class _KernelLowerer:
         return name
 
     def lower(self, value: Value, guards: tuple[Value, ...]) -> Value:
-        if isinstance(value, Load):
-            return Local(value.dtype, value.buffer) if value.buffer in self.kernel.scalars else value
+        if isinstance(value, Load) and value.buffer in self.kernel.scalars:
+            return Local(value.dtype, value.buffer)
         if isinstance(value, Where):
             cond = self.lower(value.cond, guards)
             a = self.lower(value.a, guards + (cond,))

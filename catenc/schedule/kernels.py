@@ -143,13 +143,15 @@ def plan_workspace(graph: Graph, kernels: list[Kernel]) -> tuple[tuple[Slot, ...
     last: dict[str, int] = {}
     for k, kernel in enumerate(kernels):
         for m in kernel.members:
-            if graph.buffer(m.name).role == "temp" and m.name not in kernel.scalars:
+            role = graph.buffer(m.name).role
+            if role in ("temp", "status") and m.name not in kernel.scalars:
                 first.setdefault(m.name, k)
-                last.setdefault(m.name, k)
+                # a status is read by the entry after the last kernel
+                last.setdefault(m.name, len(kernels) if role == "status" else k)
         for m in kernel.members:
             for ld in loads(m.body):
                 if ld.buffer in first:
-                    last[ld.buffer] = k
+                    last[ld.buffer] = max(last[ld.buffer], k)
     slots: list[list] = []  # [size, free_after, buffers]
     for name in sorted(first, key=lambda n: first[n]):
         size = _bytes(graph, name)
@@ -181,7 +183,7 @@ def format_schedule(schedule: Schedule) -> str:
             buf = graph.buffer(m.name)
             if m.name in kernel.scalars:
                 where = "scalar"
-            elif buf.role == "temp":
+            elif buf.role in ("temp", "status"):
                 slot = schedule.slot_of(m.name)
                 where = f"workspace+{slot.offset}" if slot else "workspace"
             else:
