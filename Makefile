@@ -2,6 +2,7 @@
 #
 #   make demo    compile every sample with --test, then build and run samples/c
 #   make test    run the test suite
+#   make coverage  regenerate docs/coverage/clang.md (catenc test-runtime)
 #   make lint    ruff check + ruff format --check
 #   make clean   remove build outputs (keeps .venv; `make distclean` removes it too)
 #
@@ -31,7 +32,7 @@ SIZES_conv2d    := N=2,C=3,H=13,W=11,K=8
 
 LINT_DIRS := catenc tests runtimes samples
 
-.PHONY: setup demo test lint clean distclean $(addprefix sample-,$(SAMPLES))
+.PHONY: setup demo test coverage lint clean distclean $(addprefix sample-,$(SAMPLES))
 
 setup: $(STAMP)
 
@@ -70,6 +71,10 @@ $(addprefix sample-,$(SAMPLES)): sample-%: $(STAMP)
 
 test: $(STAMP)
 	$(PYBIN) -m pytest -q -p no:cacheprovider tests
+
+# The op-coverage report of the clang runtime (committed; the README links it).
+coverage: $(STAMP)
+	$(CATENC) test-runtime --runtime clang -o docs/coverage/clang.md --json build/coverage/clang.json
 
 lint: $(STAMP)
 	$(RUFF) check $(LINT_DIRS)

@@ -6,6 +6,7 @@ mismatch; 4 an internal compiler error (with a saved reproducer).
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -18,6 +19,7 @@ from catenc import __version__
 from catenc.build import EMIT_KINDS, BuildRequest, InternalError, build, default_emit, stage_dumps
 from catenc.compiler import FilePlan, Options, plan_file
 from catenc.diagnostics import CatencError, format_diagnostic
+from catenc.dtypes import DTYPES
 from catenc.runtime import load_runtime
 
 EXIT_USER, EXIT_USAGE, EXIT_TEST, EXIT_INTERNAL = 1, 2, 3, 4
@@ -177,6 +179,52 @@ def compile_command(**kw) -> None:
         )
         sys.exit(EXIT_INTERNAL)
     sys.exit(code)
+
+
+@main.command("test-runtime")
+@click.option("--runtime", "runtime_spec", default="clang", show_default=True, help="Runtime name or descriptor file.")
+@click.option("-o", "report", default="Reports.md", show_default=True, help="Markdown report to write.")
+@click.option("--json", "json_path", default=None, metavar="FILE", help="Also write the report as JSON.")
+@click.option("--ops", "ops_dirs", multiple=True, metavar="DIR", help="More op directories.")
+@click.option("--dtypes", default=None, metavar="LIST", help="Only these dtypes (comma separated).")
+@click.option("-k", "pattern", default=None, metavar="PATTERN", help="Only ops whose name matches.")
+@click.option("--config", "config_items", multiple=True, metavar="K=V[,K=V]", help="Runtime options.")
+@click.option("--no-primitives", is_flag=True, help="Skip the rows of the language's own functions.")
+def test_runtime_command(runtime_spec, report, json_path, ops_dirs, dtypes, pattern, config_items, no_primitives):
+    """Run the op library through a runtime and write the op-coverage report."""
+    from catenc.coverage import progress_printer, render_json, render_markdown, run_coverage, summary_line
+
+    try:
+        runtime = load_runtime(runtime_spec)
+        config = runtime.validate_config(parse_config(config_items))
+        wanted = set(filter(None, (d.strip() for d in dtypes.split(",")))) if dtypes else None
+        for dtype in wanted or ():
+            if dtype not in DTYPES:
+                raise CatencError(f"--dtypes: unknown dtype '{dtype}'")
+        for directory in ops_dirs:
+            if not Path(directory).is_dir():
+                raise CatencError(f"--ops {directory}: no such directory")
+        progress = progress_printer()
+        coverage = run_coverage(runtime, config, tuple(ops_dirs), wanted, pattern, progress, not no_primitives)
+    except CatencError as err:
+        click.echo(format_diagnostic(err), err=True)
+        sys.exit(EXIT_USER)
+    if sys.stdout.isatty():
+        click.echo()
+    write_text_atomic(Path(report), render_markdown(coverage))
+    if json_path:
+        write_text_atomic(Path(json_path), render_json(coverage))
+    click.echo(summary_line(coverage))
+    click.echo(f"catenc: wrote {report}" + (f" and {json_path}" if json_path else ""))
+    sys.exit(EXIT_TEST if coverage.regressed else 0)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".catenc-", dir=path.parent)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
 
 
 def _compile(

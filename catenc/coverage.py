@@ -1,0 +1,446 @@
+"""`catenc test-runtime`: run the op library through a runtime and report coverage (SPEC §7).
+
+Every op (a composite of `ops/` or of an `--ops` directory) is instantiated per dtype of its
+type variable, and per batch rank 0-2 when it is rank-polymorphic, as a wrapper composite with
+concrete shapes. The wrappers of one op file and dtype compile into one library; each runs at
+several size bindings (all ones, the op's test sizes, and those plus two) against the op's
+`test.reference`. Elementwise functions and operators of the body language get rows of their own.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import sys
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from catenc import __version__
+from catenc.build import BuildRequest, InternalError, build
+from catenc.compiler import EntryPlan, FilePlan, Options, plan_entry, search_dirs
+from catenc.diagnostics import CatencError
+from catenc.dtypes import DTYPES, from_storage, to_storage
+from catenc.frontend.composites import Composite, Library, load_composite_file
+from catenc.loader import CatencStatusError, load
+from catenc.resources import package_path
+from catenc.runtime import Runtime
+from catenc.testing import DEFAULT_TOLERANCE, compare, entry_sizes, input_range, random_input, run_reference
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+STATUSES = ("pass", "fail", "error", "compiled", "unsupported", "xfail", "xpass")
+BATCH_SIZES = (3, 2)
+
+
+@dataclass
+class Cell:
+    status: str
+    max_rel_error: float | None = None
+    reason: str = ""
+
+
+@dataclass
+class OpRow:
+    name: str
+    family: str
+    cells: dict[str, Cell] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One op at one dtype: its wrappers (one per batch rank) live in `text`."""
+
+    op: Composite
+    family: str
+    dtype: str
+    wrappers: tuple[str, ...]
+    text: str
+
+
+# ---- which ops and dtypes ----------------------------------------------------------------------
+
+
+BUILTIN_ROWS = Path(__file__).resolve().parent / "builtin_rows"
+
+
+def library_ops(extra_dirs: tuple[str, ...], primitives: bool = True) -> list[tuple[str, Composite, str]]:
+    """(family, composite, search directory) of every op: bundled first, then --ops dirs, then
+    (for the rows of the language's own functions) catenc/builtin_rows."""
+    found: dict[str, tuple[str, Composite, str]] = {}
+    dirs = [(str(package_path("ops")), "catenc:ops")] + [(d, d) for d in extra_dirs]
+    if primitives:
+        dirs.append((str(BUILTIN_ROWS), "catenc:builtin_rows"))
+    for directory, display in dirs:
+        for path in sorted(Path(directory).glob("*")):
+            if path.suffix not in (".toml", ".yaml", ".yml"):
+                continue
+            file = load_composite_file(str(path), f"{display}/{path.name}")
+            for name, comp in file.composites.items():
+                found[name] = (path.stem, comp, directory)
+    return list(found.values())
+
+
+def op_dtypes(comp: Composite) -> tuple[str | None, list[str]]:
+    """The type variable of an op (None if it has none) and the dtypes of its columns."""
+    if comp.types:
+        var = next(iter(comp.types))
+        return var, list(comp.types[var])
+    first = (comp.inputs or comp.outputs)[0]
+    return None, [first.dtype]
+
+
+def load_expectations(runtime: Runtime) -> dict[tuple[str, str], tuple[str, str]]:
+    """(op, dtype) -> (status, reason) from `<runtime>.expect.toml` beside the descriptor."""
+    if not runtime.source_file:
+        return {}
+    path = Path(runtime.source_file).with_suffix(".expect.toml")
+    if not path.is_file():
+        return {}
+    data = tomllib.loads(path.read_text())
+    out = {}
+    for item in data.get("expect", []):
+        out[(item["op"], item["dtype"])] = (item.get("status", "xfail"), item.get("reason", ""))
+    return out
+
+
+# ---- wrappers ----------------------------------------------------------------------------------
+
+
+def wrapper_text(op: Composite, var: str | None, dtype: str, rank: int | None) -> tuple[str, str]:
+    """(name, TOML text) of a composite that calls `op` with concrete shapes."""
+    name = f"t_{op.name}_{dtype}" + ("" if rank is None else f"_r{rank}")
+    batch = [f"batch{k}" for k in range(rank or 0)]
+
+    def decl(d) -> str:
+        dt = dtype if d.dtype == var else (d.dtype if d.dtype in DTYPES else op.types[d.dtype][0])
+        dims = (batch if d.batch else []) + [str(x) for x in d.dims]
+        return f"{d.name}: {dt}[{', '.join(dims)}]"
+
+    where = [f"{c.lhs} {c.op} {c.rhs}" for c in op.constraints] + [f"{k} = {v}" for k, v in op.derived.items()]
+    lines = [
+        f"[composite.{name}]",
+        f"inputs = {json.dumps([decl(d) for d in op.inputs])}",
+        f"outputs = {json.dumps([decl(d) for d in op.outputs])}",
+    ]
+    if where:
+        lines.append(f"where = {json.dumps(where)}")
+    if op.params:
+        params = ", ".join(f"{k} = {json.dumps(v)}" for k, v in op.params.items())
+        lines.append(f"params = {{ {params} }}")
+    outs = ", ".join(d.name for d in op.outputs)
+    args = ", ".join(d.name for d in op.inputs)
+    lines.append(f"body = {json.dumps(f'{outs} = {op.name}({args})')}")
+    return name, "\n".join(lines) + "\n"
+
+
+def make_cases(ops, dtype_filter: set[str] | None, pattern: str | None) -> list[Case]:
+    cases = []
+    for family, op, _ in ops:
+        if pattern and not fnmatch.fnmatch(op.name, pattern) and pattern not in op.name:
+            continue
+        var, dtypes = op_dtypes(op)
+        for dtype in dtypes:
+            if dtype_filter and dtype not in dtype_filter:
+                continue
+            ranks = (0, 1, 2) if op.is_batched else (None,)
+            pieces = [wrapper_text(op, var, dtype, r) for r in ranks]
+            cases.append(Case(op, family, dtype, tuple(n for n, _ in pieces), "\n".join(t for _, t in pieces)))
+    return cases
+
+
+# ---- sizes -------------------------------------------------------------------------------------
+
+
+def size_bindings(entry: EntryPlan, op: Composite) -> list[dict[str, int]]:
+    """All ones, the op's test sizes, and those plus two (values off any vector width)."""
+    given = {k: int(v) for k, v in op.test.get("sizes", {}).items()}
+    base = {d: given.get(d, BATCH_SIZES[int(d[5:])] if d.startswith("batch") else 5) for d in entry.dims}
+    candidates = [dict.fromkeys(entry.dims, 1), base, {k: v + 2 for k, v in base.items()}]
+    bindings = []
+    for candidate in candidates:
+        try:
+            entry_sizes(entry, candidate)
+        except CatencError:
+            continue  # the op's constraints exclude these sizes
+        if candidate not in bindings:
+            bindings.append(candidate)
+    return bindings
+
+
+# ---- running -----------------------------------------------------------------------------------
+
+
+def run_entry(entry: EntryPlan, op: Composite, function, seed: int) -> tuple[bool, float]:
+    """Every size binding of one wrapper; (all passed, max relative error)."""
+    worst, ok = 0.0, True
+    bindings = size_bindings(entry, op)
+    if not bindings:
+        raise CatencError(f"no size binding satisfies the constraints of '{op.name}'")
+    for sizes in bindings:
+        rng = np.random.default_rng(seed)
+        env = dict(sizes)
+        env.update({k: int(v.evaluate(env)) for k, v in entry.derived.items()})
+        values, storage = {}, []
+        for name, ttype in entry.program.inputs:
+            shape = tuple(int(d.evaluate(env)) for d in ttype.shape)
+            value = random_input(rng, ttype.dtype, shape, input_range(op, name, env))
+            stored = to_storage(value, ttype.dtype)
+            storage.append(stored)
+            values[name] = stored_values(stored, ttype.dtype)
+        result = function(*storage, **sizes)
+        outputs = result if isinstance(result, tuple) else (result,)
+        reference = run_op_reference(op, entry, values, env)
+        for (_, ttype), got, want in zip(entry.program.outputs, outputs, reference):
+            rtol, atol = DEFAULT_TOLERANCE.get(ttype.dtype.name, (0.0, 0.0))
+            rtol = float(op.test.get("rtol", rtol))
+            atol = float(op.test.get("atol", atol))
+            _, max_rel, good = compare(
+                stored_values(np.asarray(got), ttype.dtype), np.asarray(want), ttype.dtype, rtol, atol
+            )
+            worst = max(worst, max_rel)
+            ok = ok and good
+    return ok, worst
+
+
+def stored_values(stored: np.ndarray, dtype) -> np.ndarray:
+    """The values a buffer holds (f16/bf16 widened to f32), as the references receive them."""
+    values = from_storage(stored, dtype)
+    return values.astype(np.float32) if dtype.is_half else values
+
+
+def run_op_reference(op: Composite, entry: EntryPlan, values: dict, symbols: dict) -> list[np.ndarray]:
+    """The op's test.reference (with batch symbols left out), or catenc's interpreter."""
+    if "reference" not in op.test:
+        return run_reference(entry, values, symbols)
+    own = {k: v for k, v in symbols.items() if not k.startswith("batch")}
+    namespace: dict = {"np": np, "numpy": np}
+    exec(compile(op.test["reference"], f"<test.reference of {op.name}>", "exec"), namespace)
+    result = namespace["reference"](**values, **own, **op.params)
+    return list(result) if isinstance(result, tuple) else [result]
+
+
+@dataclass
+class Coverage:
+    runtime: Runtime
+    config: dict[str, str]
+    toolchain: str
+    rows: list[OpRow]
+
+    def counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(STATUSES, 0)
+        for row in self.rows:
+            for cell in row.cells.values():
+                counts[cell.status] += 1
+        return counts
+
+    @property
+    def regressed(self) -> bool:
+        counts = self.counts()
+        return bool(counts["fail"] or counts["error"] or counts["xpass"])
+
+
+def run_coverage(
+    runtime: Runtime,
+    config: dict[str, str],
+    ops_dirs: tuple[str, ...] = (),
+    dtypes: set[str] | None = None,
+    pattern: str | None = None,
+    progress: Callable[[str], None] = lambda line: None,
+    primitives: bool = True,
+) -> Coverage:
+    cases = make_cases(library_ops(ops_dirs, primitives), dtypes, pattern)
+    expectations = load_expectations(runtime)
+    rows: dict[str, OpRow] = {}
+    for case in cases:
+        rows.setdefault(case.op.name, OpRow(case.op.name, case.family))
+    groups: dict[tuple[str, str], list[Case]] = {}
+    for case in cases:
+        if case.dtype not in runtime.dtypes or case.op.name in runtime.unsupported_ops:
+            rows[case.op.name].cells[case.dtype] = Cell("unsupported", reason="declared by the runtime")
+            continue
+        groups.setdefault((case.family, case.dtype), []).append(case)
+    options = Options(runtime, config, opt="2", include_dirs=ops_dirs + (str(BUILTIN_ROWS),))
+    with tempfile.TemporaryDirectory(prefix="catenc-coverage-") as scratch:
+        jobs = [(Path(scratch) / f"{family}_{dtype}", group) for (family, dtype), group in groups.items()]
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            built = list(pool.map(lambda job: _build_group(job[0], job[1], options), jobs))
+        for (_, group), (plans, library, errors) in zip(jobs, built):
+            for case in group:
+                cell = _run_case(case, plans, library, errors, runtime)
+                cell = _apply_expectation(cell, expectations.get((case.op.name, case.dtype)))
+                rows[case.op.name].cells[case.dtype] = cell
+            progress(
+                f"{group[0].family} {group[0].dtype}: "
+                + ", ".join(f"{c.op.name} {rows[c.op.name].cells[c.dtype].status}" for c in group)
+            )
+    toolchain = runtime.toolchain_version(config)
+    return Coverage(runtime, config, toolchain, sorted(rows.values(), key=lambda r: (r.family, r.name)))
+
+
+def _build_group(directory: Path, cases: list[Case], options: Options):
+    """Compile the wrappers of one family and dtype into one library; a wrapper whose op does
+    not compile is left out and remembered with its error."""
+    directory.mkdir(parents=True)
+    path = directory / "ops.toml"
+    path.write_text("\n".join(c.text for c in cases))
+    errors: dict[str, str] = {}
+    root = load_composite_file(str(path), path.name)
+    library = Library(root, search_dirs(options.include_dirs))
+    plans: dict[str, EntryPlan] = {}
+    for case in cases:
+        for name in case.wrappers:
+            try:
+                plans[name] = plan_entry(library.local[name], library, options)
+            except CatencError as err:
+                errors[name] = err.message
+    entries = tuple(plans.values())
+    try:
+        written = build(
+            FilePlan(root, library, entries),
+            options,
+            BuildRequest(str(path), str(directory), ("c", "h", "manifest", "so")),
+        )
+    except (InternalError, CatencError) as err:
+        return _build_one_by_one(directory, root, library, plans, options, errors, err)
+    return plans, (load(written["manifest"]) if options.runtime.can_run else None), errors
+
+
+def _build_one_by_one(directory, root, library, plans, options, errors, first_error):
+    """When the group's library does not build, build each wrapper alone to find the culprits."""
+    good = {}
+    for name, plan in plans.items():
+        sub = directory / name
+        sub.mkdir()
+        try:
+            build(
+                FilePlan(root, library, (plan,)),
+                options,
+                BuildRequest(str(sub / f"{name}.toml"), str(sub), ("c", "h", "manifest", "so")),
+            )
+            good[name] = plan
+        except (InternalError, CatencError) as err:
+            errors[name] = str(err).splitlines()[0]
+    libs = {name: load(sub / f"{name}.manifest.json") for name in good} if options.runtime.can_run else None
+    return good, libs, errors
+
+
+def _run_case(case: Case, plans, library, errors, runtime: Runtime) -> Cell:
+    failed = [errors[w] for w in case.wrappers if w in errors]
+    if failed:
+        return Cell("error", reason=failed[0])
+    if not runtime.can_run:
+        return Cell("compiled")
+    worst, ok = 0.0, True
+    for seed, name in enumerate(case.wrappers):
+        lib = library[name] if isinstance(library, dict) else library
+        try:
+            good, rel = run_entry(plans[name], case.op, lib[name], seed)
+        except (CatencStatusError, CatencError) as err:
+            return Cell("error", reason=str(err).splitlines()[0])
+        except Exception as err:  # the op's reference is user code
+            return Cell("error", reason=f"reference failed: {type(err).__name__}: {err}")
+        worst, ok = max(worst, rel), ok and good
+    return Cell("pass" if ok else "fail", worst)
+
+
+def _apply_expectation(cell: Cell, expected: tuple[str, str] | None) -> Cell:
+    if expected is None:
+        return cell
+    status, reason = expected
+    if cell.status in ("fail", "error"):
+        return Cell("xfail", cell.max_rel_error, reason)
+    if cell.status == "pass" and status == "xfail":
+        return Cell("xpass", cell.max_rel_error, f"expected to fail ({reason}) but passed")
+    return cell
+
+
+# ---- reports -----------------------------------------------------------------------------------
+
+
+def _cell_text(cell: Cell | None) -> str:
+    if cell is None:
+        return ""
+    if cell.status in ("pass", "fail", "xpass") and cell.max_rel_error is not None:
+        return f"{cell.status} ({cell.max_rel_error:.1e})"
+    return cell.status
+
+
+def summary_line(coverage: Coverage) -> str:
+    c = coverage.counts()
+    return (
+        f"{c['pass']} passed, {c['fail']} failed, {c['error']} error, {c['unsupported']} unsupported, "
+        f"{c['xfail']} xfail, {c['xpass']} xpass, {c['compiled']} compiled"
+    )
+
+
+def render_markdown(coverage: Coverage) -> str:
+    order = ["f32", "f64", "f16", "bf16"] + [d for d in DTYPES if d not in ("f32", "f64", "f16", "bf16")]
+    columns = [d for d in order if any(d in row.cells for row in coverage.rows)]
+    config = ", ".join(f"{k}={v}" for k, v in sorted(coverage.config.items()) if v) or "defaults"
+    lines = [
+        f"# Op coverage: runtime `{coverage.runtime.name}`",
+        "",
+        f"- runtime: `{coverage.runtime.name}` ({coverage.runtime.language}), config: {config}",
+        f"- toolchain: {coverage.toolchain}",
+        f"- catenc: {__version__}",
+        "",
+        f"**{summary_line(coverage)}**",
+        "",
+        "Cells: `pass (max relative error)`, `fail` (wrong values), `error` (compile or run failure), "
+        "`compiled` (built, not runnable here), `unsupported` (declared by the runtime), `xfail` "
+        "(expected, see below); empty: the op does not declare that dtype.",
+        "",
+    ]
+    for family in dict.fromkeys(row.family for row in coverage.rows):
+        lines += [f"## {family}", "", "| op | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+        for row in (r for r in coverage.rows if r.family == family):
+            cells = [_cell_text(row.cells.get(d)) for d in columns]
+            lines.append(f"| {row.name} | " + " | ".join(cells) + " |")
+        lines.append("")
+    notes = [
+        (row.name, d, c)
+        for row in coverage.rows
+        for d, c in row.cells.items()
+        if c.reason and c.status != "unsupported"
+    ]
+    if notes:
+        lines += ["## Notes", ""]
+        lines += [f"- `{name}` {dtype}: {cell.status}: {cell.reason}" for name, dtype, cell in notes]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def render_json(coverage: Coverage) -> str:
+    data = {
+        "schema": "catenc.coverage/1",
+        "catenc_version": __version__,
+        "runtime": {"name": coverage.runtime.name, "config": coverage.config, "toolchain": coverage.toolchain},
+        "summary": coverage.counts(),
+        "ops": [
+            {
+                "name": row.name,
+                "family": row.family,
+                "cells": {
+                    d: {"status": c.status, "max_rel_error": c.max_rel_error, "reason": c.reason}
+                    for d, c in row.cells.items()
+                },
+            }
+            for row in coverage.rows
+        ],
+    }
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def progress_printer(stream=sys.stdout) -> Callable[[str], None]:
+    """A progress line rewritten in place on a terminal, plain lines otherwise."""
+    if stream.isatty():
+        return lambda line: print(f"\r\033[K{line[:100]}", end="", file=stream, flush=True)
+    return lambda line: print(line, file=stream, flush=True)
