@@ -253,7 +253,7 @@ def run_coverage(
     ops_dirs: tuple[str, ...] = (),
     dtypes: set[str] | None = None,
     pattern: str | None = None,
-    progress: Callable[[str], None] = lambda line: None,
+    progress: Callable[[int, int, str], None] = lambda done, total, line: None,
     primitives: bool = True,
 ) -> Coverage:
     cases = make_cases(library_ops(ops_dirs, primitives), dtypes, pattern)
@@ -271,16 +271,14 @@ def run_coverage(
     with tempfile.TemporaryDirectory(prefix="catenc-coverage-") as scratch:
         jobs = [(Path(scratch) / f"{family}_{dtype}", group) for (family, dtype), group in groups.items()]
         with ThreadPoolExecutor(max_workers=2) as pool:
-            built = list(pool.map(lambda job: _build_group(job[0], job[1], options), jobs))
-        for (_, group), (plans, library, errors) in zip(jobs, built):
-            for case in group:
-                cell = _run_case(case, plans, library, errors, runtime)
-                cell = _apply_expectation(cell, expectations.get((case.op.name, case.dtype)))
-                rows[case.op.name].cells[case.dtype] = cell
-            progress(
-                f"{group[0].family} {group[0].dtype}: "
-                + ", ".join(f"{c.op.name} {rows[c.op.name].cells[c.dtype].status}" for c in group)
-            )
+            built = pool.map(lambda job: _build_group(job[0], job[1], options), jobs)  # runs as groups finish
+            for done, ((_, group), (plans, library, errors)) in enumerate(zip(jobs, built), 1):
+                for case in group:
+                    cell = _run_case(case, plans, library, errors, runtime)
+                    cell = _apply_expectation(cell, expectations.get((case.op.name, case.dtype)))
+                    rows[case.op.name].cells[case.dtype] = cell
+                statuses = ", ".join(f"{c.op.name} {rows[c.op.name].cells[c.dtype].status}" for c in group)
+                progress(done, len(jobs), f"{group[0].family} {group[0].dtype}: {statuses}")
     toolchain = runtime.toolchain_version(config)
     return Coverage(runtime, config, toolchain, sorted(rows.values(), key=lambda r: (r.family, r.name)))
 
@@ -439,8 +437,14 @@ def render_json(coverage: Coverage) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-def progress_printer(stream=sys.stdout) -> Callable[[str], None]:
-    """A progress line rewritten in place on a terminal, plain lines otherwise."""
+def progress_printer(stream=sys.stdout) -> Callable[[int, int, str], None]:
+    """A progress bar rewritten in place on a terminal; one plain line per group otherwise."""
     if stream.isatty():
-        return lambda line: print(f"\r\033[K{line[:100]}", end="", file=stream, flush=True)
-    return lambda line: print(line, file=stream, flush=True)
+
+        def bar(done: int, total: int, line: str) -> None:
+            filled = 30 * done // max(total, 1)
+            text = f"[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {line}"
+            print(f"\r\033[K{text[:110]}", end="", file=stream, flush=True)
+
+        return bar
+    return lambda done, total, line: print(f"[{done}/{total}] {line}", file=stream, flush=True)
