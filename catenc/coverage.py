@@ -18,18 +18,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from catenc import __version__
 from catenc.build import BuildRequest, InternalError, build
 from catenc.compiler import EntryPlan, FilePlan, Options, plan_entry, search_dirs
 from catenc.diagnostics import CatencError
-from catenc.dtypes import DTYPES, from_storage, to_storage
+from catenc.dtypes import DTYPES
 from catenc.frontend.composites import Composite, Library, load_composite_file
 from catenc.loader import CatencStatusError, load
 from catenc.resources import package_path
 from catenc.runtime import Runtime
-from catenc.testing import DEFAULT_TOLERANCE, compare, entry_sizes, input_range, random_input, run_reference
+from catenc.testing import entry_sizes, run_once
 
 try:
     import tomllib
@@ -180,51 +178,11 @@ def size_bindings(entry: EntryPlan, op: Composite) -> list[dict[str, int]]:
 
 def run_entry(entry: EntryPlan, op: Composite, function, seed: int) -> tuple[bool, float]:
     """Every size binding of one wrapper; (all passed, max relative error)."""
-    worst, ok = 0.0, True
     bindings = size_bindings(entry, op)
     if not bindings:
         raise CatencError(f"no size binding satisfies the constraints of '{op.name}'")
-    for sizes in bindings:
-        rng = np.random.default_rng(seed)
-        env = dict(sizes)
-        env.update({k: int(v.evaluate(env)) for k, v in entry.derived.items()})
-        values, storage = {}, []
-        for name, ttype in entry.program.inputs:
-            shape = tuple(int(d.evaluate(env)) for d in ttype.shape)
-            value = random_input(rng, ttype.dtype, shape, input_range(op, name, env))
-            stored = to_storage(value, ttype.dtype)
-            storage.append(stored)
-            values[name] = stored_values(stored, ttype.dtype)
-        result = function(*storage, **sizes)
-        outputs = result if isinstance(result, tuple) else (result,)
-        reference = run_op_reference(op, entry, values, env)
-        for (_, ttype), got, want in zip(entry.program.outputs, outputs, reference):
-            rtol, atol = DEFAULT_TOLERANCE.get(ttype.dtype.name, (0.0, 0.0))
-            rtol = float(op.test.get("rtol", rtol))
-            atol = float(op.test.get("atol", atol))
-            _, max_rel, good = compare(
-                stored_values(np.asarray(got), ttype.dtype), np.asarray(want), ttype.dtype, rtol, atol
-            )
-            worst = max(worst, max_rel)
-            ok = ok and good
-    return ok, worst
-
-
-def stored_values(stored: np.ndarray, dtype) -> np.ndarray:
-    """The values a buffer holds (f16/bf16 widened to f32), as the references receive them."""
-    values = from_storage(stored, dtype)
-    return values.astype(np.float32) if dtype.is_half else values
-
-
-def run_op_reference(op: Composite, entry: EntryPlan, values: dict, symbols: dict) -> list[np.ndarray]:
-    """The op's test.reference (with batch symbols left out), or catenc's interpreter."""
-    if "reference" not in op.test:
-        return run_reference(entry, values, symbols)
-    own = {k: v for k, v in symbols.items() if not k.startswith("batch")}
-    namespace: dict = {"np": np, "numpy": np}
-    exec(compile(op.test["reference"], f"<test.reference of {op.name}>", "exec"), namespace)
-    result = namespace["reference"](**values, **own, **op.params)
-    return list(result) if isinstance(result, tuple) else [result]
+    checks = [check for sizes in bindings for check in run_once(entry, op, function, sizes, seed)[0]]
+    return all(c.ok for c in checks), max((c.max_rel for c in checks), default=0.0)
 
 
 @dataclass
@@ -306,12 +264,12 @@ def _build_group(directory: Path, cases: list[Case], options: Options):
             options,
             BuildRequest(str(path), str(directory), ("c", "h", "manifest", "so")),
         )
-    except (InternalError, CatencError) as err:
-        return _build_one_by_one(directory, root, library, plans, options, errors, err)
+    except (InternalError, CatencError):
+        return _build_one_by_one(directory, root, library, plans, options, errors)
     return plans, (load(written["manifest"]) if options.runtime.can_run else None), errors
 
 
-def _build_one_by_one(directory, root, library, plans, options, errors, first_error):
+def _build_one_by_one(directory, root, library, plans, options, errors):
     """When the group's library does not build, build each wrapper alone to find the culprits."""
     good = {}
     for name, plan in plans.items():

@@ -12,6 +12,7 @@ from catenc.compiler import EntryPlan, FilePlan
 from catenc.diagnostics import CatencError
 from catenc.dtypes import DType, from_storage, to_storage
 from catenc.frontend.check import decide
+from catenc.frontend.composites import Composite
 from catenc.loader import Library
 from catenc.reference import run_program
 from catenc.symbolic import Facts, const, parse_expr
@@ -107,22 +108,60 @@ def random_input(
     return rng.integers(-8, 9, shape).astype(dtype.numpy)
 
 
-def run_reference(entry: EntryPlan, values: dict[str, np.ndarray], symbols: dict[str, int]) -> list[np.ndarray]:
-    source = entry.composite.test.get("reference")
+def run_reference(
+    entry: EntryPlan, composite: Composite, values: dict[str, np.ndarray], env: dict[str, int]
+) -> list[np.ndarray]:
+    """The composite's test.reference, called with inputs, symbols and params by name (symbols
+    of the test harness's own batch dims left out), or catenc's interpreter of the body."""
+    source = composite.test.get("reference")
     if source is None:
-        outputs = run_program(entry.program, values, symbols)
+        outputs = run_program(entry.program, values, env)
         return [outputs[name] for name, _ in entry.program.outputs]
+    symbols = {k: v for k, v in env.items() if not k.startswith("batch")}
     namespace: dict = {"np": np, "numpy": np}
     try:
-        exec(compile(source, f"<test.reference of {entry.name}>", "exec"), namespace)
-        params = dict(entry.program.params)
-        result = namespace["reference"](**values, **symbols, **params)
-    except Exception as err:
+        exec(compile(source, f"<test.reference of {composite.name}>", "exec"), namespace)
+        result = namespace["reference"](**values, **symbols, **dict(entry.program.params))
+    except Exception as err:  # the reference is the user's code
         raise CatencError(
-            f"test.reference of '{entry.name}' failed: {type(err).__name__}: {err}",
-            entry.composite.loc,
+            f"test.reference of '{composite.name}' failed: {type(err).__name__}: {err}", composite.loc
         ) from None
     return list(result) if isinstance(result, tuple) else [result]
+
+
+def run_once(
+    entry: EntryPlan, composite: Composite, function, sizes: dict[str, int], seed: int
+) -> tuple[list[OutputCheck], list[np.ndarray]]:
+    """Call an entry on random inputs (within the composite's test.ranges) at these sizes and
+    compare every output with the reference; returns the checks and the inputs used."""
+    rng = np.random.default_rng(seed)
+    env = dict(sizes)
+    env.update({k: int(v.evaluate(env)) for k, v in entry.derived.items()})
+    values, storage = {}, []
+    for name, ttype in entry.program.inputs:
+        shape = tuple(int(d.evaluate(env)) for d in ttype.shape)
+        stored = to_storage(random_input(rng, ttype.dtype, shape, input_range(composite, name, env)), ttype.dtype)
+        storage.append(stored)
+        values[name] = stored_values(stored, ttype.dtype)
+    result = function(*storage, **sizes)
+    outputs = result if isinstance(result, tuple) else (result,)
+    reference = run_reference(entry, composite, values, env)
+    checks = []
+    for (name, ttype), got, want in zip(entry.program.outputs, outputs, reference):
+        rtol, atol = DEFAULT_TOLERANCE.get(ttype.dtype.name, (0.0, 0.0))
+        rtol = float(composite.test.get("rtol", rtol))
+        atol = float(composite.test.get("atol", atol))
+        max_abs, max_rel, ok = compare(
+            stored_values(np.asarray(got), ttype.dtype), np.asarray(want), ttype.dtype, rtol, atol
+        )
+        checks.append(OutputCheck(entry.name, name, max_abs, max_rel, ok))
+    return checks, storage
+
+
+def stored_values(stored: np.ndarray, dtype: DType) -> np.ndarray:
+    """The values a buffer holds (f16/bf16 widened to f32), as references receive them."""
+    values = from_storage(stored, dtype)
+    return values.astype(np.float32) if dtype.is_half else values
 
 
 def compare(got: np.ndarray, want: np.ndarray, dtype: DType, rtol: float, atol: float) -> tuple[float, float, bool]:
@@ -158,34 +197,17 @@ def check_entries(
     lines: list[str] = []
     for entry in plan.entries:
         symbols = entry_sizes(entry, given)
-        rng = np.random.default_rng(seed)
-        values, storage = {}, []
-        env = dict(symbols)
-        for name, ttype in entry.program.inputs:
-            shape = tuple(int(d.evaluate(env)) for d in ttype.shape)
-            env.update({k: int(v.evaluate(env)) for k, v in entry.derived.items()})
-            value = random_input(rng, ttype.dtype, shape, input_range(entry.composite, name, env))
-            stored = to_storage(value, ttype.dtype)
-            values[name] = from_storage(stored, ttype.dtype).astype(np.float32) if ttype.dtype.is_half else stored
-            storage.append(stored)
         function = library[entry.name]
-        result = function(*storage, **symbols)
-        outputs = result if isinstance(result, tuple) else (result,)
-        reference = run_reference(entry, values, symbols)
+        results, storage = run_once(entry, entry.composite, function, symbols, seed)
         elapsed = _time(function, storage, symbols)
         shown = ", ".join(f"{k}={v}" for k, v in symbols.items())
-        for (name, ttype), got, want in zip(entry.program.outputs, outputs, reference):
-            got_values = from_storage(np.asarray(got), ttype.dtype)
-            rtol, atol = DEFAULT_TOLERANCE.get(ttype.dtype.name, (0.0, 0.0))
-            rtol = float(entry.composite.test.get("rtol", rtol))
-            atol = float(entry.composite.test.get("atol", atol))
-            max_abs, max_rel, ok = compare(got_values, np.asarray(want), ttype.dtype, rtol, atol)
-            checks.append(OutputCheck(entry.name, name, max_abs, max_rel, ok))
-            verdict = "ok" if ok else "MISMATCH"
+        for check in results:
+            verdict = "ok" if check.ok else "MISMATCH"
             lines.append(
-                f"{entry.name}: {name}  max abs err {max_abs:.3g}  max rel err {max_rel:.3g}  "
+                f"{entry.name}: {check.output}  max abs err {check.max_abs:.3g}  max rel err {check.max_rel:.3g}  "
                 f"[{shown}]  {elapsed * 1e3:.3f} ms  {verdict}"
             )
+        checks += results
     return checks, lines
 
 
