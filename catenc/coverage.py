@@ -135,8 +135,13 @@ def wrapper_text(op: Composite, var: str | None, dtype: str, rank: int | None) -
         lines.append(f"params = {{ {params} }}")
     outs = ", ".join(d.name for d in op.outputs)
     args = ", ".join(d.name for d in op.inputs)
-    lines.append(f"body = {json.dumps(f'{outs} = {op.name}({args})')}")
+    lines.append(f"body = {json.dumps(f'{outs} = {op_alias(op)}({args})')}")
     return name, "\n".join(lines) + "\n"
+
+
+def op_alias(op: Composite) -> str:
+    """The name a wrapper calls its op by: reaches the op even when a built-in has its name."""
+    return f"catenc_op_{op.name}"
 
 
 def make_cases(ops, dtype_filter: set[str] | None, pattern: str | None) -> list[Case]:
@@ -250,6 +255,7 @@ def _build_group(directory: Path, cases: list[Case], options: Options):
     errors: dict[str, str] = {}
     root = load_composite_file(str(path), path.name)
     library = Library(root, search_dirs(options.include_dirs))
+    library.aliases.update({op_alias(case.op): case.op for case in cases})
     plans: dict[str, EntryPlan] = {}
     for case in cases:
         for name in case.wrappers:

@@ -183,7 +183,11 @@ class _Interpreter:
     def eval_Call(self, node: T.Call, env) -> tuple[np.ndarray, ...]:
         key = id(node)
         if key not in self.calls:
-            args = {name: self.eval(a, env) for (name, _), a in zip(node.program.inputs, node.args)}
+            args = {
+                # an argument with fewer batch dims than the call's broadcast batch is broadcast to it
+                name: np.broadcast_to(self.eval(a, env), [self.dim(d) for d in ttype.shape])
+                for (name, ttype), a in zip(node.program.inputs, node.args)
+            }
             results = self.program(node.program, args)
             self.calls[key] = tuple(results[name] for name, _ in node.program.outputs)
         return self.calls[key]

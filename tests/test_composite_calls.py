@@ -544,3 +544,22 @@ def test_bundled_op_library(compile_composites, bmn):
     assert_close(s3, _softmax(x3), **F64)
     shifted = x3 - x3.max(axis=-1, keepdims=True)
     assert_close(t3, shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True)), **F64)
+
+
+def test_callee_arguments_with_fewer_batch_dims_broadcast(compile_composites):
+    """All '...' arguments of one call share the broadcast batch (SPEC §1), concat included."""
+    lib = compile_composites(
+        """
+[composite.cc]
+inputs = ["a: f32[..., N]", "b: f32[..., K]"]
+outputs = ["y: f32[..., N + K]"]
+body = "y = concat([a, b], -1)"
+
+[composite.t_cc]
+inputs = ["a: f32[B, N]", "b: f32[K]"]
+outputs = ["y: f32[B, N + K]"]
+body = "y = cc(a, b)"
+"""
+    )
+    a, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(lib["t_cc"](a, b), np.concatenate([a, np.broadcast_to(b, (2, 4))], -1))

@@ -1692,9 +1692,9 @@ def as_symbolic(node: T.Node) -> Expr | None:
             return parts[0] * parts[1]
         if node.op == "neg":
             return -parts[0]
-        if node.op == "floordiv" and parts[1].is_const and parts[1].value > 0:
+        if node.op == "floordiv":  # floor division and modulo by 0 give 0, as in the C code
             return floordiv(parts[0], parts[1])
-        if node.op == "mod" and parts[1].is_const and parts[1].value > 0:
+        if node.op == "mod":
             return mod(parts[0], parts[1])
     return None
 

@@ -520,11 +520,16 @@ class Library:
         self.local = all_composites(root)
         self.search_dirs = search_dirs
         self._dir_cache: dict[str, dict[str, Composite]] = {}
+        # Internal names (reserved catenc_ prefix) that reach a composite whatever its name: how
+        # test-runtime calls a library op named like a built-in function (relu, sum, ...).
+        self.aliases: dict[str, Composite] = {}
         self._dir_files: dict[str, list[CompositeFile]] = {}
         self.files_read: dict[str, str] = {f.source.path: f.real_path for f in _walk(root)}
         """display path -> path on disk, of every file read, in order"""
 
     def find(self, name: str) -> Composite | None:
+        if name in self.aliases:
+            return self.aliases[name]
         if name in self.local:
             return self.local[name]
         for directory, display in self.search_dirs:

@@ -358,8 +358,8 @@ class _Builder:
         key = id(node)
         if key not in self.calls:
             inner: dict[str, Lazy] = {}
-            for (name, _), arg in zip(node.program.inputs, node.args):
-                inner[name] = self.lower(arg, scope)
+            for (name, ttype), arg in zip(node.program.inputs, node.args):
+                inner[name] = broadcast_to(self.lower(arg, scope), ttype.shape)
             prefix = f"{node.callee}{next(self.counter)}_"
             self.statements(node.program, inner, prefix, {})
             self.calls[key] = tuple(inner[name] for name, _ in node.program.outputs)
@@ -403,6 +403,13 @@ def _product(exprs) -> Expr:
     for e in exprs:
         total = total * e
     return total
+
+
+def broadcast_to(tensor: Lazy, shape: Index) -> Lazy:
+    """The tensor seen with a (numpy-broadcast) larger shape; itself when the shape is its own."""
+    if tensor.shape == shape:
+        return tensor
+    return Lazy(tensor.dtype, shape, lambda idx: tensor.at(broadcast_index(idx, tensor.shape)))
 
 
 def broadcast_index(idx: Index, shape: Index) -> Index:
