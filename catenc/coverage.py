@@ -362,9 +362,11 @@ def render_markdown(coverage: Coverage) -> str:
         "",
     ]
     for family in dict.fromkeys(row.family for row in coverage.rows):
-        lines += [f"## {family}", "", "| op | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
-        for row in (r for r in coverage.rows if r.family == family):
-            cells = [_cell_text(row.cells.get(d)) for d in columns]
+        rows = [r for r in coverage.rows if r.family == family]
+        used = [d for d in columns if any(d in r.cells for r in rows)]
+        lines += [f"## {family}", "", "| op | " + " | ".join(used) + " |", "|---|" + "---|" * len(used)]
+        for row in rows:
+            cells = [_cell_text(row.cells.get(d)) for d in used]
             lines.append(f"| {row.name} | " + " | ".join(cells) + " |")
         lines.append("")
     notes = [
