@@ -563,6 +563,14 @@ def _prove_by_cases(e: Expr, facts: Facts, depth: int) -> bool:
     if depth >= MAX_CASE_DEPTH:
         return False
     atoms = _call_atoms(e)
+    divided_names = set().union(*(a.free_symbols() for a in atoms if a.func in ("floordiv", "mod"))) if atoms else set()
+    for name, c in _divisibility(facts):
+        if name in divided_names:  # name % c == 0: write name as c*name and the division cancels
+            mapping = {name: c * sym(name)}
+            return _prove_case(e.substitute(mapping), _substitute_facts(facts, mapping), None, depth)
+    abstracted = _abstract_nonneg_divisions(e, atoms, facts)
+    if abstracted is not None and _prove_case(abstracted, facts, None, depth):
+        return True
     choice = next((a for a in atoms if a.func in ("max", "min")), None)
     if choice is not None:
         p, q = choice.args
@@ -579,6 +587,34 @@ def _prove_by_cases(e: Expr, facts: Facts, depth: int) -> bool:
             return False
     mapping = {name: sym(name) + SMALL_VALUES}  # the rest: name >= SMALL_VALUES
     return _prove_case(e.substitute(mapping), _substitute_facts(facts, mapping), None, depth)
+
+
+def _divisibility(facts: Facts) -> list[tuple[str, int]]:
+    """(symbol, c) for every fact saying symbol % c == 0 (as -(symbol % c) >= 0)."""
+    out = []
+    for fact in facts.nonneg:
+        if len(fact.terms) == 1 and fact.terms[0][1] == -1 and len(fact.terms[0][0]) == 1:
+            atom, power = fact.terms[0][0][0]
+            if isinstance(atom, Call) and atom.func == "mod" and power == 1:
+                name, divisor = atom.args[0].as_symbol(), atom.args[1]
+                if name is not None and divisor.is_const and divisor.value > 0:
+                    out.append((name, divisor.value))
+    return out
+
+
+def _abstract_nonneg_divisions(e: Expr, atoms: list[Call], facts: Facts) -> Expr | None:
+    """e with each a // c (c > 0) whose a the facts prove >= 0 replaced by a fresh symbol
+    (symbols are >= 0), or None when there is none such."""
+    mapping = {}
+    for k, atom in enumerate(atoms):
+        num, den = atom.args if atom.func == "floordiv" else (None, None)
+        if num is not None and den.is_const and den.value > 0 and not _direct_nonneg(num) and _prove_direct(num, facts):
+            mapping[atom] = Expr.atom(Sym(f"~{k}"))  # not an identifier: cannot meet a real symbol
+    if not mapping:
+        return None
+    for atom, fresh in mapping.items():
+        e = _replace_atom(e, atom, fresh)
+    return e
 
 
 def _prove_case(e: Expr, facts: Facts, assumption: Expr | None, depth: int) -> bool:
@@ -623,11 +659,11 @@ def _prove_direct(e: Expr, facts: Facts) -> bool:
         for k1 in _scales(e, f1):
             rest = e - k1 * f1
             candidates.extend(rest - k2 * f2 for k2 in _scales(rest, f2))
-    for candidate in candidates:
-        reduced = _eliminate_indices(candidate, facts)
-        if reduced is not None and _nonneg_over_symbols(reduced, facts):
-            return True
-    return False
+    reduced = [r for r in (_eliminate_indices(c, facts) for c in candidates) if r is not None]
+    if any(_nonneg_over_symbols(r, facts) for r in reduced):
+        return True
+    # Last: fold a // b and a % b whose a lies in [0, b) (e.g. (K - 1) // K once k < K is used).
+    return any(_nonneg_over_symbols(s, facts) for s in (simplify(r, facts) for r in reduced if _call_atoms(r)))
 
 
 def _scales(e: Expr, fact: Expr) -> list[int]:
@@ -698,7 +734,7 @@ def _simplify_atom(atom: Atom, facts: Facts) -> Expr:
     args = [simplify(a, facts) for a in atom.args]
     if atom.func in ("floordiv", "mod"):
         num, den = args
-        quotient, rest = _split_multiples(num, den)
-        if prove_nonneg(rest, facts) and prove_less(rest, den, facts):
-            return quotient if atom.func == "floordiv" else rest
+        for quotient, rest in (_split_multiples(num, den), (ZERO, num)):
+            if prove_nonneg(rest, facts) and prove_less(rest, den, facts):
+                return quotient if atom.func == "floordiv" else rest
     return _APPLY[atom.func](*args)

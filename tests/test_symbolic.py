@@ -109,3 +109,14 @@ def test_evaluate_broadcasts_numpy_index_arrays():
     o, k, S = sym("o"), sym("k"), sym("S")
     grid = {"o": np.arange(7).reshape(7, 1), "k": np.arange(3).reshape(1, 3), "S": 2}
     np.testing.assert_array_equal((o * S + k).evaluate(grid), np.arange(7)[:, None] * 2 + np.arange(3)[None, :])
+
+
+def test_facts_about_divisions():
+    k, K, C, c, N, i, H = (sym(n) for n in ("k", "K", "C", "c", "N", "i", "H"))
+    box = Facts().with_range("k", K).with_range("c", C)
+    assert prove_less(floordiv(k, K) * C + c, C, box)  # k // K is 0 for k < K, K a symbol
+    even = Facts().with_nonneg(-mod(C, 2))  # the constraint C % 2 == 0
+    assert prove_nonneg(2 * N * floordiv(C, 2) - N * C, even) and prove_nonneg(N * C - 2 * N * floordiv(C, 2), even)
+    assert not prove_nonneg(2 * N * floordiv(C, 2) - N * C, Facts())  # C odd breaks it
+    guarded = Facts().with_range("i", 2 * H + 1).with_nonneg(i - 1, H - 1 - floordiv(i - 1, 2))
+    assert prove_nonneg(floordiv(i - 1, 2), guarded) and prove_less(floordiv(i - 1, 2), H, guarded)
