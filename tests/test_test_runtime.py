@@ -146,3 +146,13 @@ def test_bad_arguments_are_user_errors(tmp_path):
     assert result.returncode == 1 and "unknown dtype 'f33'" in result.stderr
     result = catenc("test-runtime", "--ops", "nowhere", cwd=tmp_path)
     assert result.returncode == 1 and "Traceback" not in result.stderr
+
+
+def test_a_fast_subset_of_the_library_is_clean_on_clang():
+    runtime = load_runtime("clang")
+    config = runtime.validate_config({})
+    for pattern in ("*softmax", "layernorm", "conv2d", "embedding", "quantize_linear", "reduce_argmax"):
+        coverage = run_coverage(runtime, config, (), None, pattern, primitives=False)
+        assert coverage.rows, pattern
+        assert not coverage.regressed, (pattern, summary_line(coverage))
+        assert all(c.status == "pass" for row in coverage.rows for c in row.cells.values())
