@@ -6,20 +6,24 @@ mismatch; 4 an internal compiler error (with a saved reproducer).
 
 from __future__ import annotations
 
+import functools
 import os
+import shlex
 import shutil
 import sys
 import tempfile
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from catenc import __version__
-from catenc.build import EMIT_KINDS, BuildRequest, InternalError, build, default_emit, stage_dumps
+from catenc.build import EMIT_KINDS, BuildRequest, build, default_emit, stage_dumps
 from catenc.compiler import FilePlan, Options, plan_file
 from catenc.diagnostics import CatencError, format_diagnostic
 from catenc.dtypes import DTYPES
+from catenc.frontend.composites import load_composite_file
 from catenc.runtime import load_runtime
 
 EXIT_USER, EXIT_USAGE, EXIT_TEST, EXIT_INTERNAL = 1, 2, 3, 4
@@ -87,14 +91,61 @@ def debug_print(plan: FilePlan, level: int, source_text: str | None) -> None:
 
 
 def save_reproducer(argv: list[str], files: list[str], error: BaseException) -> str:
+    """A directory with the command line, the traceback and the input files (includes too)."""
     directory = Path(tempfile.mkdtemp(prefix="catenc-crash-"))
-    (directory / "command.txt").write_text(" ".join(argv) + "\n")
+    (directory / "command.txt").write_text(" ".join(shlex.quote(a) for a in argv) + "\n")
     (directory / "traceback.txt").write_text("".join(traceback.format_exception(error)))
-    for name in files:
+    for name in files + _included_files(files):
         path = Path(name)
-        if path.is_file():
+        if path.is_file() and not (directory / path.name).exists():
             shutil.copy(path, directory / path.name)
     return str(directory)
+
+
+def _included_files(files: list[str]) -> list[str]:
+    """Best effort: the files the given composite files include (they may not even parse)."""
+    found = []
+    for name in files:
+        try:
+            root = load_composite_file(name)
+        except Exception:  # the reproducer is saved whatever state the input is in
+            continue
+        stack = list(root.includes)
+        while stack:
+            file = stack.pop()
+            found.append(file.real_path)
+            stack += file.includes
+    return found
+
+
+def guarded(files_of: Callable[[dict], list[str]]):
+    """Run a command: user errors print a diagnostic and exit 1; anything unexpected is
+    catenc's fault: it says so, saves a reproducer and exits 4."""
+
+    def wrap(command):
+        @functools.wraps(command)
+        def run(**kw):
+            argv = sys.argv[:]
+            try:
+                code = command(**kw)
+            except CatencError as err:
+                click.echo(format_diagnostic(err), err=True)
+                sys.exit(EXIT_USER)
+            except (click.ClickException, click.exceptions.Exit):
+                raise
+            except Exception as err:
+                where = save_reproducer(argv, files_of(kw), err)
+                click.echo(
+                    f"catenc: internal compiler error: {type(err).__name__}: {err}\n"
+                    f"catenc: this is a bug in catenc, not in your input; a reproducer was saved in {where}",
+                    err=True,
+                )
+                sys.exit(EXIT_INTERNAL)
+            sys.exit(code or 0)
+
+        return run
+
+    return wrap
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -160,25 +211,10 @@ def main() -> None:
 @click.option("-MP", "dep_phony", is_flag=True, help="Add phony targets for dependencies.")
 @click.option("-v", "verbose", is_flag=True, help="Say what is written.")
 @click.option("-q", "quiet", is_flag=True, help="Print only errors.")
-def compile_command(**kw) -> None:
+@guarded(lambda kw: [kw["file"]])
+def compile_command(**kw) -> int:
     """Compile FILE (.toml, .yaml) into C sources, a header, a manifest and a shared library."""
-    argv = sys.argv[:]
-    try:
-        code = _compile(**kw)
-    except CatencError as err:
-        click.echo(format_diagnostic(err), err=True)
-        sys.exit(EXIT_USER)
-    except click.ClickException:
-        raise
-    except (InternalError, Exception) as err:  # anything unexpected is catenc's fault
-        where = save_reproducer(argv, [kw["file"]], err)
-        click.echo(
-            f"catenc: internal compiler error: {type(err).__name__}: {err}\n"
-            f"catenc: this is a bug in catenc, not in your input; a reproducer was saved in {where}",
-            err=True,
-        )
-        sys.exit(EXIT_INTERNAL)
-    sys.exit(code)
+    return _compile(**kw)
 
 
 @main.command("test-runtime")
@@ -190,25 +226,21 @@ def compile_command(**kw) -> None:
 @click.option("-k", "pattern", default=None, metavar="PATTERN", help="Only ops whose name matches.")
 @click.option("--config", "config_items", multiple=True, metavar="K=V[,K=V]", help="Runtime options.")
 @click.option("--no-primitives", is_flag=True, help="Skip the rows of the language's own functions.")
+@guarded(lambda kw: [])
 def test_runtime_command(runtime_spec, report, json_path, ops_dirs, dtypes, pattern, config_items, no_primitives):
     """Run the op library through a runtime and write the op-coverage report."""
     from catenc.coverage import progress_printer, render_json, render_markdown, run_coverage, summary_line
 
-    try:
-        runtime = load_runtime(runtime_spec)
-        config = runtime.validate_config(parse_config(config_items))
-        wanted = set(filter(None, (d.strip() for d in dtypes.split(",")))) if dtypes else None
-        for dtype in wanted or ():
-            if dtype not in DTYPES:
-                raise CatencError(f"--dtypes: unknown dtype '{dtype}'")
-        for directory in ops_dirs:
-            if not Path(directory).is_dir():
-                raise CatencError(f"--ops {directory}: no such directory")
-        progress = progress_printer()
-        coverage = run_coverage(runtime, config, tuple(ops_dirs), wanted, pattern, progress, not no_primitives)
-    except CatencError as err:
-        click.echo(format_diagnostic(err), err=True)
-        sys.exit(EXIT_USER)
+    runtime = load_runtime(runtime_spec)
+    config = runtime.validate_config(parse_config(config_items))
+    wanted = set(filter(None, (d.strip() for d in dtypes.split(",")))) if dtypes else None
+    for dtype in wanted or ():
+        if dtype not in DTYPES:
+            raise CatencError(f"--dtypes: unknown dtype '{dtype}'")
+    for directory in ops_dirs:
+        if not Path(directory).is_dir():
+            raise CatencError(f"--ops {directory}: no such directory")
+    coverage = run_coverage(runtime, config, tuple(ops_dirs), wanted, pattern, progress_printer(), not no_primitives)
     if sys.stdout.isatty():
         click.echo()
     write_text_atomic(Path(report), render_markdown(coverage))
@@ -216,7 +248,7 @@ def test_runtime_command(runtime_spec, report, json_path, ops_dirs, dtypes, patt
         write_text_atomic(Path(json_path), render_json(coverage))
     click.echo(summary_line(coverage))
     click.echo(f"catenc: wrote {report}" + (f" and {json_path}" if json_path else ""))
-    sys.exit(EXIT_TEST if coverage.regressed else 0)
+    return EXIT_TEST if coverage.regressed else 0
 
 
 def write_text_atomic(path: Path, text: str) -> None:
