@@ -129,7 +129,12 @@ class CRenderer:
         if math.isinf(value):
             text = "INFINITY" if suffix else "(double)INFINITY"
             return text if value > 0 else f"(-{text})"
-        text = repr(float(np.float32(value))) if suffix else repr(value)
+        if suffix:
+            with np.errstate(over="ignore"):  # a literal beyond f32's range is inf, as in numpy
+                value = float(np.float32(value))
+            if math.isinf(value):
+                return self.float_literal(value, dtype)
+        text = repr(value)
         if "e" not in text and "." not in text:
             text += ".0"
         return f"{text}{suffix}" if not text.startswith("-") else f"({text}{suffix})"
