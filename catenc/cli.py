@@ -211,7 +211,7 @@ def main() -> None:
 @click.option("-MP", "dep_phony", is_flag=True, help="Add phony targets for dependencies.")
 @click.option("-v", "verbose", is_flag=True, help="Say what is written.")
 @click.option("-q", "quiet", is_flag=True, help="Print only errors.")
-@guarded(lambda kw: [kw["file"]])
+@guarded(lambda kw: [kw["file"]] + ([kw["runtime_spec"]] if kw["runtime_spec"].endswith(".py") else []))
 def compile_command(**kw) -> int:
     """Compile FILE (.toml, .yaml) into C sources, a header, a manifest and a shared library."""
     return _compile(**kw)
@@ -226,7 +226,7 @@ def compile_command(**kw) -> int:
 @click.option("-k", "pattern", default=None, metavar="PATTERN", help="Only ops whose name matches.")
 @click.option("--config", "config_items", multiple=True, metavar="K=V[,K=V]", help="Runtime options.")
 @click.option("--no-primitives", is_flag=True, help="Skip the rows of the language's own functions.")
-@guarded(lambda kw: [])
+@guarded(lambda kw: [kw["runtime_spec"]] if kw["runtime_spec"].endswith(".py") else [])
 def test_runtime_command(runtime_spec, report, json_path, ops_dirs, dtypes, pattern, config_items, no_primitives):
     """Run the op library through a runtime and write the op-coverage report."""
     from catenc.coverage import progress_printer, render_json, render_markdown, run_coverage, summary_line

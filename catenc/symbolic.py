@@ -652,6 +652,8 @@ def _replace_atom(e: Expr, target: Atom, value: Expr) -> Expr:
 
 
 def _prove_direct(e: Expr, facts: Facts) -> bool:
+    if any(f.is_const and f.value < 0 for f in facts.nonneg):
+        return True  # contradictory facts: the case (e.g. a loop of extent 0) never happens
     candidates = [e]
     for fact in facts.nonneg:
         candidates.extend(e - k * fact for k in _scales(e, fact))
@@ -666,14 +668,23 @@ def _prove_direct(e: Expr, facts: Facts) -> bool:
     return any(_nonneg_over_symbols(s, facts) for s in (simplify(r, facts) for r in reduced if _call_atoms(r)))
 
 
-def _scales(e: Expr, fact: Expr) -> list[int]:
-    """Positive multiples k for which e - k*fact cancels some term of e."""
-    scales = set()
+def _scales(e: Expr, fact: Expr) -> list[Expr]:
+    """Non-negative multipliers q (a positive integer times a monomial of symbols) for which
+    e - q*fact cancels some term of e; q*fact >= 0 whenever fact >= 0."""
+    scales: dict[str, Expr] = {}
     mine = e.as_dict
     for m, c in fact.terms:
-        if m and m in mine and mine[m] % c == 0 and mine[m] // c > 0:
-            scales.add(mine[m] // c)
-    return sorted(scales)
+        if not m:
+            continue
+        for me, ce in mine.items():
+            quotient = _divide_monomial(me, m)
+            if quotient is None or ce % c or ce // c <= 0:
+                continue
+            if not all(isinstance(atom, Sym) for atom, _ in quotient):
+                continue
+            q = Expr.from_dict({quotient: ce // c})
+            scales.setdefault(str(q), q)
+    return [scales[k] for k in sorted(scales)]
 
 
 def _nonneg_over_symbols(e: Expr, facts: Facts) -> bool:

@@ -135,7 +135,7 @@ def run_once(
     """Call an entry on random inputs (within the composite's test.ranges) at these sizes and
     compare every output with the reference; returns the checks and the inputs used."""
     rng = np.random.default_rng(seed)
-    env = dict(sizes)
+    env = {**entry.specialized, **sizes}  # symbols fixed with -D are sizes too
     env.update({k: int(v.evaluate(env)) for k, v in entry.derived.items()})
     values, storage = {}, []
     for name, ttype in entry.program.inputs:

@@ -146,8 +146,8 @@ class CRenderer:
         if isinstance(v, Const):
             return self.literal(v.value, v.dtype)
         if isinstance(v, SymInt):
-            text = v.expr.to_c()
-            return text if v.dtype.name == "i64" else f"(({self.ctype(v.dtype)})({text}))"
+            text = f"({v.expr.to_c()})"  # an operand of whatever operator surrounds it
+            return text if v.dtype.name == "i64" else f"(({self.ctype(v.dtype)}){text})"
         if isinstance(v, Load):
             return self.load(v)
         if isinstance(v, Unary):
@@ -210,7 +210,7 @@ class CRenderer:
         flat = self.flat_index(v.index, buf.shape)
         if isinstance(v, Gather):  # index[axis] is 0 in v.index: add the computed position's offset
             stride = product(buf.shape[v.axis + 1 :]).to_c()
-            flat = f"{flat} + {self.value(v.position)}*{stride}"
+            flat = f"{flat} + {self.value(v.position)}*({stride})"
         text = f"{v.buffer}[{flat}]"
         conversion = self.load_conversion.get(buf.dtype.name)
         return conversion.format(text) if conversion else text

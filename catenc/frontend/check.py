@@ -1199,7 +1199,7 @@ class BodyChecker:
             if isinstance(node.op, ast.Mult):
                 return a * b
             divides_by_index = scope is not None and b.free_symbols() & {v for v, _ in scope.names.values()}
-            if divides_by_index or (b.is_const and b.value <= 0):
+            if divides_by_index or (b.is_const and b.value < 0):
                 raise self.error("an index may only be divided by a positive constant or symbol", node.right)
             return floordiv(a, b) if isinstance(node.op, ast.FloorDiv) else mod(a, b)
         raise self.error("expected an integer expression of indices and symbols (+ - * // %)", node)
