@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -52,7 +53,15 @@ def default_emit(stop_after_source: bool, stop_after_object: bool) -> tuple[str,
 
 
 def stem_of(path: str) -> str:
-    return Path(path).name.rsplit(".", 1)[0]
+    """The name of the outputs (model.toml -> model.c, libmodel.so): it reaches C code and
+    command lines, so it must be a plain file name."""
+    stem = Path(path).name.rsplit(".", 1)[0]
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*", stem):
+        raise CatencError(
+            f"{path}: outputs are named after the input file, so its name must use letters, digits and "
+            "_ . + - only, and not start with - (rename the file)"
+        )
+    return stem
 
 
 def sha256_file(path: str | Path) -> str:

@@ -97,8 +97,14 @@ def save_reproducer(argv: list[str], files: list[str], error: BaseException) -> 
     (directory / "traceback.txt").write_text("".join(traceback.format_exception(error)))
     for name in files + _included_files(files):
         path = Path(name)
-        if path.is_file() and not (directory / path.name).exists():
-            shutil.copy(path, directory / path.name)
+        if not path.is_file():
+            continue
+        # keep an include's place relative to the main file, so the saved command runs there
+        relative = Path(os.path.relpath(path, Path(files[0]).parent)) if files else Path(path.name)
+        target = directory / (relative if ".." not in relative.parts else path.name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            shutil.copy(path, target)
     return str(directory)
 
 
@@ -133,6 +139,9 @@ def guarded(files_of: Callable[[dict], list[str]]):
                 sys.exit(EXIT_USER)
             except (click.ClickException, click.exceptions.Exit):
                 raise
+            except RecursionError:
+                click.echo("catenc: error: the input nests too deeply for catenc; split it up", err=True)
+                sys.exit(EXIT_USER)
             except Exception as err:
                 where = save_reproducer(argv, files_of(kw), err)
                 click.echo(
@@ -146,6 +155,9 @@ def guarded(files_of: Callable[[dict], list[str]]):
         return run
 
     return wrap
+
+
+sys.setrecursionlimit(max(sys.getrecursionlimit(), 8000))  # programs nest as deep as users write them
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -84,6 +84,16 @@ def search_dirs(include_dirs: tuple[str, ...]) -> list[tuple[str, str]]:
 
 
 def plan_file(path: str, options: Options) -> FilePlan:
+    try:
+        return _plan_file(path, options)
+    except RecursionError:
+        raise CatencError(
+            f"{path}: the program nests too deeply for catenc (an expression, shape or chain of "
+            "statements thousands of levels deep); split it into shorter statements"
+        ) from None
+
+
+def _plan_file(path: str, options: Options) -> FilePlan:
     root = load_composite_file(path, path)
     library = Library(root, search_dirs(options.include_dirs))
     own = dict(root.composites)

@@ -272,7 +272,13 @@ def _build_group(directory: Path, cases: list[Case], options: Options):
         )
     except (InternalError, CatencError):
         return _build_one_by_one(directory, root, library, plans, options, errors)
-    return plans, (load(written["manifest"]) if options.runtime.can_run else None), errors
+    if not options.runtime.can_run:
+        return plans, None, errors
+    try:
+        return plans, load(written["manifest"]), errors
+    except OSError as err:  # e.g. built with flags whose runtime cannot be loaded here
+        reason = f"the library does not load: {err}"
+        return {}, None, {**errors, **dict.fromkeys(plans, reason)}
 
 
 def _build_one_by_one(directory, root, library, plans, options, errors):

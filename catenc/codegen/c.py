@@ -140,7 +140,30 @@ class CRenderer:
         return f"{text}{suffix}" if not text.startswith("-") else f"({text}{suffix})"
 
     # ---- values ----
+    max_nesting = 48  # compilers limit bracket nesting (clang: 256); deeper values go to locals
+
     def value(self, v: Value) -> str:
+        """The C expression of a value; a value nested too deeply is computed into a local first
+        (never one under a where branch, whose reads must stay guarded)."""
+        self._nesting += 1
+        try:
+            if self._nesting > self.max_nesting and not self._guarded and v.children():
+                return self.hoist(v)
+            return self.expression(v)
+        finally:
+            self._nesting -= 1
+
+    def hoist(self, v: Value) -> str:
+        saved, self._nesting = self._nesting, 0
+        try:
+            text = self.expression(v)
+        finally:
+            self._nesting = saved
+        name = f"catenc_t{len(self._hoisted)}_{self._statement}"
+        self._hoisted.append(f"{self.ctype(v.dtype)} {name} = {text};")
+        return name
+
+    def expression(self, v: Value) -> str:
         if isinstance(v, Local):
             return v.name
         if isinstance(v, Const):
@@ -155,7 +178,12 @@ class CRenderer:
         if isinstance(v, Binary):
             return self.binary(v)
         if isinstance(v, Where):
-            return f"({self.value(v.cond)} ? {self.value(v.a)} : {self.value(v.b)})"
+            cond = self.value(v.cond)
+            self._guarded += 1
+            try:
+                return f"({cond} ? {self.value(v.a)} : {self.value(v.b)})"
+            finally:
+                self._guarded -= 1
         if isinstance(v, Cast):
             return self.cast(v)
         raise TypeError(f"cannot render {v!r}")
@@ -218,6 +246,7 @@ class CRenderer:
     # ---- statements and kernels ----
     def kernel(self, kernel: LoopKernel, buffers: dict[str, BufferArg], parallel: bool) -> str:
         self.buffers = buffers
+        self._nesting, self._guarded, self._hoisted, self._statement = 0, 0, [], 0
         params = [self.buffer_param(buffers[name]) for name in kernel.buffers]
         params += [f"int64_t {s}" for s in kernel.symbols]
         lines = [f"{self.kernel_qualifier} {kernel.name}({', '.join(params) or 'void'})", "{"]
@@ -232,28 +261,35 @@ class CRenderer:
     def statements(self, body: tuple[Stmt, ...], depth: int, lines: list[str], parallel: bool) -> None:
         pad = self.indent * depth
         for stmt in body:
-            if isinstance(stmt, For):
-                if stmt.parallel and parallel:
-                    lines.append(f"{pad}{self.parallel_pragma}")
-                extent = stmt.extent.to_c()
-                lines.append(f"{pad}for (int64_t {stmt.index} = 0; {stmt.index} < {extent}; ++{stmt.index}) {{")
-                self.statements(stmt.body, depth + 1, lines, parallel)
-                lines.append(f"{pad}}}")
-            elif isinstance(stmt, If):
-                lines.append(f"{pad}if ({self.value(stmt.cond)}) {{")
-                self.statements(stmt.body, depth + 1, lines, parallel)
-                lines.append(f"{pad}}}")
-            elif isinstance(stmt, Declare):
-                lines.append(f"{pad}{self.ctype(stmt.dtype)} {stmt.name} = {self.value(stmt.value)};")
-            elif isinstance(stmt, Assign):
-                lines.append(f"{pad}{stmt.name} = {self.value(stmt.value)};")
-            elif isinstance(stmt, Store):
-                buf = self.buffers[stmt.buffer]
-                value = self.value(stmt.value)
-                conversion = self.store_conversion.get(buf.dtype.name)
-                if conversion:
-                    value = conversion.format(value)
-                lines.append(f"{pad}{stmt.buffer}[{self.flat_index(stmt.index, buf.shape)}] = {value};")
+            hoisted = self._hoisted = []  # locals this statement's own expressions need
+            self._statement += 1
+            mark = len(lines)
+            self.statement(stmt, pad, depth, lines, parallel)
+            lines[mark:mark] = [f"{pad}{line}" for line in hoisted]
+
+    def statement(self, stmt: Stmt, pad: str, depth: int, lines: list[str], parallel: bool) -> None:
+        if isinstance(stmt, For):
+            if stmt.parallel and parallel:
+                lines.append(f"{pad}{self.parallel_pragma}")
+            extent = stmt.extent.to_c()
+            lines.append(f"{pad}for (int64_t {stmt.index} = 0; {stmt.index} < {extent}; ++{stmt.index}) {{")
+            self.statements(stmt.body, depth + 1, lines, parallel)
+            lines.append(f"{pad}}}")
+        elif isinstance(stmt, If):
+            lines.append(f"{pad}if ({self.value(stmt.cond)}) {{")
+            self.statements(stmt.body, depth + 1, lines, parallel)
+            lines.append(f"{pad}}}")
+        elif isinstance(stmt, Declare):
+            lines.append(f"{pad}{self.ctype(stmt.dtype)} {stmt.name} = {self.value(stmt.value)};")
+        elif isinstance(stmt, Assign):
+            lines.append(f"{pad}{stmt.name} = {self.value(stmt.value)};")
+        elif isinstance(stmt, Store):
+            buf = self.buffers[stmt.buffer]
+            value = self.value(stmt.value)
+            conversion = self.store_conversion.get(buf.dtype.name)
+            if conversion:
+                value = conversion.format(value)
+            lines.append(f"{pad}{stmt.buffer}[{self.flat_index(stmt.index, buf.shape)}] = {value};")
 
 
 def prelude_tables() -> dict:

@@ -17,7 +17,7 @@ from catenc.diagnostics import CatencError, Loc
 from catenc.dtypes import BOOL, DTYPES, F32, I64, DType
 from catenc.frontend import typed as T
 from catenc.frontend.body import BodyText
-from catenc.frontend.composites import Composite, Constraint, Library, TensorDecl, closest
+from catenc.frontend.composites import MAX_CONSTANT, Composite, Constraint, Library, TensorDecl, closest
 from catenc.symbolic import (
     ONE,
     ZERO,
@@ -169,8 +169,8 @@ def check_entry(comp: Composite, ctx: EntryContext, fixed: dict[str, object]) ->
         if name in comp.derived:
             continue
         if value is not None:
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise CatencError(f"-D {name}: a symbol needs a non-negative integer, got {value!r}", comp.loc)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_CONSTANT:
+                raise CatencError(f"-D {name}: a symbol needs an integer in [0, 2^62], got {value!r}", comp.loc)
             symbols[name] = const(value)
         else:
             symbols[name] = sym(name)
@@ -496,7 +496,10 @@ class BodyChecker:
             if dtype.is_int and not _fits(int(value), dtype):
                 raise CatencError(f"the literal {value!r} does not fit in {dtype.name}", node.loc)
             if dtype.is_float and not isinstance(value, bool):
-                value = float(value)
+                try:
+                    value = float(value)
+                except OverflowError:
+                    raise CatencError(f"the literal {value} is too large for {dtype.name}", node.loc) from None
             return T.Lit(T.TType(dtype, ()), node.loc, value, False)
         if isinstance(node, T.SymVal):
             if dtype == BOOL:
@@ -787,6 +790,8 @@ class BodyChecker:
         for dim in result.type.shape:
             if not prove_nonneg(dim, self.facts):
                 raise self.error(f"the dim {dim} of this {name}(...) may be negative", node)
+            if any(abs(c) > MAX_CONSTANT for _, c in dim.terms):
+                raise self.error(f"the dim {dim} of this {name}(...) is beyond 2^62", node)
         return result
 
     def fn_reshape(self, node: ast.Call, loc: Loc) -> T.Node:

@@ -35,6 +35,7 @@ C_RESERVED = frozenset(
     nearbyint tgamma lgamma isnan isinf isfinite signbit copysign puts putchar fprintf sprintf
     snprintf scanf fopen fclose fread fwrite assert offsetof""".split()
 )
+MAX_CONSTANT = 1 << 62  # constants in shapes must stay far inside int64_t
 CONSTRAINT_OPS = ("==", "!=", "<=", ">=", "<", ">")
 
 
@@ -128,12 +129,24 @@ def closest(word: str, choices: list[str] | tuple[str, ...]) -> str:
     return f" (did you mean '{match[0]}'?)" if match else ""
 
 
+C_TYPES_AND_MACROS = frozenset(
+    """int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t size_t ptrdiff_t intptr_t uintptr_t
+    NAN INFINITY HUGE_VAL HUGE_VALF EOF FILE errno stdin stdout stderr va_list""".split()
+)
+_MATH_FUNCS = """acos asin atan atan2 cos sin tan acosh asinh atanh cosh sinh tanh exp exp2 expm1 log log10 log1p
+log2 logb ilogb frexp ldexp modf scalbn scalbln cbrt fabs hypot pow sqrt erf erfc lgamma tgamma ceil floor
+nearbyint rint lrint llrint round lround llround trunc fmod remainder remquo copysign nan nextafter nexttoward
+fdim fmax fmin fma""".split()
+C_LIBRARY_VARIANTS = frozenset(f + suffix for f in _MATH_FUNCS for suffix in ("", "f", "l"))
+
+
 def check_name(name: str, what: str, loc: Loc) -> None:
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise CatencError(f"invalid {what} name {name!r}: expected [A-Za-z_][A-Za-z0-9_]*", loc)
-    if name.startswith("catenc_") or name in ("workspace", "workspace_bytes"):
+    reserved_for_c = name.startswith("__") or (name.startswith("_") and name[1:2].isupper())
+    if name.lower().startswith("catenc_") or name in ("workspace", "workspace_bytes") or reserved_for_c:
         raise CatencError(f"{what} name '{name}' is reserved for the emitted C code", loc)
-    if name in C_RESERVED or keyword.iskeyword(name):
+    if name in C_RESERVED or name in C_TYPES_AND_MACROS or name in C_LIBRARY_VARIANTS or keyword.iskeyword(name):
         raise CatencError(f"{what} name '{name}' is reserved (a C or Python keyword or C library name)", loc)
 
 
@@ -221,6 +234,8 @@ def parse_decl(text: str, loc_at) -> TensorDecl:
                 check_name(sym_name, "symbol", loc_at(pos))
             if dim.is_const and dim.value < 0:
                 raise CatencError(f"dim {dim} is negative", loc_at(pos))
+            if any(abs(c) > MAX_CONSTANT for _, c in dim.terms):
+                raise CatencError(f"dim {piece.strip()} has a constant beyond 2^62", loc_at(pos))
             dims.append(dim)
             for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", piece):
                 if word in dim.free_symbols() and word not in order:
@@ -310,8 +325,9 @@ def parse_composite(source: SourceFile, name: str, definition: object) -> Compos
             raise CatencError(f"'{symbol}' is both a symbol (a dim) and a type variable", comp.loc)
     for decl in inputs + outputs:
         for used in decl.symbol_order:
-            if used in params and (isinstance(params[used], bool) or not isinstance(params[used], int)):
-                raise CatencError(f"param '{used}' appears in a shape, so it must be an integer", decl.loc)
+            value = params.get(used)
+            if used in params and (isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_CONSTANT):
+                raise CatencError(f"param '{used}' appears in a shape, so it must be an integer within 2^62", decl.loc)
     return comp
 
 
@@ -374,7 +390,13 @@ def _read_where(reader: _Reader, definition: dict) -> tuple[dict[str, Expr], lis
                 raise CatencError(f"a derivation must assign a symbol, not '{lhs_name}'", loc_at(lead))
             if lhs_name in derived:
                 raise CatencError(f"symbol '{lhs_name}' is derived twice", loc_at(lead))
-            derived[lhs_name] = _parse_side(rhs_text, loc_at, len(lhs_text) + 1)
+            value = _parse_side(rhs_text, loc_at, len(lhs_text) + 1)
+            if lhs_name in value.free_symbols() or value.free_symbols() & set(derived):
+                raise CatencError(
+                    f"'{lhs_name}' must be derived from free symbols only (not from itself or another derived one)",
+                    loc_at(lead),
+                )
+            derived[lhs_name] = value
             continue
         lhs_text, op, rhs_text, at = split
         lhs = _parse_side(lhs_text, loc_at, 0)
@@ -386,31 +408,35 @@ def _read_where(reader: _Reader, definition: dict) -> tuple[dict[str, Expr], lis
 def _parse_side(text: str, loc_at, offset: int) -> Expr:
     lead = len(text) - len(text.lstrip())
     try:
-        return parse_expr(text)
+        value = parse_expr(text)
+        if any(abs(c) > MAX_CONSTANT for _, c in value.terms):
+            raise CatencError(f"'{text.strip()}' has a constant beyond 2^62", loc_at(offset + lead))
+        return value
     except SymbolicSyntaxError as err:
         raise CatencError(f"invalid integer expression '{text.strip()}'", loc_at(offset + lead + err.col)) from None
 
 
-def _read_test(reader: _Reader, definition: dict) -> dict:
-    raw = reader.get(definition, "test", dict, "a table", {})
+def _read_test(outer: _Reader, definition: dict) -> dict:
+    raw = outer.get(definition, "test", dict, "a table", {})
+    reader = _Reader(outer.source, outer.base + ("test",))
     for key in raw:
         if key not in TEST_KEYS:
             raise CatencError(
                 f"unknown key '{key}' in 'test'{closest(key, TEST_KEYS)}; valid keys are {', '.join(TEST_KEYS)}",
-                reader.source.key_loc(reader.base + ("test", key)),
+                reader.source.key_loc(reader.base + (key,)),
             )
     sizes = reader.get(raw, "sizes", dict, "a table of symbol = int", {})
     for key, value in sizes.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise CatencError(
                 f"test size '{key}' must be a non-negative integer",
-                reader.loc("test", "sizes", key),
+                reader.loc("sizes", key),
             )
     for key in ("rtol", "atol"):
         if key in raw and (not isinstance(raw[key], (int, float)) or isinstance(raw[key], bool)):
-            raise CatencError(f"'{key}' must be a number", reader.loc("test", key))
+            raise CatencError(f"'{key}' must be a number", reader.loc(key))
     if "reference" in raw and not isinstance(raw["reference"], str):
-        raise CatencError("'reference' must be a string of Python source", reader.loc("test", "reference"))
+        raise CatencError("'reference' must be a string of Python source", reader.loc("reference"))
     ranges = reader.get(raw, "ranges", dict, "a table of input = [low, high]", {})
     for key, bounds in ranges.items():
         ok = isinstance(bounds, list) and len(bounds) == 2
@@ -425,7 +451,7 @@ def _read_test(reader: _Reader, definition: dict) -> dict:
         if not ok:
             raise CatencError(
                 f"test range of '{key}' must be [low, high] (numbers or expressions of symbols such as \"V\")",
-                reader.loc("test", "ranges", key),
+                reader.loc("ranges", key),
             )
     return raw
 
@@ -461,12 +487,15 @@ def load_composite_file(path: str, display: str | None = None, _stack: tuple[str
         loc = source.loc(("include", i))
         if not isinstance(item, str):
             raise CatencError("an include must be a path string", loc)
-        target = Path(path).parent / item
-        target_display = str(Path(display or path).parent / item) if not Path(item).is_absolute() else item
-        if str(target.resolve()) in _stack + (resolved,):
-            raise CatencError(f"include cycle: '{item}' includes this file again", loc)
-        if not target.is_file():
-            raise CatencError(f"cannot find included file '{item}'", loc)
+        try:
+            target = Path(path).parent / item
+            target_display = str(Path(display or path).parent / item) if not Path(item).is_absolute() else item
+            if str(target.resolve()) in _stack + (resolved,):
+                raise CatencError(f"include cycle: '{item}' includes this file again", loc)
+            if not target.is_file():
+                raise CatencError(f"cannot find included file '{item}'", loc)
+        except (OSError, ValueError, RuntimeError) as err:  # NUL bytes, symlink loops, long names
+            raise CatencError(f"cannot include '{item}': {err}", loc) from None
         includes.append(load_composite_file(str(target), _normalise(target_display), _stack + (resolved,)))
     composites: dict[str, Composite] = {}
     table = data.get("composite")

@@ -193,6 +193,8 @@ def load_source(path: str | os.PathLike[str], display_path: str | None = None) -
             data, index = _load_yaml(text, shown, lines)
     except RecursionError:
         raise CatencError(f"{shown}: values are nested too deeply") from None
+    except (ValueError, OverflowError) as err:  # e.g. a YAML escape beyond U+10FFFF
+        raise CatencError(f"{shown}: invalid {kind.upper()} value: {err}") from None
     if not isinstance(data, dict):
         raise CatencError(
             "the top level of a composite file must be a mapping (with a 'composite' key)",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from catenc.ir.nodes import Compute, Graph, format_shape, format_value, loads
-from catenc.ir.passes import fold_constants, inline_computes
+from catenc.ir.passes import fold_constants, inline_computes, remove_dead_computes
 from catenc.symbolic import ONE, ZERO, Expr, maximum, product, sym
 
 WORKSPACE_ALIGNMENT = 64
@@ -56,7 +56,7 @@ class Schedule:
 def schedule_graph(graph: Graph, fuse: bool = True) -> Schedule:
     """Inline, fuse into kernels and plan the workspace; `fuse=False` (at -O0) keeps one
     compute per kernel."""
-    graph = fold_constants(graph)
+    graph = remove_dead_computes(fold_constants(graph))
     if fuse:
         graph, notes = inline_computes(graph)
     else:
