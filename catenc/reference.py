@@ -67,7 +67,9 @@ class _Interpreter:
     def dim(self, e: Expr) -> int:
         return int(e.evaluate(self.symbols))
 
-    def program(self, program: T.Program, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def program(self, program: T.Program, inputs: dict[str, np.ndarray], entry: bool = True) -> dict[str, np.ndarray]:
+        """Evaluate a program; only an entry's outputs are stored (so rounded to f16/bf16): a
+        callee's outputs are intermediates of its caller, kept in f32 like the C code keeps them."""
         env: dict[str, np.ndarray] = {}
         for name, ttype in program.inputs:
             env[name] = np.asarray(inputs[name], dtype=compute_dtype(ttype.dtype))
@@ -79,7 +81,7 @@ class _Interpreter:
             else:
                 value = self.index_statement(stmt, env)
                 dtype = stmt.type.dtype
-            if stmt.target in outputs:
+            if entry and stmt.target in outputs:
                 value = round_to(value, dtype)
             env[stmt.target] = np.asarray(value, dtype=compute_dtype(dtype))
         return {name: env[name] for name, _ in program.outputs}
@@ -188,7 +190,7 @@ class _Interpreter:
                 name: np.broadcast_to(self.eval(a, env), [self.dim(d) for d in ttype.shape])
                 for (name, ttype), a in zip(node.program.inputs, node.args)
             }
-            results = self.program(node.program, args)
+            results = self.program(node.program, args, entry=False)
             self.calls[key] = tuple(results[name] for name, _ in node.program.outputs)
         return self.calls[key]
 
