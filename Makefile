@@ -32,7 +32,7 @@ SIZES_conv2d    := N=2,C=3,H=13,W=11,K=8
 
 LINT_DIRS := catenc tests runtimes samples
 
-.PHONY: setup demo test coverage lint clean distclean $(addprefix sample-,$(SAMPLES))
+.PHONY: setup demo test fuzz coverage lint clean distclean $(addprefix sample-,$(SAMPLES))
 
 setup: $(STAMP)
 
@@ -71,6 +71,11 @@ $(addprefix sample-,$(SAMPLES)): sample-%: $(STAMP)
 
 test: $(STAMP)
 	$(PYBIN) -m pytest -q -p no:cacheprovider tests
+
+# Differential fuzzing (tests/fuzzing/run.py) for MINUTES (default 10) from SEED (default 1);
+# failing programs are written to build/fuzz/failures/.
+fuzz: $(STAMP)
+	$(PYBIN) -m tests.fuzzing.run --minutes $(or $(MINUTES),10) --seed $(or $(SEED),1)
 
 # The op-coverage report of the clang runtime (committed; the README links it).
 coverage: $(STAMP)

@@ -1,0 +1,286 @@
+"""Regressions found by the differential fuzzer (tests/fuzzing, `make fuzz`), minimised by hand.
+
+One test per bug, named for what it exercises, comparing with numpy computed here. Each
+docstring gives the program the fuzzer found it with, what catenc did and what numpy says.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import assert_close, rng
+
+from catenc.build import BuildRequest, build
+from catenc.compiler import Options, plan_file
+from catenc.loader import load
+from catenc.reference import run_program
+from catenc.runtime import load_runtime
+from catenc.testing import check_entries
+
+EXACT = dict(rtol=0, atol=0)
+
+
+def randn(shape, dtype=np.float32, seed=0):
+    return rng(seed).standard_normal(shape).astype(dtype)
+
+
+# ------------------------------------------------------------------------------------------
+# An index used as a value (`0 - i`, `x[j] * j`, a guard `i - j >= 1`) in an index-form
+# intermediate that -O2 inlines into a consumer reading it at a shifted or reversed position
+# (`t[j - 2]`, `t[M - 1 - j]`): the substituted index expression was rendered without
+# parentheses, so `0 - i` at i = j - 2 became `0 - j - 2` and `x[j] * j` at j = M - 1 - j
+# became `x[..] * M - j - 1`. -O0 (no fusion) was right.
+
+INLINED_INDEX_VALUES = '''
+[composite.index_sub_shifted]
+inputs = ["x: f32[N]"]
+outputs = ["y: f32[N]"]
+body = """
+t[i] = x[i] + cast(0 - i, f32)
+y[j] = where(j >= 2, t[j - 2], 0.0)
+"""
+
+[composite.index_mul_reversed]
+inputs = ["x: i64[M]"]
+outputs = ["y: i64[M]"]
+body = """
+t[j] = x[j] * j
+y[j] = t[M - 1 - j]
+"""
+
+[composite.index_guard_shifted]
+inputs = ["x: f32[5, N]"]
+outputs = ["y: f32[5, N + 2]"]
+body = """
+t[i, j] = where(i - j >= 1, x[i, j], 0.0)
+y[i, j] = where((j >= 2) & (j - 2 < N), t[i, j - 2], 0.0)
+"""
+'''
+
+
+@pytest.mark.parametrize("opt", ["0", "2"])
+@pytest.mark.parametrize("n", [0, 1, 3, 7, 13])
+def test_index_value_of_a_fused_producer_read_at_a_shifted_index(compile_composites, opt, n):
+    """Found as: t5[i, j] = where(i - j >= 1, x2[i, j], 0.0); t8[i, j] =
+    reciprocal(abs(where((j >= 2) & (j - 2 < N + 2), t5[i, j - 2], 0.0)) + 1.0). At -O2 the
+    C read `(1 <= i2 - i3 - 2) ? x[...] : 0` for `1 <= i2 - (i3 - 2)`: max abs err 0.68."""
+    lib = compile_composites(INLINED_INDEX_VALUES, name="inlined_index_values", opt=opt)
+
+    x = randn(n)
+    t = x - np.arange(n, dtype=np.float32)
+    want = np.zeros(n, np.float32)
+    want[2:] = t[: max(n - 2, 0)]
+    assert_close(lib["index_sub_shifted"](x), want, **EXACT)
+
+    xi = rng(1).integers(-8, 9, n).astype(np.int64)
+    assert_close(lib["index_mul_reversed"](xi), (xi * np.arange(n))[::-1], dtype=np.int64)
+
+    x2 = randn((5, n), seed=2)
+    i, j = np.meshgrid(np.arange(5), np.arange(n), indexing="ij")
+    t2 = np.where(i - j >= 1, x2, np.float32(0))
+    want2 = np.zeros((5, n + 2), np.float32)
+    want2[:, 2:] = t2
+    assert_close(lib["index_guard_shifted"](x2), want2, **EXACT)
+
+
+# ------------------------------------------------------------------------------------------
+# take(x, idx, axis) where the dims after `axis` multiply to a sum (x: [M, N + 1, 2] gives a
+# stride 2*N + 2; a slice x[:, 1:] gives N - 1): the gathered position was multiplied by the
+# stride without parentheses (`pos*2LL*N + 2LL`), reading the wrong elements at every level
+# (and, for M = 1, one element past the end of x).
+
+TAKE_STRIDES = '''
+[composite.take_stride_sum]
+inputs = ["x: f32[M, N + 1, 2]", "k: i64[K]"]
+outputs = ["y: f32[K, N + 1, 2]"]
+body = "y = take(x, k, 0)"
+
+[composite.take_stride_difference]
+inputs = ["x: f64[M, N]", "k: i32"]
+outputs = ["y: f64[N - 1]"]
+where = ["N >= 1"]
+body = """
+s = x[:, 1:]
+y = take(s, k, 0)
+"""
+
+[composite.take_middle_axis]
+inputs = ["x: f32[2, M, N + 2]", "k: i64[K, 2]"]
+outputs = ["y: f32[2, K, 2, N + 2]"]
+body = "y = take(x, k, 1)"
+'''
+
+
+@pytest.mark.parametrize("opt", ["0", "2"])
+@pytest.mark.parametrize("mnk", [(1, 1, 1), (1, 3, 2), (3, 2, 4), (7, 5, 3), (4, 13, 6)])
+def test_take_along_an_axis_whose_stride_is_a_sum(compile_composites, opt, mnk):
+    """Found as: t3 = take(x1, x2, 0) with x1: f64[M, N + 1, 2] and x2: i32[N + 2, N] (max abs
+    err 1.84 against the reference at every level), and take of x1[::-1, 1:] (stride N - 1)."""
+    lib = compile_composites(TAKE_STRIDES, name="take_strides", opt=opt)
+    m, n, k = mnk
+    x = randn((m, n + 1, 2))
+    idx = rng(1).integers(-m, m, k).astype(np.int64)
+    assert_close(lib["take_stride_sum"](x, idx), np.take(x, idx, axis=0), **EXACT)
+
+    x2 = randn((m, n), np.float64, seed=2)
+    for pos in (0, m - 1, -1):
+        got = lib["take_stride_difference"](x2, np.int32(pos))
+        assert_close(got, x2[:, 1:][pos], **EXACT)
+
+    x3 = randn((2, m, n + 2), seed=3)
+    idx3 = rng(4).integers(-m, m, (k, 2)).astype(np.int64)
+    assert_close(lib["take_middle_axis"](x3, idx3), np.take(x3, idx3, axis=1), **EXACT)
+
+
+# ------------------------------------------------------------------------------------------
+# `--test` (catenc.testing) on a composite compiled with -D N=..., whose test.ranges bound
+# uses N: the bounds were evaluated without the fixed symbol and --test died with an internal
+# compiler error (KeyError: 'N', exit 4).
+
+RANGES_OVER_A_FIXED_SYMBOL = """
+[composite.gather_rows]
+inputs = ["x: f32[N, M]", "idx: i64[K]"]
+outputs = ["y: f32[K, M]"]
+where = ["N >= 1"]
+test.ranges = { idx = ["-N", "N"] }
+body = "y = take(x, idx, 0)"
+"""
+
+
+def test_test_ranges_over_a_symbol_fixed_with_define(tmp_path):
+    """`catenc compile gather.toml -D N=5 --test "M=3,K=4"`: internal compiler error,
+    KeyError: 'N' in catenc/testing.py input_range. Expected: the check runs and passes."""
+    path = tmp_path / "gather.toml"
+    path.write_text(RANGES_OVER_A_FIXED_SYMBOL)
+    rt = load_runtime("clang")
+    options = Options(rt, config=rt.validate_config({}), opt="2", defines={"N": 5})
+    plan = plan_file(str(path), options)
+    written = build(plan, options, BuildRequest(str(path), str(tmp_path / "out"), ("c", "h", "manifest", "so")))
+    library = load(written["manifest"])
+
+    x = randn((5, 3))
+    idx = np.array([4, -5, 0, -1], dtype=np.int64)
+    assert_close(library["gather_rows"](x, idx), x[idx], **EXACT)
+
+    checks, _ = check_entries(plan, library, {"M": 3, "K": 4})
+    assert checks and all(c.ok for c in checks)
+
+
+# ------------------------------------------------------------------------------------------
+# Flattening a tensor whose dims are only known non-negative from a constraint: for
+# x: [M - 1, K] with `M >= 1`, reshape(x, [-1]) and flatten(x) were rejected with "the dim
+# K*M - K of this reshape(...) may be negative": the prover does not see that a product of
+# non-negative factors is non-negative. numpy flattens it to (M - 1)*K elements.
+
+FLATTEN_CONSTRAINED = '''
+[composite.flatten_shifted]
+inputs = ["x: f32[M - 1, K]"]
+outputs = ["y: f32[(M - 1)*K]", "z: f32[(M - 1)*K]"]
+where = ["M >= 1"]
+body = """
+y = reshape(x, [-1])
+z = flatten(x) * 2.0
+"""
+
+[composite.flatten_square_minus]
+inputs = ["x: f32[N, N - 1]"]
+outputs = ["y: f32[N*N - N]"]
+where = ["N >= 1"]
+body = "y = reshape(x, [-1])"
+'''
+
+
+@pytest.mark.parametrize("mk", [(1, 3), (2, 1), (5, 4), (13, 7)])
+def test_flatten_of_dims_non_negative_by_a_constraint(compile_composites, mk):
+    """Found as: t2[i, j] = x1[i, j] + j * 3; t3 = reshape(t2, [-1]) with x1: i64[M - 1, K] and
+    where = ["M >= 1"] (rejected; about 0.5% of generated programs hit this)."""
+    lib = compile_composites(FLATTEN_CONSTRAINED, name="flatten_constrained")
+    m, k = mk
+    x = randn((m - 1, k))
+    y, z = lib["flatten_shifted"](x)
+    assert_close(y, x.reshape(-1), **EXACT)
+    assert_close(z, x.reshape(-1) * np.float32(2), **EXACT)
+    x2 = randn((m, max(m - 1, 0)), seed=1)
+    assert_close(lib["flatten_square_minus"](x2), x2.reshape(-1), **EXACT)
+
+
+# ------------------------------------------------------------------------------------------
+# The library's tile (`y[..., j] = x[..., j % N]`) called on a tensor whose last dim is the
+# literal 0: rejected from inside the op library ("catenc:ops/shape.toml:106:24: an index may
+# only be divided by a positive constant or symbol"), though the loop over j is empty.
+# numpy: np.tile of an empty axis is empty.
+
+TILE_EMPTY = '''
+[composite.tile_empty]
+inputs = ["x: f64[N, 2]"]
+outputs = ["y: f64[N, 0]", "z: f64[N, 6]"]
+body = """
+e = x[:, 2:]
+y = tile(e, reps=3)
+z = tile(x, reps=3)
+"""
+'''
+
+
+@pytest.mark.parametrize("n", [0, 1, 4])
+def test_tile_of_a_literal_empty_axis(compile_composites, n):
+    """Found as: t4[i] = (0.5 - t2[i + 2]) + x3[i] (t2: [2], so t4: [0]); t7 = tile(t4, reps=3)."""
+    lib = compile_composites(TILE_EMPTY, name="tile_empty")
+    x = randn((n, 2), np.float64)
+    y, z = lib["tile_empty"](x)
+    assert_close(y, np.tile(x[:, 2:], [1, 3]), **EXACT)
+    assert_close(z, np.tile(x, [1, 3]), **EXACT)
+
+
+# ------------------------------------------------------------------------------------------
+# f16: catenc's reference interpreter (the oracle of --test) rounds the outputs of a called
+# composite to f16 but keeps the caller's intermediates in f32. For t = x * 1.1 (an unrounded
+# intermediate) and mu, var = moments(t), mu is round_f16(t) while t is not, so with one
+# element t - mu is a rounding error instead of 0 and layernorm(t, g, b) = (t - mu) *
+# rsqrt(var + eps) * g + b amplifies it by 1/sqrt(eps) ~ 316 (0.05 off b). The compiled code
+# stores t as f16 and gets exactly 0 and b, as numpy does for one element.
+
+F16_MEAN_OF_AN_INTERMEDIATE = '''
+[composite.centered16]
+inputs = ["x: f16[4, N]"]
+outputs = ["d: f16[4, N]"]
+body = """
+t = x * 1.1
+mu, var = moments(t)
+d = t - mu
+"""
+
+[composite.layernorm16]
+inputs = ["x: f16[4, N]", "g: f16[N]", "b: f16[N]"]
+outputs = ["y: f16[4, N]"]
+body = """
+t = x * 1.1
+y = layernorm(t, g, b)
+"""
+'''
+
+
+def test_f16_intermediate_minus_its_mean_from_a_call_in_the_reference(tmp_path):
+    """Found as: t5 = pow(abs(t3) + 0.5, tanh(x4)); t8 = layernorm(t5, x6, x7) in f16 at N=1:
+    -O0, -O2 and -O3 all gave t8 = x7 (right), the reference x7 +- 0.05 (a --test mismatch)."""
+    path = tmp_path / "f16.toml"
+    path.write_text(F16_MEAN_OF_AN_INTERMEDIATE)
+    rt = load_runtime("clang")
+    options = Options(rt, config=rt.validate_config({}), opt="2")
+    plan = plan_file(str(path), options)
+    written = build(plan, options, BuildRequest(str(path), str(tmp_path / "out"), ("c", "h", "manifest", "so")))
+    library = load(written["manifest"])
+    entries = {e.name: e for e in plan.entries}
+
+    x = randn((4, 1), seed=5).astype(np.float16)
+    g = np.array([0.954], dtype=np.float16)
+    b = np.array([-0.508], dtype=np.float16)
+    zeros = np.zeros((4, 1), np.float16)
+    assert_close(library["centered16"](x), zeros, **EXACT)
+    assert_close(library["layernorm16"](x, g, b), np.broadcast_to(b, (4, 1)), **EXACT)
+
+    values = {"x": x.astype(np.float32), "g": g.astype(np.float32), "b": b.astype(np.float32)}
+    centered = run_program(entries["centered16"].program, {"x": values["x"]}, {"N": 1})
+    assert_close(centered["d"], zeros.astype(np.float32), **EXACT)
+    normed = run_program(entries["layernorm16"].program, values, {"N": 1})
+    assert_close(normed["y"], np.broadcast_to(values["b"], (4, 1)), **EXACT)
