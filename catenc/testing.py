@@ -13,7 +13,7 @@ from catenc.diagnostics import CatencError
 from catenc.dtypes import DType, from_storage, to_storage
 from catenc.frontend.check import decide
 from catenc.frontend.composites import Composite
-from catenc.loader import Library
+from catenc.loader import STATUS_NAMES, CatencStatusError, Library
 from catenc.reference import run_program
 from catenc.symbolic import Facts, const, parse_expr
 
@@ -143,7 +143,14 @@ def run_once(
         stored = to_storage(random_input(rng, ttype.dtype, shape, input_range(composite, name, env)), ttype.dtype)
         storage.append(stored)
         values[name] = stored_values(stored, ttype.dtype)
-    result = function(*storage, **sizes)
+    try:
+        result = function(*storage, **sizes)
+    except CatencStatusError as err:
+        hint = '; give its index inputs a test.ranges (e.g. ids = [0, "V"])' if err.status == 3 else ""
+        raise CatencError(
+            f"'{entry.name}' returned {STATUS_NAMES.get(err.status, err.status)} on random inputs at {sizes}{hint}",
+            composite.loc,
+        ) from None
     outputs = result if isinstance(result, tuple) else (result,)
     reference = run_reference(entry, composite, values, env)
     checks = []
