@@ -366,6 +366,7 @@ def _read_params(reader: _Reader, definition: dict) -> dict[str, bool | int | fl
 def _read_where(reader: _Reader, definition: dict) -> tuple[dict[str, Expr], list[Constraint]]:
     raw = reader.get(definition, "where", list, "a list of strings", [])
     derived: dict[str, Expr] = {}
+    derived_locs: dict[str, Loc] = {}
     constraints: list[Constraint] = []
     for i, text in enumerate(raw):
         path = ("where", i)
@@ -390,18 +391,17 @@ def _read_where(reader: _Reader, definition: dict) -> tuple[dict[str, Expr], lis
                 raise CatencError(f"a derivation must assign a symbol, not '{lhs_name}'", loc_at(lead))
             if lhs_name in derived:
                 raise CatencError(f"symbol '{lhs_name}' is derived twice", loc_at(lead))
-            value = _parse_side(rhs_text, loc_at, len(lhs_text) + 1)
-            if lhs_name in value.free_symbols() or value.free_symbols() & set(derived):
-                raise CatencError(
-                    f"'{lhs_name}' must be derived from free symbols only (not from itself or another derived one)",
-                    loc_at(lead),
-                )
-            derived[lhs_name] = value
+            derived[lhs_name] = _parse_side(rhs_text, loc_at, len(lhs_text) + 1)
+            derived_locs[lhs_name] = loc_at(lead)
             continue
         lhs_text, op, rhs_text, at = split
         lhs = _parse_side(lhs_text, loc_at, 0)
         rhs = _parse_side(rhs_text, loc_at, at + len(op))
         constraints.append(Constraint(lhs, op, rhs, " ".join(text.split()), loc_at(0)))
+    order = list(derived)
+    for k, (name, expr) in enumerate(derived.items()):
+        if expr.free_symbols() & set(order[k:]):  # itself, or one derived after it: a cycle
+            raise CatencError(f"'{name}' is derived from itself or from a symbol derived after it", derived_locs[name])
     return derived, constraints
 
 
