@@ -244,10 +244,6 @@ def is_weak(node: T.Node) -> bool:
     return False
 
 
-def display(name: str) -> str:
-    return name.split("'")[0]
-
-
 class BodyChecker:
     def __init__(self, comp: Composite, bindings: Bindings, ctx: EntryContext, depth: int):
         self.comp = comp
@@ -611,8 +607,6 @@ class BodyChecker:
                 result = F32
         elif dtype == BOOL:
             raise self.error(f"'{name}' needs numeric operands, not bool; use cast(...)", node)
-        if op == "pow" and dtype.is_int and not weak:
-            pass
         return T.Apply(T.TType(result, shape), loc, op, tuple(args))
 
     # -- calls --
@@ -1383,7 +1377,7 @@ class BodyChecker:
         positions = [None] * (len(indices) - len(explicit)) + explicit
         for k, (index, dim) in enumerate(zip(indices, ttype.shape)):
             if not (prove_nonneg(index, facts) and prove_less(index, dim, facts)):
-                shown = _display_expr(index)
+                shown = display_text(str(index))
                 raise CatencError(
                     f"access to '{name}' may be out of bounds in axis {k}: cannot prove 0 <= {shown} < {dim}; "
                     "guard it with where(condition, ..., ...)",
@@ -1657,10 +1651,6 @@ def _reduced(shape: tuple[Expr, ...], axes: tuple[int, ...], keepdims: bool) -> 
 
 def _shape(shape: tuple[Expr, ...]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
-
-
-def _display_expr(e: Expr) -> str:
-    return "".join(ch for ch in display_text(str(e)))
 
 
 def display_text(text: str) -> str:

@@ -63,17 +63,6 @@ class Constraint:
     text: str
     loc: Loc
 
-    def holds(self, env: dict[str, int]) -> bool:
-        a, b = self.lhs.evaluate(env), self.rhs.evaluate(env)
-        return {
-            "==": a == b,
-            "!=": a != b,
-            "<": a < b,
-            "<=": a <= b,
-            ">": a > b,
-            ">=": a >= b,
-        }[self.op]
-
 
 @dataclass
 class Composite:
