@@ -115,7 +115,9 @@ def build(plan: FilePlan, options: Options, request: BuildRequest) -> dict[str, 
     out_dir.mkdir(parents=True, exist_ok=True)
     parallel = runtime.parallel(options.config)
     origin = Path(request.path).name  # no directory of the build machine in the outputs
-    source = render_source(plan.entries, stem, origin, runtime.renderer(), parallel, runtime.source_suffix)
+    source = render_source(
+        plan.entries, stem, origin, runtime.renderer(), parallel, runtime.source_suffix, options.gemm_tiles
+    )
     header = render_header(plan.entries, stem, origin, options.prefix)
     staging = Path(tempfile.mkdtemp(prefix=".catenc-", dir=out_dir))
     try:
@@ -126,7 +128,7 @@ def build(plan: FilePlan, options: Options, request: BuildRequest) -> dict[str, 
             if kind in request.emit:
                 steps = runtime.build_commands(names["c"], names[kind], options.config, options.opt, kind)
                 for argv in steps:
-                    _run_toolchain(argv, staging, user_flags=_user_flags(options.config))
+                    _run_toolchain(argv, staging, user_flags=_user_flags(options))
                 commands += steps
         dumps = stage_dumps(plan)
         for kind, text in dumps.items():
@@ -149,9 +151,11 @@ def build(plan: FilePlan, options: Options, request: BuildRequest) -> dict[str, 
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _user_flags(config: dict[str, str]) -> str:
+def _user_flags(options: Options) -> str:
     """Toolchain flags the user chose through --config (empty when none)."""
-    return " ".join(f"{k}={v}" for k, v in sorted(config.items()) if k in ("CFLAGS", "MARCH") and v)
+    keys = options.runtime.config_keys
+    chosen = {k: v for k, v in options.config.items() if k not in keys or v != keys[k].default}
+    return " ".join(f"{k}={v}" for k, v in sorted(chosen.items()) if k in ("CFLAGS", "MARCH") and v)
 
 
 def _run_toolchain(argv: list[str], cwd: Path, user_flags: str = "") -> None:

@@ -19,8 +19,10 @@ that differs from a bundled one in flags or a few spellings is a short file:
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping
@@ -57,12 +59,18 @@ class Runtime:
     unsupported_ops: frozenset[str] = frozenset()
     can_run: bool = True
     calling_convention: str = "host"  # "host": plain pointers; "cuda": device pointers + stream
+    packed_gemm: bool = True  # contractions through the packed gemm driver (else plain loops)
     path: str = ""  # where the descriptor was loaded from, display form
     source_file: str = ""  # the same, on disk
 
     def parallel(self, config: Mapping[str, str]) -> bool:
         """Whether loops marked parallel are rendered parallel under this config."""
         return False
+
+    def vector_lanes(self, config: Mapping[str, str]) -> int:
+        """f32 lanes of the target's vector registers: sizes vector code and gemm micro-tiles
+        (never correctness: vector code compiles for any target)."""
+        return 4
 
     def validate_config(self, raw: Mapping[str, str]) -> dict[str, str]:
         """Defaults filled in; an unknown key or a bad value is an error."""
@@ -97,26 +105,36 @@ def _safe_flags(value: str) -> bool:
     return all(piece.startswith("-") for piece in value.split())
 
 
+_LANE_CHOICES = ("auto", "4", "8", "16")
+
+
+def c_config_keys(omp: str = "1", march: str = "native", lanes: str = "auto") -> dict[str, ConfigKey]:
+    """The config keys of a C runtime, with the given defaults."""
+    return {
+        "OMP": ConfigKey(omp, ("0", "1"), "parallelise outer loops and contractions with OpenMP"),
+        "MARCH": ConfigKey(
+            march,
+            None,
+            "target CPU for -march= (empty: the compiler's default)",
+            lambda v: v == "" or v.replace("-", "").replace("_", "").isalnum(),
+        ),
+        "VECTOR_WIDTH": ConfigKey(
+            lanes, _LANE_CHOICES, "f32 lanes per vector register (auto: what the compiler targets with MARCH)"
+        ),
+        "CFLAGS": ConfigKey("", None, "extra compiler flags, space separated", _safe_flags),
+    }
+
+
 @dataclass(frozen=True)
 class CRuntime(Runtime):
     """A C99 toolchain: finds a compiler (`CC` first, then `compilers` in order) and builds
-    position-independent code, with OpenMP when OMP=1."""
+    position-independent code for MARCH (default: this machine), with OpenMP when OMP=1
+    (the default; kernels below a size threshold stay single-threaded)."""
 
     compilers: tuple[str, ...] = ("clang", "gcc", "cc")
-    std_flags: tuple[str, ...] = ("-std=c99", "-fno-math-errno")
+    std_flags: tuple[str, ...] = ("-std=c99", "-fno-math-errno", "-ffp-contract=off")
     extra_flags: tuple[str, ...] = ()
-    config_keys: Mapping[str, ConfigKey] = field(
-        default_factory=lambda: {
-            "OMP": ConfigKey("0", ("0", "1"), "parallelise outer loops with OpenMP"),
-            "MARCH": ConfigKey(
-                "",
-                None,
-                "target CPU for -march= (empty: the compiler's default)",
-                lambda v: v == "" or v.replace("-", "").replace("_", "").isalnum(),
-            ),
-            "CFLAGS": ConfigKey("", None, "extra compiler flags, space separated", _safe_flags),
-        }
-    )
+    config_keys: Mapping[str, ConfigKey] = field(default_factory=c_config_keys)
 
     def compiler(self, config: Mapping[str, str] | None = None) -> str:
         """The compiler executable; a clear error when there is none."""
@@ -155,6 +173,13 @@ class CRuntime(Runtime):
     def parallel(self, config: Mapping[str, str]) -> bool:
         return config.get("OMP") == "1"
 
+    def vector_lanes(self, config: Mapping[str, str]) -> int:
+        wanted = config.get("VECTOR_WIDTH", "auto")
+        if wanted != "auto":
+            return int(wanted)
+        target = [f for f in self.flags(config, "2") if f.startswith(("-m", "-march"))]
+        return _probe_lanes(self.compiler(config), tuple(target))
+
     def build_commands(
         self, source: str, output: str, config: Mapping[str, str], opt: str, kind: str
     ) -> list[list[str]]:
@@ -167,6 +192,23 @@ class CRuntime(Runtime):
         if kind == "a":
             commands.append(["ar", "rcs", output, obj])
         return commands
+
+
+@functools.cache
+def _probe_lanes(compiler: str, target_flags: tuple[str, ...]) -> int:
+    """f32 lanes of the widest vector unit the compiler targets with these flags (4 if unsure)."""
+    try:
+        out = subprocess.run(
+            [compiler, *target_flags, "-dM", "-E", "-x", "c", os.devnull], capture_output=True, text=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 4
+    macros = set(re.findall(r"#define (\w+)", out))
+    if "__AVX512F__" in macros:
+        return 16
+    if "__AVX__" in macros:
+        return 8
+    return 4
 
 
 def bundled_runtimes_dir() -> Path:
