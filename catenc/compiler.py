@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from catenc.codegen.gemm import GemmTiles, default_tiles, pack_elements
 from catenc.diagnostics import CatencError
 from catenc.frontend import typed as T
 from catenc.frontend.check import EntryContext, RuntimeCheck, check_entry
@@ -22,10 +23,12 @@ from catenc.frontend.composites import (
 from catenc.ir.build import build_graph
 from catenc.ir.nodes import Graph
 from catenc.lower.loops import LoopKernel, lower_schedule
+from catenc.lower.vectorize import split_reduction_lanes
 from catenc.resources import package_path
 from catenc.runtime import Runtime
+from catenc.schedule.contractions import GEMM_DTYPES, Contraction
 from catenc.schedule.kernels import Schedule, schedule_graph
-from catenc.symbolic import Expr
+from catenc.symbolic import Expr, product
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,18 @@ class Options:
     defines: dict[str, object] = field(default_factory=dict)
     include_dirs: tuple[str, ...] = ()
     composites: tuple[str, ...] = ()
+
+    @property
+    def vector_lanes(self) -> int:
+        """f32 lanes per vector of the target (4 at -O0: plain code there)."""
+        return self.runtime.vector_lanes(self.config) if self.opt != "0" else 4
+
+    @property
+    def gemm_tiles(self) -> dict[str, GemmTiles]:
+        """Micro-kernel and cache tiles of the packed gemm, per dtype (empty: no packed gemm)."""
+        if self.opt == "0" or not self.runtime.packed_gemm:
+            return {}
+        return {dtype: default_tiles(dtype, 4 * self.vector_lanes) for dtype in sorted(GEMM_DTYPES)}
 
 
 @dataclass(frozen=True)
@@ -125,11 +140,19 @@ def plan_entry(comp: Composite, library: Library, options: Options) -> EntryPlan
     specialized = {s: int(fixed[s]) for s in comp.symbols() if s in fixed and s not in comp.derived}
     graph = build_graph(program)
     fuse = options.opt != "0"
-    schedule = schedule_graph(graph, fuse=fuse)
+    tiles = options.gemm_tiles
+
+    def pack_size(c: Contraction) -> Expr:
+        extent = [product([e for _, e in axes]) for axes in (c.rows, c.cols, c.depth)]
+        return pack_elements(tiles[c.dtype.name], *extent)
+
+    schedule = schedule_graph(graph, fuse=fuse, pack_size=pack_size if tiles else None)
     symbol = options.prefix + comp.name
-    kernels = tuple(
-        replace(kernel, name=f"{symbol}_k{n}") for n, kernel in enumerate(lower_schedule(schedule, parallel=True))
-    )
+    kernels = lower_schedule(schedule, parallel=True)
+    if fuse:
+        storage = {b.name: b.dtype for b in schedule.graph.buffers}
+        kernels = tuple(split_reduction_lanes(k, options.vector_lanes, storage) for k in kernels)
+    kernels = tuple(replace(kernel, name=f"{symbol}_k{n}") for n, kernel in enumerate(kernels))
     return EntryPlan(
         comp,
         program,

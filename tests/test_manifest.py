@@ -110,7 +110,9 @@ def evaluate(value, env: dict[str, int]) -> int:
     if isinstance(value, int):
         return value
     assert isinstance(value, str), value
-    return int(eval(value, {"__builtins__": {}}, dict(env)))
+    # Python syntax: max() and min() are the only functions (a workspace region shared by values
+    # of incomparable sizes, panels sized min(K, kc))
+    return int(eval(value, {"__builtins__": {}, "max": max, "min": min}, dict(env)))
 
 
 # --------------------------------------------------------------------------- #

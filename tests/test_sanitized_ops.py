@@ -41,6 +41,10 @@ from pathlib import Path
 import pytest
 
 PATTERNS = [
+    # contractions run through the packed gemm driver (packing, edge tiles, epilogues)
+    "gemm",
+    "bmm",
+    "linear",
     "softmax",
     "layernorm",
     "conv2d",

@@ -14,8 +14,9 @@ import numpy as np
 
 from catenc.dtypes import DTYPES, DType
 from catenc.ir.nodes import Binary, Buffer, Cast, Const, Gather, Load, Local, SymInt, Unary, Value, Where
-from catenc.lower.loops import Assign, Declare, For, If, LoopKernel, Stmt, Store
-from catenc.symbolic import Expr, product
+from catenc.lower.loops import Assign, Declare, For, Gemm, If, LaneReduce, LoopKernel, Stmt, Store, identity
+from catenc.schedule.contractions import ACC
+from catenc.symbolic import Expr, product, sym
 
 FLOAT_FUNCS = (
     "sqrt exp exp2 log log2 log1p expm1 sin cos tan tanh sinh cosh asin acos atan erf floor ceil trunc".split()
@@ -39,7 +40,8 @@ class CRenderer:
     indent = "    "
     kernel_qualifier = "static void"
     restrict = "restrict"
-    parallel_pragma = "#pragma omp parallel for schedule(static)"
+    parallel_pragma = "#pragma omp parallel for schedule(static) if({work} >= {threshold})"
+    parallel_threshold = 1 << 16  # flops + stores below which a kernel stays on one thread
     compute_ctype = {"f16": "float", "bf16": "float", "bool": "uint8_t"}
     load_conversion = {"f16": "catenc_f16_to_f32({0})", "bf16": "catenc_bf16_to_f32({0})"}
     store_conversion = {
@@ -59,6 +61,9 @@ class CRenderer:
         "round_bf16": "catenc_round_bf16_{t}({0})",
         **{f: f + "{s}({0})" for f in FLOAT_FUNCS},
     }
+    # Transcendentals of values computed in float: branch-free polynomials the loop vectoriser
+    # can inline (templates/vecmath.c.j2 states each one's accuracy), not a libm call per element.
+    vector_math_f32 = {f: f"catenc_v{f}_f32({{0}})" for f in ("exp", "expm1", "log", "log1p", "tanh", "erf")}
     binary_float = {
         "add": "({0} + {1})",
         "sub": "({0} - {1})",
@@ -203,6 +208,8 @@ class CRenderer:
         arg = self.value(v.x)
         if dtype.name == "bool":
             return self.spell(self.bool_ops[v.op], [arg], dtype)
+        if self.ctype(dtype) == "float" and v.op in self.vector_math_f32:
+            return self.vector_math_f32[v.op].format(arg)
         table = self.unary_float if dtype.is_float else self.unary_int
         return self.spell(table[v.op], [arg], dtype)
 
@@ -245,14 +252,18 @@ class CRenderer:
 
     # ---- statements and kernels ----
     def kernel(self, kernel: LoopKernel, buffers: dict[str, BufferArg], parallel: bool) -> str:
+        """The kernel's C function, preceded by the helper functions it calls (gemm packing)."""
         self.buffers = buffers
+        self._kernel = kernel
         self._nesting, self._guarded, self._hoisted, self._statement = 0, 0, [], 0
+        self._functions: list[str] = []
         params = [self.buffer_param(buffers[name]) for name in kernel.buffers]
         params += [f"int64_t {s}" for s in kernel.symbols]
+        self._params = params
         lines = [f"{self.kernel_qualifier} {kernel.name}({', '.join(params) or 'void'})", "{"]
         self.statements(kernel.body, 1, lines, parallel)
         lines.append("}")
-        return "\n".join(lines)
+        return "\n\n".join(self._functions + ["\n".join(lines)])
 
     def buffer_param(self, buf: BufferArg) -> str:
         const = "const " if buf.const else ""
@@ -270,7 +281,10 @@ class CRenderer:
     def statement(self, stmt: Stmt, pad: str, depth: int, lines: list[str], parallel: bool) -> None:
         if isinstance(stmt, For):
             if stmt.parallel and parallel:
-                lines.append(f"{pad}{self.parallel_pragma}")
+                work = f"({self._kernel.work.to_c()})"
+                lines.append(f"{pad}{self.parallel_pragma.format(work=work, threshold=self.parallel_threshold)}")
+                self.parallel_loop(stmt, pad, lines)
+                return
             extent = stmt.extent.to_c()
             lines.append(f"{pad}for (int64_t {stmt.index} = 0; {stmt.index} < {extent}; ++{stmt.index}) {{")
             self.statements(stmt.body, depth + 1, lines, parallel)
@@ -290,6 +304,287 @@ class CRenderer:
             if conversion:
                 value = conversion.format(value)
             lines.append(f"{pad}{stmt.buffer}[{self.flat_index(stmt.index, buf.shape)}] = {value};")
+        elif isinstance(stmt, LaneReduce):
+            self.lane_reduce(stmt, pad, lines)
+        elif isinstance(stmt, Gemm):
+            self._parallel = parallel
+            self.gemm(stmt, pad, lines)
+
+    def parallel_loop(self, loop: For, pad: str, lines: list[str]) -> None:
+        """A parallel loop whose body is a function of its own: the body keeps its restrict
+        pointers (an OpenMP-outlined body loses them, and with them vector registers)."""
+        row = f"{self._kernel.name}_row{len(self._functions)}"
+        body = [f"static void {row}({', '.join(self._params + [f'int64_t {loop.index}'])})", "{"]
+        self.statements(loop.body, 1, body, False)
+        body.append("}")
+        self._functions.append("\n".join(body))
+        args = ", ".join([*self._kernel.buffers, *self._kernel.symbols, loop.index])
+        extent = loop.extent.to_c()
+        lines.append(f"{pad}for (int64_t {loop.index} = 0; {loop.index} < {extent}; ++{loop.index}) {row}({args});")
+
+    def assignment(self, target: str, v: Value, pad: str) -> list[str]:
+        """`target = v;` with the locals v's rendering hoisted, as lines (for statements that
+        render their values inside loops of their own)."""
+        self._statement += 1
+        saved, self._hoisted = self._hoisted, []
+        try:
+            text = self.value(v)
+            return [f"{pad}{line}" for line in self._hoisted] + [f"{pad}{target} = {text};"]
+        finally:
+            self._hoisted = saved
+
+    def lane_reduce(self, stmt: LaneReduce, pad: str, lines: list[str]) -> None:
+        ctype, i, n = self.ctype(stmt.dtype), self.indent, stmt.lanes
+        op = {"add": "sum", "mul": "prod"}.get(stmt.op, stmt.op)
+        start = self.literal(identity(op, stmt.dtype), stmt.dtype)
+        lane = Local(stmt.dtype, "catenc_lanes[catenc_l]")
+        acc = Local(stmt.dtype, stmt.acc)
+        extent = stmt.extent.to_c()
+        lines += [
+            f"{pad}{{",
+            f"{pad}{i}{ctype} catenc_lanes[{n}];",
+            f"{pad}{i}const int64_t catenc_full = ({extent}) - ({extent}) % {n};",
+            f"{pad}{i}for (int64_t catenc_l = 0; catenc_l < {n}; ++catenc_l) catenc_lanes[catenc_l] = {start};",
+            f"{pad}{i}for (int64_t catenc_base = 0; catenc_base < catenc_full; catenc_base += {n}) {{",
+            f"{pad}{i * 2}for (int64_t catenc_l = 0; catenc_l < {n}; ++catenc_l) {{",
+            f"{pad}{i * 3}const int64_t {stmt.index} = catenc_base + catenc_l;",
+            *self.lane_step(stmt, lane, pad + i * 3),
+            f"{pad}{i * 2}}}",
+            f"{pad}{i}}}",
+            f"{pad}{i}for (int64_t {stmt.index} = catenc_full; {stmt.index} < {extent}; ++{stmt.index}) {{",
+            *self.lane_step(stmt, acc, pad + i * 2),
+            f"{pad}{i}}}",
+            f"{pad}{i}for (int64_t catenc_l = 0; catenc_l < {n}; ++catenc_l)",
+            *self.assignment(stmt.acc, Binary(stmt.dtype, stmt.op, acc, lane), pad + i * 2),
+            f"{pad}}}",
+        ]
+
+    def lane_step(self, stmt: LaneReduce, target: Local, pad: str) -> list[str]:
+        """`target = op(target, value)`, the value also stored where the statement says."""
+        if stmt.store is None:
+            return self.assignment(target.name, Binary(stmt.dtype, stmt.op, target, stmt.value), pad)
+        buffer, index = stmt.store
+        buf = self.buffers[buffer]
+        item = Local(stmt.dtype, "catenc_item")
+        return [
+            *self.assignment(f"const {self.ctype(stmt.dtype)} {item.name}", stmt.value, pad),
+            f"{pad}{buffer}[{self.flat_index(index, buf.shape)}] = {item.name};",
+            *self.assignment(target.name, Binary(stmt.dtype, stmt.op, target, item), pad),
+        ]
+
+    # ---- contractions: packing functions and one call of the gemm driver ----
+    def gemm(self, stmt: Gemm, pad: str, lines: list[str]) -> None:
+        c = stmt.contraction
+        self._gemm_pack = stmt.pack
+        name = f"{self._kernel.name}_g{len(self._functions)}"
+        fields = self.gemm_context_fields(c)
+        self._functions.append(self.gemm_context(name, fields))
+        self._functions.append(self.pack_function(name, "a", c))
+        self._functions.append(self.pack_function(name, "b", c))
+        epilogue = "NULL"
+        if c.epilogue is not None:
+            self._functions.append(self.epilogue_function(name, c))
+            epilogue = f"{name}_epilogue"
+        t = c.dtype.name
+        init = ", ".join(f".{f} = {f}" for f, _ in fields)
+        out = f"{c.output} + ({c.offset.to_c()})"
+        args = [_flat_extent(c.rows), _flat_extent(c.cols), _flat_extent(c.depth)]
+        args += [f"{name}_pack_a", f"{name}_pack_b", "&catenc_ctx", out, c.row_stride.to_c(), c.col_stride.to_c()]
+        lines += [
+            f"{pad}{{",
+            f"{pad}{self.indent}const struct {name}_ctx catenc_ctx = {{{init}}};",
+            f"{pad}{self.indent}catenc_gemm_{t}({', '.join(args)}, {stmt.pack});",
+        ]
+        if c.epilogue is not None:
+            rows, cols = _flat_extent(c.rows), _flat_extent(c.cols)
+            work = f"({rows}) * ({cols})"
+            if self._parallel:
+                pragma = self.parallel_pragma.format(work=work, threshold=self.parallel_threshold)
+                lines.append(f"{pad}{self.indent}{pragma}")
+            count = f"{rows} - catenc_m < 4 ? {rows} - catenc_m : 4"
+            lines += [
+                f"{pad}{self.indent}for (int64_t catenc_m = 0; catenc_m < {rows}; catenc_m += 4)",
+                f"{pad}{self.indent * 2}{epilogue}(&catenc_ctx, catenc_m, {count}, 0, {cols});",
+            ]
+        lines.append(f"{pad}}}")
+
+    def gemm_context_fields(self, c) -> list[tuple[str, str]]:
+        """What the packing functions read: the operands' buffers, the symbols, the batch indices."""
+        fields = []
+        for name in self._kernel.buffers:
+            ctype = self.buffers[name].dtype.ctype
+            if name == c.output and c.epilogue is not None:
+                fields.append((name, f"{ctype}*"))
+            elif name not in (c.output, self._gemm_pack):
+                fields.append((name, f"const {ctype}*"))
+        fields += [(s, "int64_t") for s in self._kernel.symbols]
+        fields += [(n, "int64_t") for n, _ in c.batch]
+        return fields
+
+    def gemm_context(self, name: str, fields: list[tuple[str, str]]) -> str:
+        members = "".join(f" {ctype} {field};" for field, ctype in fields)
+        return f"struct {name}_ctx {{{members or ' int catenc_unused;'} }};"
+
+    def unpack_context(self, name: str, c) -> list[str]:
+        """The first lines of a gemm helper: the context's fields as locals of their own names."""
+        i = self.indent
+        lines = [f"{i}const struct {name}_ctx* catenc_c = (const struct {name}_ctx*)catenc_ctx;"]
+        for field, ftype in self.gemm_context_fields(c):
+            restrict = f" {self.restrict}" if ftype.endswith("*") else ""
+            lines.append(f"{i}{ftype}{restrict} {field} = catenc_c->{field};")
+            lines.append(f"{i}(void){field};")
+        return lines
+
+    def epilogue_function(self, name: str, c) -> str:
+        """Applies the fused epilogue in place to rows [m0, m0+mb) x columns [n0, n0+nb)."""
+        i = self.indent
+        pad = i * 2
+        position = _output_index(c)
+        return "\n".join(
+            [
+                f"static void {name}_epilogue(const void* catenc_ctx, int64_t catenc_m0, int64_t catenc_mb, "
+                "int64_t catenc_n0, int64_t catenc_nb)",
+                "{",
+                *self.unpack_context(name, c),
+                f"{i}for (int64_t catenc_m = catenc_m0; catenc_m < catenc_m0 + catenc_mb; ++catenc_m) {{",
+                *[f"{pad}{line}" for line in _unflatten(c.rows, "catenc_m", const=True)],
+                *self.odometer_loop(
+                    c.cols,
+                    "catenc_n0",
+                    "catenc_j",
+                    "catenc_nb",
+                    c.epilogue,
+                    f"{c.output}[{position}]",
+                    pad,
+                    i,
+                    prologue=[f"const {self.ctype(c.dtype)} {ACC} = {c.output}[{position}];"],
+                ),
+                f"{i}}}",
+                "}",
+            ]
+        )
+
+    def pack_function(self, name: str, side: str, c) -> str:
+        """Packs panels of operand `side` ("a": rows x depth, "b": depth x cols) for the driver."""
+        ctype, t, i = self.ctype(c.dtype), c.dtype.name, self.indent
+        head = [
+            f"static void {name}_pack_{side}(const void* catenc_ctx, {ctype}* catenc_dst, int64_t catenc_first,",
+            f"{i * 2}int64_t catenc_panels, int64_t catenc_k0, int64_t catenc_kb)",
+            "{",
+            *self.unpack_context(name, c),
+        ]
+        if side == "a":
+            body = self.pack_rows(c, f"CATENC_GEMM_MR_{t}", i)
+        else:
+            body = self.pack_cols(c, f"CATENC_GEMM_NR_{t}", i)
+        return "\n".join(head + body + ["}"])
+
+    def pack_rows(self, c, mr: str, i: str) -> list[str]:
+        """A panels: row r of panel p at depth k goes to out[k*MR + r]."""
+        pad = i * 3
+        lines = [
+            f"{i}for (int64_t catenc_p = 0; catenc_p < catenc_panels; ++catenc_p) {{",
+            f"{i * 2}{self.ctype(c.dtype)}* {self.restrict} catenc_out = catenc_dst + catenc_p * catenc_kb * {mr};",
+            f"{i * 2}for (int64_t catenc_r = 0; catenc_r < {mr}; ++catenc_r) {{",
+            f"{pad}const int64_t catenc_m = (catenc_first + catenc_p) * {mr} + catenc_r;",
+            f"{pad}if (catenc_m >= {_flat_extent(c.rows)}) {{",
+            f"{pad}{i}for (int64_t catenc_k = 0; catenc_k < catenc_kb; ++catenc_k) catenc_out[catenc_k * {mr} + "
+            f"catenc_r] = 0;",
+            f"{pad}{i}continue;",
+            f"{pad}}}",
+            *[f"{pad}{line}" for line in _unflatten(c.rows, "catenc_m", const=True)],
+            *self.odometer_loop(
+                c.depth, "catenc_k0", "catenc_k", "catenc_kb", c.a, f"catenc_out[catenc_k * {mr} + catenc_r]", pad, i
+            ),
+            f"{i * 2}}}",
+            f"{i}}}",
+        ]
+        return lines
+
+    def pack_cols(self, c, nr: str, i: str) -> list[str]:
+        """B panels: column c of panel p at depth k goes to out[k*NR + c]."""
+        pad = i * 3
+        cols = _flat_extent(c.cols)
+        return [
+            f"{i}for (int64_t catenc_p = 0; catenc_p < catenc_panels; ++catenc_p) {{",
+            f"{i * 2}{self.ctype(c.dtype)}* {self.restrict} catenc_out = catenc_dst + catenc_p * catenc_kb * {nr};",
+            f"{i * 2}const int64_t catenc_n0 = (catenc_first + catenc_p) * {nr};",
+            f"{i * 2}const int64_t catenc_valid = {cols} - catenc_n0 < {nr} ? {cols} - catenc_n0 : {nr};",
+            f"{i * 2}for (int64_t catenc_k = 0; catenc_k < catenc_kb; ++catenc_k) {{",
+            f"{pad}const int64_t catenc_q = catenc_k0 + catenc_k;",
+            *[f"{pad}{line}" for line in _unflatten(c.depth, "catenc_q", const=True)],
+            *self.odometer_loop(
+                c.cols, "catenc_n0", "catenc_j", "catenc_valid", c.b, f"catenc_out[catenc_k * {nr} + catenc_j]", pad, i
+            ),
+            f"{pad}for (int64_t catenc_j = catenc_valid; catenc_j < {nr}; ++catenc_j) catenc_out[catenc_k * {nr} + "
+            "catenc_j] = 0;",
+            f"{i * 2}}}",
+            f"{i}}}",
+        ]
+
+    def odometer_loop(
+        self, axes, start: str, counter: str, count: str, value: Value, target: str, pad: str, i: str, prologue=()
+    ) -> list[str]:
+        """`for counter < count: target = value` where the axes' indices walk the flattened
+        positions start, start+1, ...: one index is computed directly, several are carried."""
+        first = [f"{pad}{i}{line}" for line in prologue]
+        if len(axes) == 1:
+            ((name, _),) = axes
+            return [
+                f"{pad}for (int64_t {counter} = 0; {counter} < {count}; ++{counter}) {{",
+                f"{pad}{i}const int64_t {name} = {start} + {counter};",
+                *first,
+                *self.assignment(target, value, pad + i),
+                f"{pad}}}",
+            ]
+        lines = [f"{pad}{line}" for line in _unflatten(axes, start, const=False)]
+        lines.append(f"{pad}for (int64_t {counter} = 0; {counter} < {count}; ++{counter}) {{")
+        lines += first
+        lines += self.assignment(target, value, pad + i)
+        lines.append(f"{pad}{i}{_carry(axes)}")
+        lines.append(f"{pad}}}")
+        return lines
+
+
+def _output_index(c) -> str:
+    """The flat C index of the contraction's output element at the current indices."""
+    flat = c.offset + _flat_position(c.rows) * c.row_stride + _flat_position(c.cols) * c.col_stride
+    return flat.to_c()
+
+
+def _flat_position(axes) -> Expr:
+    """The flattened position of the axes' current indices (last fastest)."""
+    flat = None
+    for name, extent in axes:
+        flat = sym(name) if flat is None else flat * extent + sym(name)
+    return flat
+
+
+def _flat_extent(axes) -> str:
+    return product([extent for _, extent in axes]).to_c()
+
+
+def _unflatten(axes, flat: str, const: bool) -> list[str]:
+    """Declarations of the axes' indices from a flattened position (last index fastest)."""
+    qualifier = "const int64_t" if const else "int64_t"
+    lines = []
+    inner = []  # extents of the axes after the current one
+    for name, extent in reversed(axes):
+        stride = product(inner)
+        value = flat if not inner else f"({flat}) / ({stride.to_c()})"
+        if inner or len(axes) > 1:
+            value = value if name == axes[0][0] else f"{value} % ({extent.to_c()})"
+        lines.append(f"{qualifier} {name} = {value};")
+        inner.append(extent)
+    return lines[::-1]
+
+
+def _carry(axes) -> str:
+    """Advance a multi-index by one, last index fastest (the first one never wraps)."""
+    text = f"++{axes[0][0]};"
+    for name, extent in axes[1:]:
+        text = f"if (++{name} == {extent.to_c()}) {{ {name} = 0; {text} }}"
+    return text
 
 
 def prelude_tables() -> dict:

@@ -9,6 +9,7 @@ import jinja2
 
 from catenc import __version__
 from catenc.codegen.c import CRenderer, buffer_args, prelude_tables
+from catenc.codegen.gemm import GemmTiles, render_gemm_support
 from catenc.compiler import EntryPlan
 from catenc.frontend.typed import TType
 
@@ -109,8 +110,13 @@ def render_source(
     renderer: CRenderer,
     parallel: bool,
     suffix: str = ".c",
+    tiles: dict[str, GemmTiles] | None = None,
 ) -> str:
     prelude = _ENV.get_template("prelude.c.j2").render(**prelude_tables())
+    prelude += "\n" + _ENV.get_template("vecmath.c.j2").render()
+    used = {k.contraction.dtype.name for e in entries for k in e.schedule.kernels if k.contraction is not None}
+    if used:
+        prelude += "\n" + render_gemm_support({dtype: tiles[dtype] for dtype in sorted(used)})
     context = [_entry_context(e, renderer, parallel) for e in entries]
     return _ENV.get_template("model.c.j2").render(
         source_name=f"{stem}{suffix}",

@@ -27,6 +27,7 @@ from catenc.ir.nodes import (
     walk,
 )
 from catenc.ir.passes import substitute
+from catenc.schedule.contractions import Contraction
 from catenc.schedule.kernels import Kernel, Schedule
 from catenc.symbolic import ONE, ZERO, Expr, sym
 
@@ -65,7 +66,31 @@ class Store:
     value: Value
 
 
-Stmt = For | Declare | Assign | If | Store
+@dataclass(frozen=True)
+class LaneReduce:
+    """`acc = op(acc, value)` for index in 0..extent, kept in `lanes` independent partial
+    accumulators (lane l takes the indices = l mod lanes) combined in a fixed order at the end:
+    vector code without reassociating across a compiler's back."""
+
+    acc: str
+    op: str
+    dtype: DType
+    index: str
+    extent: Expr
+    value: Value
+    lanes: int
+    store: tuple[str, tuple[Expr, ...]] | None = None  # also store each value at buffer[index]
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One call of the packed gemm driver for `contraction` (panels in buffer `pack`)."""
+
+    contraction: Contraction
+    pack: str
+
+
+Stmt = For | Declare | Assign | If | Store | LaneReduce | Gemm
 
 
 @dataclass(frozen=True)
@@ -76,6 +101,7 @@ class LoopKernel:
     symbols: tuple[str, ...]  # free symbols it needs, sorted
     fused: tuple[str, ...]  # names of the computes it evaluates
     flops: Expr
+    work: Expr  # flops plus elements stored: what decides whether threads pay off
 
 
 @dataclass
@@ -91,11 +117,13 @@ def lower_schedule(schedule: Schedule, parallel: bool = False) -> tuple[LoopKern
 
 
 def _lower_kernel(schedule: Schedule, kernel: Kernel, parallel: bool) -> LoopKernel:
+    if kernel.contraction is not None:
+        return _lower_gemm(schedule, kernel)
     graph = schedule.graph
     lowerer = _KernelLowerer(kernel, _names_in_use(schedule))
     outer_names = [name for name, _ in kernel.outer]
     row = _Frame(None, ONE)
-    flops = ZERO
+    flops = stored = ZERO
     for member in kernel.members:
         mapping: dict[str, Expr] = {}
         for (name, _), outer in zip(member.indices, outer_names):
@@ -117,6 +145,8 @@ def _lower_kernel(schedule: Schedule, kernel: Kernel, parallel: bool) -> LoopKer
             frames[-1].stmts.append(Store(member.name, index, value))
         _close(frames, 1)
         flops = flops + _flops(member.body) * _product(e for _, e in member.indices)
+        if member.name not in kernel.scalars:
+            stored = stored + _product(e for _, e in member.indices)
     body: tuple[Stmt, ...] = tuple(row.stmts)
     for k, (name, extent) in reversed(list(enumerate(kernel.outer))):
         if extent == ONE:
@@ -127,7 +157,22 @@ def _lower_kernel(schedule: Schedule, kernel: Kernel, parallel: bool) -> LoopKer
     loop_vars = _bound_names(body)
     strides = {name for b in graph.buffers if b.name in buffers for dim in b.shape for name in dim.free_symbols()}
     symbols = sorted((_free_symbols(body) | strides) - loop_vars)
-    return LoopKernel(kernel.name, body, buffers, tuple(symbols), tuple(m.name for m in kernel.members), flops)
+    fused = tuple(m.name for m in kernel.members)
+    return LoopKernel(kernel.name, body, buffers, tuple(symbols), fused, flops, flops + stored)
+
+
+def _lower_gemm(schedule: Schedule, kernel: Kernel) -> LoopKernel:
+    """Serial loops over the batch indices around one gemm driver call (which threads itself)."""
+    graph = schedule.graph
+    contraction = kernel.contraction
+    body: tuple[Stmt, ...] = (Gemm(contraction, kernel.pack),)
+    for name, extent in reversed(contraction.batch):
+        body = (For(name, extent, body),)
+    buffers = _buffers(body, [b.name for b in graph.buffers])
+    strides = {name for b in graph.buffers if b.name in buffers for dim in b.shape for name in dim.free_symbols()}
+    symbols = sorted((_free_symbols(body) | strides) - _bound_names(body))
+    fused = tuple(m.name for m in kernel.members)
+    return LoopKernel(kernel.name, body, buffers, tuple(symbols), fused, contraction.flops, contraction.flops)
 
 
 def _names_in_use(schedule: Schedule) -> set[str]:
@@ -304,13 +349,19 @@ def iter_stmts(body: tuple[Stmt, ...]):
 
 
 def stmt_values(stmt: Stmt) -> list[Value]:
-    if isinstance(stmt, (Declare, Assign)):
-        return [stmt.value]
-    if isinstance(stmt, Store):
+    if isinstance(stmt, (Declare, Assign, Store, LaneReduce)):
         return [stmt.value]
     if isinstance(stmt, If):
         return [stmt.cond]
+    if isinstance(stmt, Gemm):
+        c = stmt.contraction
+        return [c.a, c.b] + ([c.epilogue] if c.epilogue is not None else [])
     return []
+
+
+def gemm_axes(gemm: Gemm) -> tuple[tuple[str, Expr], ...]:
+    c = gemm.contraction
+    return c.rows + c.cols + c.depth
 
 
 def _buffers(body: tuple[Stmt, ...], order: list[str]) -> tuple[str, ...]:
@@ -318,22 +369,37 @@ def _buffers(body: tuple[Stmt, ...], order: list[str]) -> tuple[str, ...]:
     for stmt in iter_stmts(body):
         if isinstance(stmt, Store):
             names.add(stmt.buffer)
+        if isinstance(stmt, LaneReduce) and stmt.store is not None:
+            names.add(stmt.store[0])
+        if isinstance(stmt, Gemm):
+            names |= {stmt.contraction.output, stmt.pack}
         for v in stmt_values(stmt):
             names |= {n.buffer for n in walk(v) if isinstance(n, Load)}
     return tuple(n for n in order if n in names)
 
 
 def _bound_names(body: tuple[Stmt, ...]) -> set[str]:
-    return {s.index for s in iter_stmts(body) if isinstance(s, For)} | {
-        s.name for s in iter_stmts(body) if isinstance(s, Declare)
-    }
+    names: set[str] = set()
+    for stmt in iter_stmts(body):
+        if isinstance(stmt, (For, LaneReduce)):
+            names.add(stmt.index)
+        elif isinstance(stmt, Declare):
+            names.add(stmt.name)
+        elif isinstance(stmt, Gemm):
+            names |= {name for name, _ in gemm_axes(stmt)}
+    return names
 
 
 def _free_symbols(body: tuple[Stmt, ...]) -> set[str]:
     out: set[str] = set()
     for stmt in iter_stmts(body):
-        if isinstance(stmt, For):
+        if isinstance(stmt, (For, LaneReduce)):
             out |= stmt.extent.free_symbols()
+        if isinstance(stmt, Gemm):
+            c = stmt.contraction
+            for _, extent in gemm_axes(stmt):
+                out |= extent.free_symbols()
+            out |= c.offset.free_symbols() | c.row_stride.free_symbols() | c.col_stride.free_symbols()
         if isinstance(stmt, Store):
             for e in stmt.index:
                 out |= e.free_symbols()
@@ -371,3 +437,25 @@ def _format_body(body: tuple[Stmt, ...], depth: int, lines: list[str]) -> None:
         elif isinstance(stmt, Store):
             idx = ", ".join(str(e) for e in stmt.index)
             lines.append(f"{pad}{stmt.buffer}[{idx}] = {format_value(stmt.value)}")
+        elif isinstance(stmt, LaneReduce):
+            stored = ""
+            if stmt.store is not None:
+                stored = f", stored to {stmt.store[0]}[{', '.join(str(e) for e in stmt.store[1])}]"
+            lines.append(
+                f"{pad}{stmt.acc} = {stmt.op}({stmt.acc}, {format_value(stmt.value)}) "
+                f"for {stmt.index} in 0..{stmt.extent}  # {stmt.lanes} lanes{stored}"
+            )
+        elif isinstance(stmt, Gemm):
+            c = stmt.contraction
+
+            def axes(pairs) -> str:
+                return ", ".join(f"{n} < {e}" for n, e in pairs)
+
+            lines.append(
+                f"{pad}gemm {c.output}[{c.offset} + m*{c.row_stride} + n*{c.col_stride}] = "
+                f"sum[{axes(c.depth)}](a * b), m = ({axes(c.rows)}), n = ({axes(c.cols)}), panels in {stmt.pack}"
+            )
+            lines.append(f"{pad}  a = {format_value(c.a)}")
+            lines.append(f"{pad}  b = {format_value(c.b)}")
+            if c.epilogue is not None:
+                lines.append(f"{pad}  then {c.output}[...] = {format_value(c.epilogue)}")

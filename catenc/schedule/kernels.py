@@ -9,11 +9,13 @@ in an output buffer or in the caller's workspace, packed by liveness.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
-from catenc.ir.nodes import Compute, Graph, format_shape, format_value, loads
+from catenc.ir.nodes import Buffer, Compute, Graph, format_shape, format_value, loads
 from catenc.ir.passes import fold_constants, inline_computes, remove_dead_computes
-from catenc.symbolic import ONE, ZERO, Expr, maximum, product, sym
+from catenc.schedule.contractions import Contraction, extract_contractions
+from catenc.symbolic import ONE, ZERO, Call, Expr, maximum, product, sym
 
 WORKSPACE_ALIGNMENT = 64
 
@@ -27,6 +29,8 @@ class Kernel:
     members: tuple[Compute, ...]
     scalars: frozenset[str]
     reason: str  # why this kernel did not fuse with the previous one
+    contraction: Contraction | None = None  # the kernel is this packed gemm
+    pack: str | None = None  # the workspace buffer its packed panels live in
 
 
 @dataclass(frozen=True)
@@ -53,19 +57,34 @@ class Schedule:
         return None
 
 
-def schedule_graph(graph: Graph, fuse: bool = True) -> Schedule:
+PackSize = Callable[[Contraction], Expr]  # elements of packed panels a contraction needs
+
+
+def schedule_graph(graph: Graph, fuse: bool = True, pack_size: PackSize | None = None) -> Schedule:
     """Inline, fuse into kernels and plan the workspace; `fuse=False` (at -O0) keeps one
-    compute per kernel."""
+    compute per kernel. With `pack_size`, contractions become packed gemm kernels."""
     graph = remove_dead_computes(fold_constants(graph))
+    contractions: dict[str, Contraction] = {}
     if fuse:
         graph, notes = inline_computes(graph)
+        if pack_size is not None:
+            graph, contractions, found = extract_contractions(graph)
+            notes += found
     else:
         notes = []
-    groups = group_kernels(graph, fuse)
+    groups = group_kernels(graph, fuse, set(contractions))
     kernels = []
     for k, (outer, members, reason) in enumerate(groups):
         scalars = _scalar_members(graph, groups, k)
-        kernels.append(Kernel(f"{graph.name}_k{k}", outer, tuple(members), scalars, reason))
+        kernel = Kernel(f"{graph.name}_k{k}", outer, tuple(members), scalars, reason)
+        contraction = contractions.get(members[0].name)
+        if contraction is not None and pack_size is not None:
+            pack = f"catenc_pack{k}"
+            graph = replace(
+                graph, buffers=graph.buffers + (Buffer(pack, contraction.dtype, (pack_size(contraction),), "temp"),)
+            )
+            kernel = replace(kernel, outer=(), scalars=frozenset(), contraction=contraction, pack=pack)
+        kernels.append(kernel)
     slots, total = plan_workspace(graph, kernels)
     return Schedule(graph, tuple(kernels), slots, total, tuple(notes))
 
@@ -80,10 +99,16 @@ def _leading_match(compute: Compute, index: tuple[Expr, ...]) -> int:
     return n
 
 
-def group_kernels(graph: Graph, fuse: bool) -> list[tuple[tuple, list[Compute], str]]:
+def group_kernels(graph: Graph, fuse: bool, alone: set[str]) -> list[tuple[tuple, list[Compute], str]]:
+    """Consecutive computes joined over shared row loops; those in `alone` (contractions) get
+    a kernel each."""
     groups: list[tuple[tuple, list[Compute], str]] = []
     for compute in graph.computes:
-        if fuse and groups:
+        if compute.name in alone:
+            why = f"{compute.name} is a contraction: a packed gemm kernel of its own" if groups else ""
+        elif groups and groups[-1][1][0].name in alone:
+            why = f"the previous kernel is a packed gemm; {compute.name} reads its result after it completes"
+        elif fuse and groups:
             outer, members, reason = groups[-1]
             joined, why = _try_join(graph, outer, members, compute)
             if joined is not None:
@@ -141,6 +166,7 @@ def plan_workspace(graph: Graph, kernels: list[Kernel]) -> tuple[tuple[Slot, ...
     """Pack the temps that need memory into slots, reusing a slot once its value is dead."""
     first: dict[str, int] = {}
     last: dict[str, int] = {}
+    packs = [kernel.pack for kernel in kernels if kernel.pack is not None]
     for k, kernel in enumerate(kernels):
         for m in kernel.members:
             role = graph.buffer(m.name).role
@@ -163,6 +189,14 @@ def plan_workspace(graph: Graph, kernels: list[Kernel]) -> tuple[tuple[Slot, ...
                 break
         else:
             slots.append([size, last[name], [name]])
+    if packs:
+        # One region for every contraction's packed panels (each lives within its kernel only).
+        # Its size is a max over formulas the prover would take long to compare: left unproved.
+        sizes = sorted({_bytes(graph, name) for name in packs}, key=str)
+        size = sizes[0]
+        for other in sizes[1:]:
+            size = Expr.atom(Call("max", (size, other)))
+        slots.append([size, len(kernels), packs])
     out, offset = [], ZERO
     for size, _, names in slots:
         out.append(Slot(offset, size, tuple(names)))
@@ -176,9 +210,8 @@ def format_schedule(schedule: Schedule) -> str:
     lines = [f"schedule {graph.name}: {len(schedule.kernels)} kernel(s), workspace {schedule.workspace_bytes} bytes"]
     for kernel in schedule.kernels:
         rows = ", ".join(f"{n} < {e}" for n, e in kernel.outer) or "-"
-        lines.append(
-            f"  kernel {kernel.name}  rows [{rows}]" + (f"  # not fused: {kernel.reason}" if kernel.reason else "")
-        )
+        kind = f"gemm, panels in {kernel.pack}" if kernel.contraction else f"rows [{rows}]"
+        lines.append(f"  kernel {kernel.name}  {kind}" + (f"  # not fused: {kernel.reason}" if kernel.reason else ""))
         for m in kernel.members:
             buf = graph.buffer(m.name)
             if m.name in kernel.scalars:

@@ -1,0 +1,229 @@
+"""Finding contractions: sums of products that the packed, register-blocked gemm driver computes.
+
+A reduction `sum[k...](a * b)` over f32/f64 where `a` and `b` are reduction-free and each reads
+output indices the other does not is a (batched) matrix product C[batch, m, n] = sum_k a(m, k)
+b(k, n), with m the indices only `a` reads and n those only `b` reads. Such a reduction becomes
+a compute of its own (written straight into the buffer it defines when its layout allows, else
+into a temp laid out [batch..., m..., n...]); the schedule gives it a kernel of its own, and the
+operand expressions (guards, strides, padding of a convolution) are evaluated while packing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from catenc.ir.nodes import Binary, Buffer, Compute, Gather, Graph, Load, Local, Reduce, SymInt, Value, Where, walk
+from catenc.symbolic import ZERO, Expr, Facts, product, prove_less, prove_nonneg, sym
+
+GEMM_DTYPES = frozenset({"f32", "f64"})
+ACC = "catenc_acc"  # the product's name inside an epilogue
+
+Axes = tuple[tuple[str, Expr], ...]
+
+
+@dataclass(frozen=True)
+class Contraction:
+    """output[offset + m*row_stride + n*col_stride] = sum over depth of a * b, for every batch
+    index; rows, cols and depth are flattened in the order given (last fastest)."""
+
+    output: str
+    batch: Axes
+    rows: Axes
+    cols: Axes
+    depth: Axes
+    a: Value  # reads batch, rows and depth indices
+    b: Value  # reads batch, depth and cols indices
+    offset: Expr  # of the batch element, in elements
+    row_stride: Expr
+    col_stride: Expr
+    epilogue: Value | None = None  # output = epilogue, with the product as Local(ACC): fused in
+
+    @property
+    def dtype(self):
+        return self.a.dtype
+
+    @property
+    def flops(self) -> Expr:
+        extents = [e for _, e in self.batch + self.rows + self.cols + self.depth]
+        return 2 * product(extents)
+
+
+def extract_contractions(graph: Graph) -> tuple[Graph, dict[str, Contraction], list[str]]:
+    """The graph with every contraction a compute of its own, the contractions by compute name,
+    and a note for each."""
+    computes: list[Compute] = []
+    buffers = list(graph.buffers)
+    found: dict[str, Contraction] = {}
+    notes: list[str] = []
+    taken = {b.name for b in graph.buffers}
+    for compute in graph.computes:
+        body = compute.body
+        direct = _in_place(graph, compute)
+        if direct is not None:
+            found[compute.name] = direct
+            computes.append(compute)
+            fused = ", its elementwise epilogue fused" if direct.epilogue is not None else ""
+            notes.append(f"{compute.name}: contraction ({_shape_note(direct)}), a packed gemm kernel{fused}")
+            continue
+        for reduce in _candidates(graph, compute):
+            used = _index_names(reduce.body) - {n for n, _ in reduce.indices}
+            axes = tuple((n, e) for n, e in compute.indices if n in used)
+            name = _fresh(f"{compute.name}_mm", taken)
+            temp = Buffer(name, reduce.dtype, tuple(e for _, e in axes), "temp")
+            contraction = _contraction(replace(graph, buffers=graph.buffers + (temp,)), name, axes, reduce)
+            if contraction is None:
+                taken.discard(name)
+                continue
+            buffers.append(temp)
+            computes.append(Compute(name, axes, reduce))
+            found[name] = contraction
+            body = _replace_node(body, reduce, Load(reduce.dtype, name, tuple(sym(n) for n, _ in axes)))
+            notes.append(f"{name}: contraction ({_shape_note(contraction)}) taken out of {compute.name}")
+        computes.append(replace(compute, body=body))
+    return replace(graph, buffers=tuple(buffers), computes=tuple(computes)), found, notes
+
+
+def _in_place(graph: Graph, compute: Compute) -> Contraction | None:
+    """The compute as one contraction written in place: its body is a contraction over all its
+    indices, or an elementwise function (the epilogue) of one such contraction."""
+    if graph.buffer(compute.name).dtype != compute.body.dtype:
+        return None
+    reduces = {v for v in walk(compute.body) if isinstance(v, Reduce)}
+    if len(reduces) != 1:
+        return None
+    (reduce,) = reduces
+    if reduce not in _candidates(graph, compute):
+        return None
+    used = _index_names(reduce.body) - {n for n, _ in reduce.indices}
+    if any(n not in used for n, _ in compute.indices):
+        return None
+    contraction = _contraction(graph, compute.name, compute.indices, reduce)
+    if contraction is None or compute.body == reduce:
+        return contraction
+    return replace(contraction, epilogue=_replace_node(compute.body, reduce, Local(reduce.dtype, ACC)))
+
+
+def _shape_note(c: Contraction) -> str:
+    def flat(axes: Axes) -> str:
+        return "*".join(str(e) for _, e in axes) or "1"
+
+    batch = f"{flat(c.batch)} x " if c.batch else ""
+    return f"{batch}[{flat(c.rows)} x {flat(c.depth)}] @ [{flat(c.depth)} x {flat(c.cols)}]"
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    name, n = base, 1
+    while name in taken:
+        name, n = f"{base}{n}", n + 1
+    taken.add(name)
+    return name
+
+
+def _contraction(graph: Graph, output: str, indices: Axes, reduce: Reduce) -> Contraction | None:
+    """`output[indices] = reduce` as a contraction written in place, if it is one.
+
+    The columns are the longest run of trailing output dimensions read by one operand only, the
+    rows the last run of consecutive dimensions read by the other only (each run flattens to a
+    single stride of the row-major buffer); every other index is a batch index."""
+    if reduce.op != "sum" or reduce.dtype.name not in GEMM_DTYPES or not indices:
+        return None
+    body = reduce.body
+    if not (isinstance(body, Binary) and body.op == "mul" and body.a.dtype == body.b.dtype == reduce.dtype):
+        return None
+    if any(isinstance(v, Reduce) for v in walk(body)):
+        return None
+    depth = {n for n, _ in reduce.indices}
+    uses = {"a": _index_names(body.a), "b": _index_names(body.b)}
+    if not (uses["a"] & depth and uses["b"] & depth):
+        return None
+
+    def owner(name: str) -> str | None:
+        """The operand that alone reads an index (None: both or neither)."""
+        a, b = name in uses["a"], name in uses["b"]
+        return "a" if a and not b else "b" if b and not a else None
+
+    col_side = owner(indices[-1][0])
+    if col_side is None:
+        return None
+    row_side = "b" if col_side == "a" else "a"
+    start = len(indices)
+    while start > 0 and owner(indices[start - 1][0]) == col_side:
+        start -= 1
+    cols = indices[start:]
+    end = start
+    while end > 0 and owner(indices[end - 1][0]) != row_side:
+        end -= 1
+    begin = end
+    while begin > 0 and owner(indices[begin - 1][0]) == row_side:
+        begin -= 1
+    rows = indices[begin:end]
+    if not rows:
+        return None
+    batch = tuple(ax for ax in indices if ax not in rows and ax not in cols)
+    shape = graph.buffer(output).shape
+    strides = dict(zip((n for n, _ in indices), _strides(shape)))
+    offset = ZERO
+    for name, _ in batch:
+        offset = offset + strides[name] * sym(name)
+    a, b = (body.a, body.b) if row_side == "a" else (body.b, body.a)
+    return Contraction(
+        output, batch, rows, cols, reduce.indices, a, b, offset, strides[rows[-1][0]], strides[cols[-1][0]]
+    )
+
+
+def _strides(shape: tuple[Expr, ...]) -> tuple[Expr, ...]:
+    return tuple(product(shape[d + 1 :]) for d in range(len(shape)))
+
+
+def _candidates(graph: Graph, compute: Compute) -> list[Reduce]:
+    """Sum reductions not inside another reduction, each once. One under a where branch only
+    when every read it makes is in bounds for all indices (computing it everywhere is safe)."""
+    out: list[Reduce] = []
+
+    def visit(v: Value, guarded: bool) -> None:
+        if isinstance(v, Reduce):
+            if v.op == "sum" and v not in out and (not guarded or _reads_in_bounds(graph, compute, v)):
+                out.append(v)
+            return
+        if isinstance(v, Where):
+            visit(v.cond, guarded)
+            visit(v.a, True)
+            visit(v.b, True)
+            return
+        for child in v.children():
+            visit(child, guarded)
+
+    visit(compute.body, False)
+    return out
+
+
+def _reads_in_bounds(graph: Graph, compute: Compute, reduce: Reduce) -> bool:
+    facts = Facts()
+    for name, extent in compute.indices + reduce.indices:
+        facts = facts.with_range(name, extent)
+    for node in walk(reduce.body):
+        if isinstance(node, Where | Gather):
+            return False
+        if isinstance(node, Load):
+            shape = graph.buffer(node.buffer).shape
+            for index, dim in zip(node.index, shape):
+                if not (prove_nonneg(index, facts) and prove_less(index, dim, facts)):
+                    return False
+    return True
+
+
+def _index_names(value: Value) -> set[str]:
+    names: set[str] = set()
+    for node in walk(value):
+        if isinstance(node, Load):
+            for e in node.index:
+                names |= e.free_symbols()
+        elif isinstance(node, SymInt):
+            names |= node.expr.free_symbols()
+    return names
+
+
+def _replace_node(value: Value, old: Value, new: Value) -> Value:
+    if value == old:
+        return new
+    return value.with_children(tuple(_replace_node(c, old, new) for c in value.children()))
