@@ -4,6 +4,8 @@
 #   make test    run the test suite
 #   make coverage  regenerate docs/coverage/clang.md (catenc test-runtime)
 #   make lint    ruff check + ruff format --check
+#   make bench   catenc against numpy and PyTorch (bench/run.py; installs the bench extra; writes
+#                bench/results.md; BENCH_ARGS="--quick" for a smoke run, "--only sgemm --runs 20")
 #   make clean   remove build outputs (keeps .venv; `make distclean` removes it too)
 #
 # Works on a fresh Debian machine with only python3, gcc and make: `setup` installs clang,
@@ -30,9 +32,9 @@ SIZES_layernorm := N=33,D=100
 SIZES_attention := T=45,D=64
 SIZES_conv2d    := N=2,C=3,H=13,W=11,K=8
 
-LINT_DIRS := catenc tests runtimes samples
+LINT_DIRS := catenc tests runtimes samples bench
 
-.PHONY: setup demo test fuzz coverage lint clean distclean $(addprefix sample-,$(SAMPLES))
+.PHONY: setup demo test fuzz coverage lint bench clean distclean $(addprefix sample-,$(SAMPLES))
 
 setup: $(STAMP)
 
@@ -91,3 +93,12 @@ clean:
 
 distclean: clean
 	rm -rf $(VENV)
+
+# The benchmark suite: installs the bench extra (torch 2.13.0 CPU, threadpoolctl) when it is missing,
+# then runs bench/run.py (about 5 minutes at most; options in BENCH_ARGS).
+bench: $(STAMP)
+	@if ! $(PYBIN) -c 'import sys, threadpoolctl, torch; sys.exit(torch.__version__.split("+")[0] != "2.13.0")' 2>/dev/null; then \
+	  echo "==> $(VENV)/bin/pip install -e '.[bench]'"; \
+	  $(VENV)/bin/pip install -e '.[bench]'; \
+	fi
+	$(PYBIN) bench/run.py $(BENCH_ARGS)

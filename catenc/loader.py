@@ -817,7 +817,11 @@ class Library:
     def __init__(self, manifest_path: str | os.PathLike[str], *, verify: bool = True) -> None:
         path = Path(manifest_path)
         if path.is_dir():
-            path = path / MANIFEST_NAME
+            found = sorted(path.glob("*.manifest.json"))
+            if len(found) > 1 and (path / MANIFEST_NAME) not in found:
+                names = ", ".join(p.name for p in found)
+                raise ManifestError(f"{path}: holds several manifests ({names}); name the one to load")
+            path = found[0] if len(found) == 1 else path / MANIFEST_NAME
         self.manifest_path = path.resolve()
         try:
             self.manifest: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
@@ -891,7 +895,8 @@ class Library:
 def load(manifest_path: str | os.PathLike[str], *, verify: bool = True) -> Library:
     """Load the library a catenc build manifest describes.
 
-    manifest_path is ``model.manifest.json`` or the directory that holds it. With verify
+    manifest_path is a ``*.manifest.json`` file or the directory that holds it (its only
+    manifest, or ``model.manifest.json`` among several). With verify
     (the default) the shared library's sha256 must match the manifest's. Raises
     :class:`UnsupportedRuntimeError` for a library of a non-C runtime (``cuda`` ...) and
     :class:`ManifestError` for a malformed manifest.

@@ -1,0 +1,476 @@
+"""The benchmark's workloads: inputs, float64 references, cost models and the peers' code.
+
+Each :class:`Case` names the composite (``bench/composites/<composite>.toml``) whose entry it
+runs, makes its f32 inputs (random normal, fixed seed), computes a float64 reference with
+numpy, and lists the peer implementations: numpy and PyTorch written the way a user would
+write them, allocating their results, and, where the library offers ``out=``, the same call
+writing into preallocated arrays.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+F32 = np.float32
+F64 = np.float64
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+@dataclass
+class Peer:
+    """One peer implementation.
+
+    column: the table column ("numpy", "numpy out=", "torch", "torch out="); torch peers run
+    at 1 and at 2 threads, each a contender of its own. variant: a tag when a column has
+    several variants (the best is shown, e.g. attention's "explicit" and "sdpa"). make: given
+    the case's inputs (numpy arrays), returns a no-argument callable that runs the peer once
+    and returns its result (numpy array or tensor); any preallocation happens in make.
+    """
+
+    column: str
+    make: Callable[[Sequence[np.ndarray]], Callable[[], object]]
+    variant: str = ""
+
+    @property
+    def preallocated(self) -> bool:
+        return self.column.endswith("out=")
+
+    @property
+    def is_torch(self) -> bool:
+        return self.column.startswith("torch")
+
+
+@dataclass
+class Case:
+    """One benchmark row (several rows may share one composite: sgemm at three sizes)."""
+
+    name: str
+    composite: str
+    size: str
+    inputs: Callable[[np.random.Generator], list[np.ndarray]]
+    reference: Callable[[Sequence[np.ndarray]], np.ndarray]
+    kind: str  # "flops": compute-bound, rate in GFLOP/s; "bytes": memory-bound, GB/s
+    work: Callable[[Sequence[np.ndarray]], float]  # flops or bytes of one call
+    peers: list[Peer] = field(default_factory=list)
+    notes: str = ""
+
+
+def _normal(rng: np.random.Generator, shape: tuple[int, ...], scale: float = 1.0) -> np.ndarray:
+    values = rng.standard_normal(shape, dtype=F32)
+    if scale != 1.0:
+        values *= F32(scale)
+    return values
+
+
+def _t(arrays: Sequence[np.ndarray]) -> list[torch.Tensor]:
+    """Tensors sharing memory with the numpy inputs (no copy); scalars stay Python floats."""
+    return [torch.from_numpy(a) if a.ndim else float(a) for a in arrays]
+
+
+def _f64(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    return [np.asarray(a, dtype=F64) for a in arrays]
+
+
+def _nbytes(arrays: Sequence[np.ndarray]) -> int:
+    return sum(np.asarray(a).nbytes for a in arrays)
+
+
+# ------------------------------------------------------------------------- matmuls
+
+
+def _matmul_peers(torch_fn: Callable[..., torch.Tensor]) -> list[Peer]:
+    def numpy_alloc(args):
+        a, b = args
+        return lambda: a @ b
+
+    def numpy_out(args):
+        a, b = args
+        out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), dtype=F32)
+        return lambda: np.matmul(a, b, out=out)
+
+    def torch_alloc(args):
+        a, b = _t(args)
+        return lambda: torch_fn(a, b)
+
+    def torch_out(args):
+        a, b = _t(args)
+        out = torch.empty(*a.shape[:-1], b.shape[-1])
+        return lambda: torch_fn(a, b, out=out)
+
+    return [
+        Peer("numpy", numpy_alloc),
+        Peer("numpy out=", numpy_out),
+        Peer("torch", torch_alloc),
+        Peer("torch out=", torch_out),
+    ]
+
+
+def _sgemm(m: int, n: int, k: int) -> Case:
+    return Case(
+        name=f"sgemm-{m}" if m == n == k else f"sgemm-{m}x{n}x{k}",
+        composite="sgemm",
+        size=f"M={m} N={n} K={k}",
+        inputs=lambda rng: [_normal(rng, (m, k)), _normal(rng, (k, n))],
+        reference=lambda args: _f64(args)[0] @ _f64(args)[1],
+        kind="flops",
+        work=lambda args: 2.0 * m * n * k,
+        peers=_matmul_peers(torch.matmul),
+        notes="one composite with symbolic M, N, K, compiled once for the three sizes; peers: `a @ b`, "
+        "np.matmul(out=), torch.matmul (and out=)",
+    )
+
+
+def _bmm(b: int, m: int, k: int, n: int) -> Case:
+    return Case(
+        name="bmm",
+        composite="bmm",
+        size=f"{b} x ({m}x{k} @ {k}x{n})",
+        inputs=lambda rng: [_normal(rng, (b, m, k)), _normal(rng, (b, k, n))],
+        reference=lambda args: np.matmul(*_f64(args)),
+        kind="flops",
+        work=lambda args: 2.0 * b * m * n * k,
+        peers=_matmul_peers(torch.bmm),
+        notes="peers: `a @ b`, np.matmul(out=), torch.bmm (and out=)",
+    )
+
+
+# --------------------------------------------------------------------- elementwise
+
+
+def _erf64(x: np.ndarray) -> np.ndarray:
+    """erf in float64: numpy has none (and scipy is not a dependency); torch's f64 erf is
+    accurate to about an ulp of f64, far below the f32 errors being measured."""
+    return torch.erf(torch.from_numpy(np.ascontiguousarray(x, dtype=F64))).numpy()
+
+
+def _gelu_reference(args: Sequence[np.ndarray]) -> np.ndarray:
+    x, a, b = _f64(args)
+    t = x * a + b
+    return 0.5 * t * (1.0 + _erf64(t / math.sqrt(2.0)))
+
+
+def _gelu(n: int) -> Case:
+    def torch_alloc(args):
+        x, a, b = _t(args)
+        return lambda: F.gelu(x * a + b)
+
+    return Case(
+        name="gelu",
+        composite="gelu_affine",
+        size=f"N={n} ({n // 2**20}M)",
+        inputs=lambda rng: [_normal(rng, (n,)), np.asarray(1.25, dtype=F32), np.asarray(-0.5, dtype=F32)],
+        reference=_gelu_reference,
+        kind="bytes",
+        work=lambda args: 2.0 * args[0].nbytes,
+        peers=[Peer("torch", torch_alloc)],
+        notes="y = gelu(x*a + b), a and b f32 scalar inputs, with the exact erf form everywhere (catenc `gelu`, "
+        "torch `F.gelu`). numpy: n/a, since numpy has no erf and its tanh form would be another function; "
+        "the f64 reference takes erf from torch in float64",
+    )
+
+
+# ------------------------------------------------------------------------ row ops
+
+
+def _softmax_numpy(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _softmax(rows: int, cols: int) -> Case:
+    def numpy_alloc(args):
+        (x,) = args
+        return lambda: _softmax_numpy(x)
+
+    def numpy_out(args):
+        (x,) = args
+        y = np.empty_like(x)
+        row = np.empty((x.shape[0], 1), dtype=F32)
+
+        def run():
+            np.max(x, axis=-1, keepdims=True, out=row)
+            np.subtract(x, row, out=y)
+            np.exp(y, out=y)
+            np.sum(y, axis=-1, keepdims=True, out=row)
+            np.divide(y, row, out=y)
+            return y
+
+        return run
+
+    def torch_alloc(args):
+        (x,) = _t(args)
+        return lambda: torch.softmax(x, dim=-1)
+
+    def torch_out(args):
+        (x,) = _t(args)
+        y = torch.empty_like(x)
+        return lambda: torch.softmax(x, dim=-1, out=y)
+
+    return Case(
+        name="softmax",
+        composite="softmax_rows",
+        size=f"{rows}x{cols}",
+        inputs=lambda rng: [_normal(rng, (rows, cols))],
+        reference=lambda args: _softmax_numpy(_f64(args)[0]),
+        kind="bytes",
+        work=lambda args: 2.0 * args[0].nbytes,
+        peers=[
+            Peer("numpy", numpy_alloc),
+            Peer("numpy out=", numpy_out),
+            Peer("torch", torch_alloc),
+            Peer("torch out=", torch_out),
+        ],
+        notes="catenc calls the op library's softmax; numpy: the max-subtracted formula (out=: in place into "
+        "preallocated arrays); torch: torch.softmax (and out=)",
+    )
+
+
+EPS = 1e-5
+
+
+def _layernorm_numpy(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    mu = x.mean(axis=-1, keepdims=True)
+    xc = x - mu
+    var = (xc * xc).mean(axis=-1, keepdims=True)
+    return xc / np.sqrt(var + EPS) * gamma + beta
+
+
+def _layernorm(rows: int, cols: int) -> Case:
+    def numpy_alloc(args):
+        x, gamma, beta = args
+        return lambda: _layernorm_numpy(x, gamma, beta)
+
+    def numpy_out(args):
+        x, gamma, beta = args
+        y = np.empty_like(x)
+        sq = np.empty_like(x)
+        row = np.empty((x.shape[0], 1), dtype=F32)
+        n = F32(x.shape[-1])
+
+        def run():
+            np.sum(x, axis=-1, keepdims=True, out=row)
+            np.divide(row, n, out=row)
+            np.subtract(x, row, out=y)
+            np.multiply(y, y, out=sq)
+            np.sum(sq, axis=-1, keepdims=True, out=row)
+            np.divide(row, n, out=row)
+            np.add(row, F32(EPS), out=row)
+            np.sqrt(row, out=row)
+            np.divide(y, row, out=y)
+            np.multiply(y, gamma, out=y)
+            np.add(y, beta, out=y)
+            return y
+
+        return run
+
+    def torch_alloc(args):
+        x, gamma, beta = _t(args)
+        return lambda: F.layer_norm(x, (cols,), gamma, beta, eps=EPS)
+
+    return Case(
+        name="layernorm",
+        composite="layernorm_rows",
+        size=f"{rows}x{cols}",
+        inputs=lambda rng: [_normal(rng, (rows, cols)), _normal(rng, (cols,)), _normal(rng, (cols,))],
+        reference=lambda args: _layernorm_numpy(*_f64(args)),
+        kind="bytes",
+        work=lambda args: 2.0 * args[0].nbytes + args[1].nbytes + args[2].nbytes,
+        peers=[Peer("numpy", numpy_alloc), Peer("numpy out=", numpy_out), Peer("torch", torch_alloc)],
+        notes="eps 1e-5; catenc calls the op library's layernorm; numpy: mean/var formula (out=: in place into "
+        "preallocated arrays); torch: F.layer_norm (no out=)",
+    )
+
+
+# ---------------------------------------------------------------------------- conv
+
+
+def _conv_numpy(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """3x3, stride 1, padding 1, NCHW: im2col by a strided window view, then one matmul."""
+    n, c, h, wd = x.shape
+    k = w.shape[0]
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    windows = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))  # n c h w 3 3
+    cols = windows.transpose(0, 2, 3, 1, 4, 5).reshape(n * h * wd, c * 9)  # copies
+    y = cols @ w.reshape(k, c * 9).T
+    return np.ascontiguousarray(y.reshape(n, h, wd, k).transpose(0, 3, 1, 2))
+
+
+def _conv(n: int, c: int, h: int, w: int, k: int) -> Case:
+    def numpy_alloc(args):
+        x, wt = args
+        return lambda: _conv_numpy(x, wt)
+
+    def torch_alloc(args):
+        x, wt = _t(args)
+        return lambda: F.conv2d(x, wt, padding=1)
+
+    return Case(
+        name="conv2d",
+        composite="conv3x3",
+        size=f"N={n} C={c} H=W={h} K={k} 3x3 pad 1",
+        inputs=lambda rng: [_normal(rng, (n, c, h, w)), _normal(rng, (k, c, 3, 3), 1.0 / math.sqrt(9 * c))],
+        reference=lambda args: _conv_numpy(*_f64(args)),
+        kind="flops",
+        work=lambda args: 2.0 * n * k * h * w * c * 9,
+        peers=[Peer("numpy", numpy_alloc), Peer("torch", torch_alloc)],
+        notes="numpy: im2col (sliding_window_view + copy) and one matmul; torch: F.conv2d (no out=)",
+    )
+
+
+# ----------------------------------------------------------------------------- GPT-2
+
+WIDTH, HEADS, HEAD_DIM, HIDDEN = 768, 12, 64, 3072
+
+
+def _attention_numpy(x, wqkv, bqkv, wo, bo):
+    t = x.shape[0]
+    qkv = x @ wqkv + bqkv
+    q, k, v = (qkv[:, i * WIDTH : (i + 1) * WIDTH].reshape(t, HEADS, HEAD_DIM).transpose(1, 0, 2) for i in range(3))
+    s = q @ k.transpose(0, 2, 1) / math.sqrt(HEAD_DIM)
+    s[:, np.triu(np.ones((t, t), dtype=bool), k=1)] = -np.inf
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    a = (p @ v).transpose(1, 0, 2).reshape(t, WIDTH)
+    return a @ wo + bo
+
+
+def _attention(t: int) -> Case:
+    def numpy_alloc(args):
+        return lambda: _attention_numpy(*args)
+
+    def torch_common(args):
+        x, wqkv, bqkv, wo, bo = _t(args)
+        # nn.Linear keeps weights as (out, in): the transposed copies are made once, as a model would hold them
+        return x, wqkv.T.contiguous(), bqkv, wo.T.contiguous(), bo
+
+    def heads(qkv):
+        return (part.view(t, HEADS, HEAD_DIM).transpose(0, 1) for part in qkv.split(WIDTH, dim=1))
+
+    def torch_explicit(args):
+        x, wqkv, bqkv, wo, bo = torch_common(args)
+        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+
+        def run():
+            q, k, v = heads(F.linear(x, wqkv, bqkv))
+            s = (q @ k.transpose(-1, -2)) / math.sqrt(HEAD_DIM)
+            s = s.masked_fill(mask, float("-inf"))
+            a = torch.softmax(s, dim=-1) @ v
+            return F.linear(a.transpose(0, 1).reshape(t, WIDTH), wo, bo)
+
+        return run
+
+    def torch_sdpa(args):
+        x, wqkv, bqkv, wo, bo = torch_common(args)
+
+        def run():
+            q, k, v = heads(F.linear(x, wqkv, bqkv))
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return F.linear(a.transpose(0, 1).reshape(t, WIDTH), wo, bo)
+
+        return run
+
+    def inputs(rng):
+        return [
+            _normal(rng, (t, WIDTH)),
+            _normal(rng, (WIDTH, 3 * WIDTH), 0.02),
+            _normal(rng, (3 * WIDTH,), 0.02),
+            _normal(rng, (WIDTH, WIDTH), 0.02),
+            _normal(rng, (WIDTH,), 0.02),
+        ]
+
+    flops = 2.0 * t * WIDTH * 3 * WIDTH + 2 * (2.0 * HEADS * t * t * HEAD_DIM) + 2.0 * t * WIDTH * WIDTH
+    return Case(
+        name="attention",
+        composite="gpt2_attention",
+        size=f"GPT-2 small, T={t}",
+        inputs=inputs,
+        reference=lambda args: _attention_numpy(*_f64(args)),
+        kind="flops",
+        work=lambda args: flops,
+        peers=[
+            Peer("numpy", numpy_alloc),
+            Peer("torch", torch_explicit, "explicit"),
+            Peer("torch", torch_sdpa, "sdpa"),
+        ],
+        notes="x @ Wqkv + bqkv, 12 heads of 64, causal softmax(q k^T / 8) v, heads concatenated, @ Wo + bo. "
+        "flops: the dense products (q k^T and p v over the full T x T, no causal discount); "
+        "torch: the best of the explicit form and F.scaled_dot_product_attention(is_causal=True)",
+    )
+
+
+def _gelu_tanh_numpy(h):
+    return 0.5 * h * (1.0 + np.tanh(SQRT_2_OVER_PI * (h + 0.044715 * h**3)))
+
+
+def _mlp_numpy(x, w1, b1, w2, b2):
+    return _gelu_tanh_numpy(x @ w1 + b1) @ w2 + b2
+
+
+def _mlp(t: int) -> Case:
+    def numpy_alloc(args):
+        return lambda: _mlp_numpy(*args)
+
+    def torch_alloc(args):
+        x, w1, b1, w2, b2 = _t(args)
+        w1, w2 = w1.T.contiguous(), w2.T.contiguous()  # nn.Linear layout, made once
+        return lambda: F.linear(F.gelu(F.linear(x, w1, b1), approximate="tanh"), w2, b2)
+
+    def inputs(rng):
+        return [
+            _normal(rng, (t, WIDTH)),
+            _normal(rng, (WIDTH, HIDDEN), 0.02),
+            _normal(rng, (HIDDEN,), 0.02),
+            _normal(rng, (HIDDEN, WIDTH), 0.02),
+            _normal(rng, (WIDTH,), 0.02),
+        ]
+
+    return Case(
+        name="mlp",
+        composite="gpt2_mlp",
+        size=f"GPT-2 small, T={t}",
+        inputs=inputs,
+        reference=lambda args: _mlp_numpy(*_f64(args)),
+        kind="flops",
+        work=lambda args: 2 * 2.0 * t * WIDTH * HIDDEN,
+        peers=[Peer("numpy", numpy_alloc), Peer("torch", torch_alloc)],
+        notes="gelu_tanh(x @ W1 + b1) @ W2 + b2, the tanh gelu everywhere (GPT-2's); numpy: the tanh formula; "
+        "torch: F.linear + F.gelu(approximate='tanh')",
+    )
+
+
+# --------------------------------------------------------------------------- lists
+
+
+def cases(quick: bool = False) -> list[Case]:
+    """Every workload; quick: the same workloads at small sizes, for a smoke run."""
+    if quick:
+        return [
+            _sgemm(256, 256, 256),
+            _sgemm(384, 384, 384),
+            _sgemm(64, 3072, 768),
+            _bmm(12, 64, 64, 64),
+            _gelu(1 << 20),
+            _softmax(256, 1024),
+            _layernorm(256, 1024),
+            _conv(1, 16, 28, 28, 16),
+            _attention(32),
+            _mlp(16),
+        ]
+    return [
+        _sgemm(1024, 1024, 1024),
+        _sgemm(2048, 2048, 2048),
+        _sgemm(256, 3072, 768),
+        _bmm(12, 256, 64, 256),
+        _gelu(16 << 20),
+        _softmax(4096, 1024),
+        _layernorm(4096, 1024),
+        _conv(8, 64, 56, 56, 64),
+        _attention(256),
+        _mlp(256),
+    ]
