@@ -474,50 +474,38 @@ class CRenderer:
             *self.unpack_context(name, c),
         ]
         if side == "a":
-            body = self.pack_rows(c, f"CATENC_GEMM_MR_{t}", i)
+            body = self.pack_panels(c, c.rows, c.a, f"CATENC_GEMM_MR_{t}")
         else:
-            body = self.pack_cols(c, f"CATENC_GEMM_NR_{t}", i)
+            body = self.pack_panels(c, c.cols, c.b, f"CATENC_GEMM_NR_{t}")
         return "\n".join(head + body + ["}"])
 
-    def pack_rows(self, c, mr: str, i: str) -> list[str]:
-        """A panels: row r of panel p at depth k goes to out[k*MR + r]."""
+    def pack_panels(self, c, axes, value: Value, width: str) -> list[str]:
+        """Panels of `width` positions along `axes`: position j of panel p at depth k goes to
+        out[k*width + j], zero past the end. Depth outside, positions inside: each depth step
+        writes one contiguous row of the panel (A's rows and B's columns alike)."""
+        i = self.indent
         pad = i * 3
-        lines = [
-            f"{i}for (int64_t catenc_p = 0; catenc_p < catenc_panels; ++catenc_p) {{",
-            f"{i * 2}{self.ctype(c.dtype)}* {self.restrict} catenc_out = catenc_dst + catenc_p * catenc_kb * {mr};",
-            f"{i * 2}for (int64_t catenc_r = 0; catenc_r < {mr}; ++catenc_r) {{",
-            f"{pad}const int64_t catenc_m = (catenc_first + catenc_p) * {mr} + catenc_r;",
-            f"{pad}if (catenc_m >= {_flat_extent(c.rows)}) {{",
-            f"{pad}{i}for (int64_t catenc_k = 0; catenc_k < catenc_kb; ++catenc_k) catenc_out[catenc_k * {mr} + "
-            f"catenc_r] = 0;",
-            f"{pad}{i}continue;",
-            f"{pad}}}",
-            *[f"{pad}{line}" for line in _unflatten(c.rows, "catenc_m", const=True)],
-            *self.odometer_loop(
-                c.depth, "catenc_k0", "catenc_k", "catenc_kb", c.a, f"catenc_out[catenc_k * {mr} + catenc_r]", pad, i
-            ),
-            f"{i * 2}}}",
-            f"{i}}}",
-        ]
-        return lines
-
-    def pack_cols(self, c, nr: str, i: str) -> list[str]:
-        """B panels: column c of panel p at depth k goes to out[k*NR + c]."""
-        pad = i * 3
-        cols = _flat_extent(c.cols)
+        extent = _flat_extent(axes)
         return [
             f"{i}for (int64_t catenc_p = 0; catenc_p < catenc_panels; ++catenc_p) {{",
-            f"{i * 2}{self.ctype(c.dtype)}* {self.restrict} catenc_out = catenc_dst + catenc_p * catenc_kb * {nr};",
-            f"{i * 2}const int64_t catenc_n0 = (catenc_first + catenc_p) * {nr};",
-            f"{i * 2}const int64_t catenc_valid = {cols} - catenc_n0 < {nr} ? {cols} - catenc_n0 : {nr};",
+            f"{i * 2}{self.ctype(c.dtype)}* {self.restrict} catenc_out = catenc_dst + catenc_p * catenc_kb * {width};",
+            f"{i * 2}const int64_t catenc_n0 = (catenc_first + catenc_p) * {width};",
+            f"{i * 2}const int64_t catenc_valid = {extent} - catenc_n0 < {width} ? {extent} - catenc_n0 : {width};",
             f"{i * 2}for (int64_t catenc_k = 0; catenc_k < catenc_kb; ++catenc_k) {{",
             f"{pad}const int64_t catenc_q = catenc_k0 + catenc_k;",
             *[f"{pad}{line}" for line in _unflatten(c.depth, "catenc_q", const=True)],
             *self.odometer_loop(
-                c.cols, "catenc_n0", "catenc_j", "catenc_valid", c.b, f"catenc_out[catenc_k * {nr} + catenc_j]", pad, i
+                axes,
+                "catenc_n0",
+                "catenc_j",
+                "catenc_valid",
+                value,
+                f"catenc_out[catenc_k * {width} + catenc_j]",
+                pad,
+                i,
             ),
-            f"{pad}for (int64_t catenc_j = catenc_valid; catenc_j < {nr}; ++catenc_j) catenc_out[catenc_k * {nr} + "
-            "catenc_j] = 0;",
+            f"{pad}for (int64_t catenc_j = catenc_valid; catenc_j < {width}; ++catenc_j) "
+            f"catenc_out[catenc_k * {width} + catenc_j] = 0;",
             f"{i * 2}}}",
             f"{i}}}",
         ]
