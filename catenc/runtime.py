@@ -165,20 +165,27 @@ class CRuntime(Runtime):
             flags.append("-ffast-math")
         if config.get("OMP") == "1":
             flags.append("-fopenmp")
-        if config.get("MARCH"):
-            flags.append(f"-march={config['MARCH']}")
-        flags += config.get("CFLAGS", "").split()
+        flags += self.target_flags(config)
+        if opt != "0" and self.vector_lanes(config) == 16 and self.probed_lanes(config) == 16:
+            flags.append("-mprefer-vector-width=512")  # compilers default to 256-bit vectors on AVX-512
+        flags += [f for f in config.get("CFLAGS", "").split() if f not in flags]
         return flags
+
+    def target_flags(self, config: Mapping[str, str]) -> list[str]:
+        """The flags that choose the target CPU."""
+        flags = [f"-march={config['MARCH']}"] if config.get("MARCH") else []
+        return flags + [f for f in config.get("CFLAGS", "").split() if f.startswith("-m")]
+
+    def probed_lanes(self, config: Mapping[str, str]) -> int:
+        """f32 lanes of the widest vectors the compiler targets under this config."""
+        return _probe_lanes(self.compiler(config), tuple(self.target_flags(config)))
 
     def parallel(self, config: Mapping[str, str]) -> bool:
         return config.get("OMP") == "1"
 
     def vector_lanes(self, config: Mapping[str, str]) -> int:
         wanted = config.get("VECTOR_WIDTH", "auto")
-        if wanted != "auto":
-            return int(wanted)
-        target = [f for f in self.flags(config, "2") if f.startswith(("-m", "-march"))]
-        return _probe_lanes(self.compiler(config), tuple(target))
+        return self.probed_lanes(config) if wanted == "auto" else int(wanted)
 
     def build_commands(
         self, source: str, output: str, config: Mapping[str, str], opt: str, kind: str

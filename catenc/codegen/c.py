@@ -514,24 +514,35 @@ class CRenderer:
         self, axes, start: str, counter: str, count: str, value: Value, target: str, pad: str, i: str, prologue=()
     ) -> list[str]:
         """`for counter < count: target = value` where the axes' indices walk the flattened
-        positions start, start+1, ...: one index is computed directly, several are carried."""
-        first = [f"{pad}{i}{line}" for line in prologue]
+        positions start, start+1, ...: one index is computed directly; over several, the last
+        index runs in an affine inner loop (vectorisable) and the others are carried."""
         if len(axes) == 1:
             ((name, _),) = axes
             return [
                 f"{pad}for (int64_t {counter} = 0; {counter} < {count}; ++{counter}) {{",
                 f"{pad}{i}const int64_t {name} = {start} + {counter};",
-                *first,
+                *[f"{pad}{i}{line}" for line in prologue],
                 *self.assignment(target, value, pad + i),
                 f"{pad}}}",
             ]
-        lines = [f"{pad}{line}" for line in _unflatten(axes, start, const=False)]
-        lines.append(f"{pad}for (int64_t {counter} = 0; {counter} < {count}; ++{counter}) {{")
-        lines += first
-        lines += self.assignment(target, value, pad + i)
-        lines.append(f"{pad}{i}{_carry(axes)}")
-        lines.append(f"{pad}}}")
-        return lines
+        last, extent = axes[-1][0], axes[-1][1].to_c()
+        outer = tuple(axes[:-1]) + (("catenc_at", axes[-1][1]),)
+        left = f"{count} - catenc_done"
+        return [
+            *[f"{pad}{line}" for line in _unflatten(outer, start, const=False)],
+            f"{pad}for (int64_t catenc_done = 0; catenc_done < {count};) {{",
+            f"{pad}{i}const int64_t catenc_run = {left} < {extent} - catenc_at ? {left} : {extent} - catenc_at;",
+            f"{pad}{i}for (int64_t catenc_t = 0; catenc_t < catenc_run; ++catenc_t) {{",
+            f"{pad}{i * 2}const int64_t {last} = catenc_at + catenc_t;",
+            f"{pad}{i * 2}const int64_t {counter} = catenc_done + catenc_t;",
+            *[f"{pad}{i * 2}{line}" for line in prologue],
+            *self.assignment(target, value, pad + i * 2),
+            f"{pad}{i}}}",
+            f"{pad}{i}catenc_done += catenc_run;",
+            f"{pad}{i}catenc_at = 0;",
+            f"{pad}{i}{_carry(axes[:-1])}",
+            f"{pad}}}",
+        ]
 
 
 def _output_index(c) -> str:
