@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from catenc import pyparse
 from catenc.dtypes import DTYPES, DType, to_storage
 
 __all__ = [
@@ -185,7 +186,7 @@ class ShapeExpr:
             self._tree: ast.expr = ast.Constant(source)
         else:
             try:
-                self._tree = ast.parse(source.strip(), mode="eval").body
+                self._tree = pyparse.parse(source.strip(), mode="eval").body
             except SyntaxError as error:
                 raise ManifestError(f"invalid expression {source!r}: {error.msg}") from None
             self._evaluate = _compile(self._tree, source, names, comparisons)

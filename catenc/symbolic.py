@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from itertools import combinations
 
+from catenc import pyparse
+
 Monomial = tuple[tuple["Atom", int], ...]
 
 
@@ -421,7 +423,7 @@ class SymbolicSyntaxError(ValueError):
 def parse_expr(text: str) -> Expr:
     """Parse an integer expression over symbols: ints, names, + - * // % ( ), max, min."""
     try:
-        tree = ast.parse(text.strip(), mode="eval")
+        tree = pyparse.parse(text.strip(), mode="eval")
     except SyntaxError as err:
         raise SymbolicSyntaxError(f"invalid expression '{text.strip()}'", (err.offset or 1) - 1) from None
     return from_ast(tree.body)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from catenc import pyparse
 from catenc.diagnostics import CatencError, Loc
 from catenc.frontend.composites import Composite
 
@@ -48,7 +49,7 @@ class BodyText:
 
     def parse(self) -> list[ast.stmt]:
         try:
-            tree = ast.parse(self.text, mode="exec")
+            tree = pyparse.parse(self.text, mode="exec")
         except SyntaxError as err:
             message = (err.msg or "invalid syntax").replace("invalid syntax. ", "")
             lineno = err.lineno or 1
