@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from catenc.ir.nodes import Binary, Buffer, Compute, Gather, Graph, Load, Local, Reduce, SymInt, Value, Where, walk
+from catenc.ir.passes import EXPENSIVE_OPS
 from catenc.symbolic import ZERO, Expr, Facts, product, prove_less, prove_nonneg, sym
 
 GEMM_DTYPES = frozenset({"f32", "f64"})
@@ -81,6 +82,38 @@ def extract_contractions(graph: Graph) -> tuple[Graph, dict[str, Contraction], l
             notes.append(f"{name}: contraction ({_shape_note(contraction)}) taken out of {compute.name}")
         computes.append(replace(compute, body=body))
     return replace(graph, buffers=tuple(buffers), computes=tuple(computes)), found, notes
+
+
+def materialise_costly_operands(graph: Graph) -> tuple[Graph, list[str]]:
+    """Give an operand of a contraction that calls transcendentals (`gelu(h) @ w`) a compute of
+    its own, so it is evaluated once per element (then fused as the producer's epilogue)
+    rather than at every packing of its panels."""
+    computes: list[Compute] = []
+    buffers = list(graph.buffers)
+    notes: list[str] = []
+    taken = {b.name for b in graph.buffers}
+    for compute in graph.computes:
+        body = compute.body
+        for reduce in _candidates(graph, compute):
+            product = reduce.body
+            if not (isinstance(product, Binary) and product.op == "mul") or reduce.dtype.name not in GEMM_DTYPES:
+                continue
+            for operand in (product.a, product.b):
+                if not _costly(operand) or any(isinstance(v, Reduce) for v in walk(operand)):
+                    continue
+                used = _index_names(operand)
+                axes = tuple(ax for ax in compute.indices + reduce.indices if ax[0] in used)
+                name = _fresh(f"{compute.name}_operand", taken)
+                buffers.append(Buffer(name, operand.dtype, tuple(e for _, e in axes), "temp"))
+                computes.append(Compute(name, axes, operand))
+                body = _replace_node(body, operand, Load(operand.dtype, name, tuple(sym(n) for n, _ in axes)))
+                notes.append(f"{name}: a costly contraction operand, computed once before {compute.name}")
+        computes.append(replace(compute, body=body))
+    return replace(graph, buffers=tuple(buffers), computes=tuple(computes)), notes
+
+
+def _costly(value: Value) -> bool:
+    return any(getattr(v, "op", None) in EXPENSIVE_OPS for v in walk(value))
 
 
 def _in_place(graph: Graph, compute: Compute) -> Contraction | None:

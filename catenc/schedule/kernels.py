@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from catenc.ir.nodes import Buffer, Compute, Graph, format_shape, format_value, loads
 from catenc.ir.passes import fold_constants, inline_computes, remove_dead_computes
-from catenc.schedule.contractions import Contraction, extract_contractions
+from catenc.schedule.contractions import Contraction, extract_contractions, materialise_costly_operands
 from catenc.symbolic import ONE, ZERO, Call, Expr, maximum, product, sym
 
 WORKSPACE_ALIGNMENT = 64
@@ -66,7 +66,11 @@ def schedule_graph(graph: Graph, fuse: bool = True, pack_size: PackSize | None =
     graph = remove_dead_computes(fold_constants(graph))
     contractions: dict[str, Contraction] = {}
     if fuse:
+        costly: list[str] = []
+        if pack_size is not None:
+            graph, costly = materialise_costly_operands(graph)
         graph, notes = inline_computes(graph)
+        notes += costly
         if pack_size is not None:
             graph, contractions, found = extract_contractions(graph)
             notes += found
