@@ -5,22 +5,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import jinja2
-
 from catenc import __version__
 from catenc.codegen.c import CRenderer, buffer_args, prelude_tables
 from catenc.codegen.gemm import GemmTiles, render_gemm_support
+from catenc.codegen.jinja import environment
 from catenc.compiler import EntryPlan
 from catenc.frontend.typed import TType
 
-_ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("catenc.codegen", "templates"),
-    keep_trailing_newline=True,
-    trim_blocks=True,
-    lstrip_blocks=False,
-    undefined=jinja2.StrictUndefined,
-    autoescape=False,
-)
+_ENV = environment()
 
 
 @dataclass(frozen=True)

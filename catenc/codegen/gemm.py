@@ -9,18 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import jinja2
-
+from catenc.codegen.jinja import environment
 from catenc.symbolic import Expr, ExprLike, floordiv, minimum, to_expr
 
-_ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("catenc.codegen", "templates"),
-    keep_trailing_newline=True,
-    trim_blocks=True,
-    lstrip_blocks=True,
-    undefined=jinja2.StrictUndefined,
-    autoescape=False,
-)
+_ENV = environment(lstrip_blocks=True)
 
 _CTYPES = {"f32": ("float", 4), "f64": ("double", 8)}
 

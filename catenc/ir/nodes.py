@@ -168,6 +168,21 @@ def loads(value: Value) -> Iterator[Load]:
     return (v for v in walk(value) if isinstance(v, Load))
 
 
+def value_symbols(value: Value) -> set[str]:
+    """Every index or symbol name a value's index expressions and reduction ranges mention."""
+    out: set[str] = set()
+    for node in walk(value):
+        if isinstance(node, Load):
+            for e in node.index:
+                out |= e.free_symbols()
+        elif isinstance(node, SymInt):
+            out |= node.expr.free_symbols()
+        elif isinstance(node, Reduce):
+            for _, e in node.indices:
+                out |= e.free_symbols()
+    return out
+
+
 # ---- printing ----------------------------------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ from catenc.ir.nodes import (
     Value,
     Where,
     format_value,
+    value_symbols,
     walk,
 )
 from catenc.ir.passes import substitute
@@ -183,7 +184,7 @@ def _names_in_use(schedule: Schedule) -> set[str]:
         for dim in b.shape:
             names |= dim.free_symbols()
     for compute in graph.computes:
-        names |= {n for n, _ in compute.indices} | _value_symbols(compute.body)
+        names |= {n for n, _ in compute.indices} | value_symbols(compute.body)
         names |= {n for node in walk(compute.body) if isinstance(node, Reduce) for n, _ in node.indices}
     return names
 
@@ -235,7 +236,7 @@ class _KernelLowerer:
 
     def _reduce(self, value: Reduce, guards: tuple[Value, ...]) -> Value:
         bound = {name for name, _ in value.indices}
-        used = _value_symbols(value.body) - bound
+        used = value_symbols(value.body) - bound
         target = 0
         for level, frame in enumerate(self.stack):
             if frame.index in used:
@@ -327,20 +328,6 @@ def _flops(value: Value) -> Expr:
     return sum((_flops(c) for c in value.children()), own)
 
 
-def _value_symbols(value: Value) -> set[str]:
-    out: set[str] = set()
-    for node in walk(value):
-        if isinstance(node, Load):
-            for e in node.index:
-                out |= e.free_symbols()
-        elif isinstance(node, SymInt):
-            out |= node.expr.free_symbols()
-        elif isinstance(node, Reduce):
-            for _, e in node.indices:
-                out |= e.free_symbols()
-    return out
-
-
 def iter_stmts(body: tuple[Stmt, ...]):
     for stmt in body:
         yield stmt
@@ -404,7 +391,7 @@ def _free_symbols(body: tuple[Stmt, ...]) -> set[str]:
             for e in stmt.index:
                 out |= e.free_symbols()
         for v in stmt_values(stmt):
-            out |= _value_symbols(v)
+            out |= value_symbols(v)
     return out
 
 

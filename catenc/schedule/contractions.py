@@ -12,7 +12,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from catenc.ir.nodes import Binary, Buffer, Compute, Gather, Graph, Load, Local, Reduce, SymInt, Value, Where, walk
+from catenc.ir.nodes import (
+    Binary,
+    Buffer,
+    Compute,
+    Gather,
+    Graph,
+    Load,
+    Local,
+    Reduce,
+    Value,
+    Where,
+    value_symbols,
+    walk,
+)
 from catenc.ir.passes import EXPENSIVE_OPS
 from catenc.symbolic import ZERO, Expr, Facts, product, prove_less, prove_nonneg, sym
 
@@ -67,7 +80,7 @@ def extract_contractions(graph: Graph) -> tuple[Graph, dict[str, Contraction], l
             notes.append(f"{compute.name}: contraction ({_shape_note(direct)}), a packed gemm kernel{fused}")
             continue
         for reduce in _candidates(graph, compute):
-            used = _index_names(reduce.body) - {n for n, _ in reduce.indices}
+            used = value_symbols(reduce.body) - {n for n, _ in reduce.indices}
             axes = tuple((n, e) for n, e in compute.indices if n in used)
             name = _fresh(f"{compute.name}_mm", taken)
             temp = Buffer(name, reduce.dtype, tuple(e for _, e in axes), "temp")
@@ -101,7 +114,7 @@ def materialise_costly_operands(graph: Graph) -> tuple[Graph, list[str]]:
             for operand in (product.a, product.b):
                 if not _costly(operand) or any(isinstance(v, Reduce) for v in walk(operand)):
                     continue
-                used = _index_names(operand)
+                used = value_symbols(operand)
                 axes = tuple(ax for ax in compute.indices + reduce.indices if ax[0] in used)
                 name = _fresh(f"{compute.name}_operand", taken)
                 buffers.append(Buffer(name, operand.dtype, tuple(e for _, e in axes), "temp"))
@@ -127,7 +140,7 @@ def _in_place(graph: Graph, compute: Compute) -> Contraction | None:
     (reduce,) = reduces
     if reduce not in _candidates(graph, compute):
         return None
-    used = _index_names(reduce.body) - {n for n, _ in reduce.indices}
+    used = value_symbols(reduce.body) - {n for n, _ in reduce.indices}
     if any(n not in used for n, _ in compute.indices):
         return None
     contraction = _contraction(graph, compute.name, compute.indices, reduce)
@@ -166,7 +179,7 @@ def _contraction(graph: Graph, output: str, indices: Axes, reduce: Reduce) -> Co
     if any(isinstance(v, Reduce) for v in walk(body)):
         return None
     depth = {n for n, _ in reduce.indices}
-    uses = {"a": _index_names(body.a), "b": _index_names(body.b)}
+    uses = {"a": value_symbols(body.a), "b": value_symbols(body.b)}
     if not (uses["a"] & depth and uses["b"] & depth):
         return None
 
@@ -243,17 +256,6 @@ def _reads_in_bounds(graph: Graph, compute: Compute, reduce: Reduce) -> bool:
                 if not (prove_nonneg(index, facts) and prove_less(index, dim, facts)):
                     return False
     return True
-
-
-def _index_names(value: Value) -> set[str]:
-    names: set[str] = set()
-    for node in walk(value):
-        if isinstance(node, Load):
-            for e in node.index:
-                names |= e.free_symbols()
-        elif isinstance(node, SymInt):
-            names |= node.expr.free_symbols()
-    return names
 
 
 def _replace_node(value: Value, old: Value, new: Value) -> Value:
