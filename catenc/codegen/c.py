@@ -40,7 +40,8 @@ class CRenderer:
     indent = "    "
     kernel_qualifier = "static void"
     restrict = "restrict"
-    parallel_pragma = "#pragma omp parallel for schedule(static) if({work} >= {threshold})"
+    # guarded, so the file also compiles warning-free without OpenMP
+    parallel_pragma = "#ifdef _OPENMP\n#pragma omp parallel for schedule(static) if({work} >= {threshold})\n#endif"
     parallel_threshold = 1 << 16  # flops + stores below which a kernel stays on one thread
     compute_ctype = {"f16": "float", "bf16": "float", "bool": "uint8_t"}
     load_conversion = {"f16": "catenc_f16_to_f32({0})", "bf16": "catenc_bf16_to_f32({0})"}
@@ -282,7 +283,7 @@ class CRenderer:
         if isinstance(stmt, For):
             if stmt.parallel and parallel:
                 work = f"({self._kernel.work.to_c()})"
-                lines.append(f"{pad}{self.parallel_pragma.format(work=work, threshold=self.parallel_threshold)}")
+                lines += self.pragma_lines(work, pad)
                 self.parallel_loop(stmt, pad, lines)
                 return
             extent = stmt.extent.to_c()
@@ -309,6 +310,10 @@ class CRenderer:
         elif isinstance(stmt, Gemm):
             self._parallel = parallel
             self.gemm(stmt, pad, lines)
+
+    def pragma_lines(self, work: str, pad: str) -> list[str]:
+        text = self.parallel_pragma.format(work=work, threshold=self.parallel_threshold)
+        return [f"{pad}{line}" for line in text.splitlines()]
 
     def parallel_loop(self, loop: For, pad: str, lines: list[str]) -> None:
         """A parallel loop whose body is a function of its own: the body keeps its restrict
@@ -399,8 +404,7 @@ class CRenderer:
             rows, cols = _flat_extent(c.rows), _flat_extent(c.cols)
             work = f"({rows}) * ({cols})"
             if self._parallel:
-                pragma = self.parallel_pragma.format(work=work, threshold=self.parallel_threshold)
-                lines.append(f"{pad}{self.indent}{pragma}")
+                lines += self.pragma_lines(work, pad + self.indent)
             count = f"{rows} - catenc_m < 4 ? {rows} - catenc_m : 4"
             lines += [
                 f"{pad}{self.indent}for (int64_t catenc_m = 0; catenc_m < {rows}; catenc_m += 4)",
