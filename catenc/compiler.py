@@ -142,9 +142,15 @@ def plan_entry(comp: Composite, library: Library, options: Options) -> EntryPlan
     fuse = options.opt != "0"
     tiles = options.gemm_tiles
 
+    parallel = options.runtime.parallel(options.config)
+
     def pack_size(c: Contraction) -> Expr:
         extent = [product([e for _, e in axes]) for axes in (c.rows, c.cols, c.depth)]
-        return pack_elements(tiles[c.dtype.name], *extent)
+        elements = pack_elements(tiles[c.dtype.name], *extent)
+        if not (c.batch and parallel):
+            return elements
+        per = 64 // c.dtype.itemsize  # each batch thread's panels start 64-byte aligned
+        return options.runtime.renderer.batch_slots * ((elements + per - 1) // per) * per
 
     schedule = schedule_graph(graph, fuse=fuse, pack_size=pack_size if tiles else None)
     symbol = options.prefix + comp.name

@@ -43,6 +43,10 @@ class CRenderer:
     # guarded, so the file also compiles warning-free without OpenMP
     parallel_pragma = "#ifdef _OPENMP\n#pragma omp parallel for schedule(static) if({work} >= {threshold})\n#endif"
     parallel_threshold = 1 << 16  # flops + stores below which a kernel stays on one thread
+    # A batch of small products runs one product per thread, each with its own panels.
+    batch_slots = 2
+    batch_pragma = "#ifdef _OPENMP\n#pragma omp parallel for schedule(static) num_threads({slots}) if({apart})\n#endif"
+    thread_index = "catenc_thread_index()"
     compute_ctype = {"f16": "float", "bf16": "float", "bool": "uint8_t"}
     load_conversion = {"f16": "catenc_f16_to_f32({0})", "bf16": "catenc_bf16_to_f32({0})"}
     store_conversion = {
@@ -390,27 +394,46 @@ class CRenderer:
         if c.epilogue is not None:
             self._functions.append(self.epilogue_function(name, c))
             epilogue = f"{name}_epilogue"
-        t = c.dtype.name
+        t, i = c.dtype.name, self.indent
         init = ", ".join(f".{f} = {f}" for f, _ in fields)
         out = f"{c.output} + ({c.offset.to_c()})"
-        args = [_flat_extent(c.rows), _flat_extent(c.cols), _flat_extent(c.depth)]
-        args += [f"{name}_pack_a", f"{name}_pack_b", "&catenc_ctx", out, c.row_stride.to_c(), c.col_stride.to_c()]
+        rows, cols, depth = _flat_extent(c.rows), _flat_extent(c.cols), _flat_extent(c.depth)
+        per = 64 // c.dtype.itemsize  # each thread's panels start 64-byte aligned
+        slot = f"((catenc_gemm_pack_elements_{t}({rows}, {cols}, {depth}) + {per - 1}) / {per} * {per})"
+        pack = f"{stmt.pack} + catenc_slot * {slot}"
+        args = [rows, cols, depth, f"{name}_pack_a", f"{name}_pack_b", "&catenc_ctx", out]
+        args += [c.row_stride.to_c(), c.col_stride.to_c(), pack]
+        count = _flat_extent(c.batch) if c.batch else "1"
+        lines.append(f"{pad}{{")
+        if self._parallel and c.batch:
+            # small products of a batch: one thread per product (each with its panels), not
+            # both threads on every product
+            apart = f"catenc_count > 1 && 2.0 * ({rows}) * ({cols}) * ({depth}) < CATENC_GEMM_BATCH_FLOPS"
+            lines += [
+                f"{pad}{i}const int64_t catenc_count = {count};",
+                *[
+                    f"{pad}{i}{line}"
+                    for line in self.batch_pragma.format(apart=apart, slots=self.batch_slots).splitlines()
+                ],
+            ]
+        else:
+            lines.append(f"{pad}{i}const int64_t catenc_count = {count};")
         lines += [
-            f"{pad}{{",
-            f"{pad}{self.indent}const struct {name}_ctx catenc_ctx = {{{init}}};",
-            f"{pad}{self.indent}catenc_gemm_{t}({', '.join(args)}, {stmt.pack});",
+            f"{pad}{i}for (int64_t catenc_b = 0; catenc_b < catenc_count; ++catenc_b) {{",
+            *[f"{pad}{i * 2}{line}" for line in _unflatten(c.batch, "catenc_b", const=True)],
+            f"{pad}{i * 2}const int catenc_slot = {self.thread_index if self._parallel and c.batch else '0'};",
+            f"{pad}{i * 2}const struct {name}_ctx catenc_ctx = {{{init}}};",
+            f"{pad}{i * 2}catenc_gemm_{t}({', '.join(args)});",
         ]
         if c.epilogue is not None:
-            rows, cols = _flat_extent(c.rows), _flat_extent(c.cols)
-            work = f"({rows}) * ({cols})"
             if self._parallel:
-                lines += self.pragma_lines(work, pad + self.indent)
-            count = f"{rows} - catenc_m < 4 ? {rows} - catenc_m : 4"
+                lines += self.pragma_lines(f"({rows}) * ({cols})", pad + i * 2)
+            step = f"{rows} - catenc_m < 4 ? {rows} - catenc_m : 4"
             lines += [
-                f"{pad}{self.indent}for (int64_t catenc_m = 0; catenc_m < {rows}; catenc_m += 4)",
-                f"{pad}{self.indent * 2}{epilogue}(&catenc_ctx, catenc_m, {count}, 0, {cols});",
+                f"{pad}{i * 2}for (int64_t catenc_m = 0; catenc_m < {rows}; catenc_m += 4)",
+                f"{pad}{i * 3}{epilogue}(&catenc_ctx, catenc_m, {step}, 0, {cols});",
             ]
-        lines.append(f"{pad}}}")
+        lines += [f"{pad}{i}}}", f"{pad}}}"]
 
     def gemm_context_fields(self, c) -> list[tuple[str, str]]:
         """What the packing functions read: the operands' buffers, the symbols, the batch indices."""

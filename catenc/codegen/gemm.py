@@ -21,6 +21,8 @@ _CTYPES = {"f32": ("float", 4), "f64": ("double", 8)}
 PARALLEL_FLOPS = 4_000_000
 # A parallel product uses at most one thread per this many operations.
 FLOPS_PER_THREAD = 2_000_000
+# A batch of products each below this many operations runs one product per thread.
+BATCH_FLOPS = 32_000_000
 # The micro-kernels' depth loop is unrolled this many times (clang and gcc pragmas): ~5% over 1.
 UNROLL = 2
 
@@ -112,7 +114,7 @@ def render_gemm_support(tiles: dict[str, GemmTiles]) -> str:
             }
         )
     return _ENV.get_template("gemm.c.j2").render(
-        dtypes=dtypes, parallel_flops=PARALLEL_FLOPS, flops_per_thread=FLOPS_PER_THREAD
+        dtypes=dtypes, parallel_flops=PARALLEL_FLOPS, flops_per_thread=FLOPS_PER_THREAD, batch_flops=BATCH_FLOPS
     )
 
 

@@ -163,12 +163,11 @@ def _lower_kernel(schedule: Schedule, kernel: Kernel, parallel: bool) -> LoopKer
 
 
 def _lower_gemm(schedule: Schedule, kernel: Kernel) -> LoopKernel:
-    """Serial loops over the batch indices around one gemm driver call (which threads itself)."""
+    """One gemm statement: a driver call per batch element (the renderer threads the batch or
+    the driver)."""
     graph = schedule.graph
     contraction = kernel.contraction
     body: tuple[Stmt, ...] = (Gemm(contraction, kernel.pack),)
-    for name, extent in reversed(contraction.batch):
-        body = (For(name, extent, body),)
     buffers = _buffers(body, [b.name for b in graph.buffers])
     strides = {name for b in graph.buffers if b.name in buffers for dim in b.shape for name in dim.free_symbols()}
     symbols = sorted((_free_symbols(body) | strides) - _bound_names(body))
@@ -348,7 +347,7 @@ def stmt_values(stmt: Stmt) -> list[Value]:
 
 def gemm_axes(gemm: Gemm) -> tuple[tuple[str, Expr], ...]:
     c = gemm.contraction
-    return c.rows + c.cols + c.depth
+    return c.batch + c.rows + c.cols + c.depth
 
 
 def _buffers(body: tuple[Stmt, ...], order: list[str]) -> tuple[str, ...]:
@@ -438,6 +437,9 @@ def _format_body(body: tuple[Stmt, ...], depth: int, lines: list[str]) -> None:
             def axes(pairs) -> str:
                 return ", ".join(f"{n} < {e}" for n, e in pairs)
 
+            if c.batch:
+                lines.append(f"{pad}for each ({axes(c.batch)}):")
+                pad += "  "
             lines.append(
                 f"{pad}gemm {c.output}[{c.offset} + m*{c.row_stride} + n*{c.col_stride}] = "
                 f"sum[{axes(c.depth)}](a * b), m = ({axes(c.rows)}), n = ({axes(c.cols)}), panels in {stmt.pack}"
