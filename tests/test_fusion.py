@@ -1,6 +1,7 @@
 """Fusion and workspace planning: what becomes one kernel, and where values live."""
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -112,3 +113,14 @@ def test_kernel_boundaries_say_why(tmp_path, opt):
     kernels = entry.schedule.kernels
     assert len(kernels) == (3 if opt == "0" else 2)
     assert all(k.reason for k in kernels[1:])  # every boundary is explained (--debug 1 prints it)
+
+
+def test_gpt2_attention_block_is_five_kernels_each_boundary_explained():
+    """The benchmark's attention block: qkv projection, scores, softmax, p @ v, output projection."""
+    path = Path(__file__).parent.parent / "bench" / "composites" / "gpt2_attention.toml"
+    rt = load_runtime("clang")
+    (entry,) = plan_file(str(path), Options(rt, config=rt.validate_config({}))).entries
+    kernels = entry.schedule.kernels
+    assert len(kernels) == 5
+    assert [k.contraction is not None for k in kernels] == [True, True, False, True, True]
+    assert all(k.reason for k in kernels[1:])
