@@ -192,6 +192,12 @@ class CRuntime(Runtime):
     ) -> list[list[str]]:
         cc = self.compiler(config)
         flags = self.flags(config, opt)
+        if kind == "so" and opt == "fast":
+            # Linked with -ffast-math, a shared library brings crtfastmath.o, which turns on
+            # flush-to-zero for every thread of the process that loads it: link without it.
+            obj = output[: -len(".so")] + ".o"
+            link = [f for f in flags if f in ("-fopenmp",) or f.startswith("-fsanitize")]
+            return [[cc, *flags, "-fPIC", "-c", "-o", obj, source], [cc, *link, "-shared", "-o", output, obj, "-lm"]]
         if kind == "so":
             return [[cc, *flags, "-fPIC", "-shared", "-o", output, source, "-lm"]]
         obj = output if kind == "o" else output[: -len(".a")] + ".o"
