@@ -49,7 +49,9 @@ $(STAMP): pyproject.toml
 	  $(SUDO) apt-get update; \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$*; \
 	}; \
-	if ! command -v clang >/dev/null 2>&1; then apt_install clang libomp-dev; fi; \
+	if ! command -v clang >/dev/null 2>&1; then apt_install clang libomp-dev; \
+	elif ! printf '#include <omp.h>\nint f(void){return omp_get_max_threads();}\n' | \
+	  clang -fopenmp -fPIC -shared -x c - -o /dev/null >/dev/null 2>&1; then apt_install libomp-dev; fi; \
 	echo "==> $(PYTHON) -m venv $(VENV)"; \
 	if ! $(PYTHON) -m venv $(VENV); then \
 	  rm -rf $(VENV); apt_install python3-venv; $(PYTHON) -m venv $(VENV); \

@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -183,6 +184,19 @@ class CRuntime(Runtime):
     def parallel(self, config: Mapping[str, str]) -> bool:
         return config.get("OMP") == "1"
 
+    def validate_config(self, raw: Mapping[str, str]) -> dict[str, str]:
+        """As Runtime's; OpenMP by default only where the compiler has it (clang without
+        libomp has not), while an explicit OMP=1 without it is an error that says what to install."""
+        config = super().validate_config(raw)
+        if config.get("OMP") == "1" and not _probe_openmp(self.compiler(config)):
+            if raw.get("OMP") == "1":
+                raise CatencError(
+                    f"--config OMP=1: '{self.compiler(config)}' cannot build OpenMP code here; install its "
+                    "OpenMP runtime (apt-get install libomp-dev for clang) or use OMP=0"
+                )
+            config["OMP"] = "0"
+        return config
+
     def vector_lanes(self, config: Mapping[str, str]) -> int:
         wanted = config.get("VECTOR_WIDTH", "auto")
         return self.probed_lanes(config) if wanted == "auto" else int(wanted)
@@ -205,6 +219,23 @@ class CRuntime(Runtime):
         if kind == "a":
             commands.append(["ar", "rcs", output, obj])
         return commands
+
+
+@functools.cache
+def _probe_openmp(compiler: str) -> bool:
+    """Whether the compiler builds and links an OpenMP shared library."""
+    with tempfile.TemporaryDirectory(prefix="catenc-omp-") as tmp:
+        source = Path(tmp) / "probe.c"
+        source.write_text("#include <omp.h>\nint catenc_probe(void) { return omp_get_max_threads(); }\n")
+        try:
+            done = subprocess.run(
+                [compiler, "-fopenmp", "-fPIC", "-shared", "-o", str(Path(tmp) / "probe.so"), str(source)],
+                capture_output=True,
+                timeout=60,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return False
+        return done.returncode == 0
 
 
 @functools.cache

@@ -12,6 +12,8 @@ import pytest
 from conftest import compile_text, randn
 
 from catenc.codegen.c import CRenderer
+from catenc.diagnostics import CatencError
+from catenc.runtime import load_runtime
 
 SOURCE = """
 [composite.scale_rows]
@@ -57,3 +59,16 @@ def test_openmp_can_be_turned_off(tmp_path):
     assert "#pragma omp parallel" not in source
     x, s = randn((7, 9), seed=3), randn((9,), seed=4)
     np.testing.assert_array_equal(lib.scale_rows(x, s), x * s + np.float32(1.0))
+
+
+def test_without_an_openmp_runtime_the_default_is_serial(tmp_path, monkeypatch):
+    """A compiler that cannot build OpenMP code (clang without libomp): OMP defaults to 0,
+    and an explicit OMP=1 is an error that says what to install."""
+    wrapper = tmp_path / "cc-no-omp"
+    wrapper.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = -fopenmp ] && exit 1; done\nexec cc "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CC", str(wrapper))
+    rt = load_runtime("clang")
+    assert rt.validate_config({})["OMP"] == "0"
+    with pytest.raises(CatencError, match="libomp-dev"):
+        rt.validate_config({"OMP": "1"})
