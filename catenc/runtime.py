@@ -4,14 +4,16 @@ A descriptor file defines `RUNTIME`, an instance of `Runtime` (usually `CRuntime
 target language, renderer, config keys, supported dtypes and ops, and its toolchain. A runtime
 that differs from a bundled one in flags or a few spellings is a short file:
 
-    from catenc.runtime import CRuntime, ConfigKey
+    from catenc.runtime import CRuntime, c_config_keys
 
     RUNTIME = CRuntime(
         name="gcc_avx2",
         compilers=("gcc",),
         extra_flags=("-mavx2", "-mfma"),
-        config_keys={"OMP": ConfigKey("0", ("0", "1"), "parallelise outer loops with OpenMP")},
+        config_keys=c_config_keys(omp="1", march="", lanes="8"),
     )
+
+(`runtimes/examples/gcc_avx2.py`; docs/runtimes.md explains every field.)
 
 `--runtime NAME` finds `NAME.py` among the bundled runtimes, then in each directory of
 `CATENC_RUNTIME_PATH`; `--runtime path/to/file.py` loads that file.
@@ -166,7 +168,7 @@ class CRuntime(Runtime):
             flags.append("-ffast-math")
         if config.get("OMP") == "1":
             flags.append("-fopenmp")
-        flags += self.target_flags(config)
+        flags += [f for f in self.target_flags(config) if f not in flags]
         if opt != "0" and self.vector_lanes(config) == 16 and self.probed_lanes(config) == 16:
             flags.append("-mprefer-vector-width=512")  # compilers default to 256-bit vectors on AVX-512
         flags += [f for f in config.get("CFLAGS", "").split() if f not in flags]
@@ -175,7 +177,8 @@ class CRuntime(Runtime):
     def target_flags(self, config: Mapping[str, str]) -> list[str]:
         """The flags that choose the target CPU."""
         flags = [f"-march={config['MARCH']}"] if config.get("MARCH") else []
-        return flags + [f for f in config.get("CFLAGS", "").split() if f.startswith("-m")]
+        chosen = [*self.extra_flags, *config.get("CFLAGS", "").split()]
+        return flags + [f for f in chosen if f.startswith("-m")]
 
     def probed_lanes(self, config: Mapping[str, str]) -> int:
         """f32 lanes of the widest vectors the compiler targets under this config."""

@@ -156,3 +156,15 @@ def test_a_fast_subset_of_the_library_is_clean_on_clang():
         assert coverage.rows, pattern
         assert not coverage.regressed, (pattern, summary_line(coverage))
         assert all(c.status == "pass" for row in coverage.rows for c in row.cells.values())
+
+
+def test_the_example_runtime_gcc_avx2_is_clean():
+    """docs/runtimes.md's worked example: gcc, AVX2 flags, 8 lanes (6x16 gemm tiles)."""
+    runtime = load_runtime(str(Path(__file__).parent.parent / "runtimes" / "examples" / "gcc_avx2.py"))
+    config = runtime.validate_config({})
+    assert config["VECTOR_WIDTH"] == "8" and runtime.vector_lanes(config) == 8
+    for pattern in ("gemm", "softmax", "layernorm", "conv2d", "attention"):
+        coverage = run_coverage(runtime, config, (), None, pattern, primitives=False)
+        assert coverage.rows, pattern
+        assert not coverage.regressed, (pattern, summary_line(coverage))
+        assert all(c.status == "pass" for row in coverage.rows for c in row.cells.values())
