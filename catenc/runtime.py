@@ -182,7 +182,11 @@ class CRuntime(Runtime):
 
     def probed_lanes(self, config: Mapping[str, str]) -> int:
         """f32 lanes of the widest vectors the compiler targets under this config."""
-        return _probe_lanes(self.compiler(config), tuple(self.target_flags(config)))
+        try:
+            compiler = self.compiler(config)
+        except CatencError:  # no compiler here: emit plain-width code
+            return 4
+        return _probe_lanes(compiler, tuple(self.target_flags(config)))
 
     def parallel(self, config: Mapping[str, str]) -> bool:
         return config.get("OMP") == "1"
@@ -191,10 +195,14 @@ class CRuntime(Runtime):
         """As Runtime's; OpenMP by default only where the compiler has it (clang without
         libomp has not), while an explicit OMP=1 without it is an error that says what to install."""
         config = super().validate_config(raw)
-        if config.get("OMP") == "1" and not _probe_openmp(self.compiler(config)):
+        try:
+            compiler = self.compiler(config)
+        except CatencError:  # no compiler here (emitting source only is still possible)
+            return config
+        if config.get("OMP") == "1" and not _probe_openmp(compiler):
             if raw.get("OMP") == "1":
                 raise CatencError(
-                    f"--config OMP=1: '{self.compiler(config)}' cannot build OpenMP code here; install its "
+                    f"--config OMP=1: '{compiler}' cannot build OpenMP code here; install its "
                     "OpenMP runtime (apt-get install libomp-dev for clang) or use OMP=0"
                 )
             config["OMP"] = "0"

@@ -512,3 +512,10 @@ def test_reference_never_runs_during_compile(tmp_path: Path) -> None:
 def test_usage_errors(work: Path, args: tuple[str, ...]) -> None:
     usage_error(catenc_run(work, *args, "-o", "out") if args[0] == "compile" else catenc_run(work, *args))
     assert files_in(work / "out") == set()
+
+
+def test_emitting_source_needs_no_compiler(work):
+    """-S writes the C and header on a machine without a C compiler (CC names none here)."""
+    ok(catenc_run(work, "compile", "model.toml", "-S", "-o", "src", env={"CC": str(work / "no-such-cc")}))
+    assert (work / "src" / "model.c").is_file() and (work / "src" / "model.h").is_file()
+    assert manifest(work / "src")["runtime"]["config"]["OMP"] == "1"
