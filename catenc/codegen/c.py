@@ -16,7 +16,7 @@ from catenc.dtypes import DTYPES, DType
 from catenc.ir.nodes import Binary, Buffer, Cast, Const, Gather, Load, Local, SymInt, Unary, Value, Where
 from catenc.lower.loops import Assign, Declare, For, Gemm, If, LaneReduce, LoopKernel, Stmt, Store, identity
 from catenc.schedule.contractions import ACC
-from catenc.symbolic import Expr, product, sym
+from catenc.symbolic import ZERO, Expr, product, sym
 
 FLOAT_FUNCS = (
     "sqrt exp exp2 log log2 log1p expm1 sin cos tan tanh sinh cosh asin acos atan erf floor ceil trunc".split()
@@ -240,10 +240,7 @@ class CRenderer:
         return f"(({self.ctype(target)}){arg})"
 
     def flat_index(self, index: tuple[Expr, ...], shape: tuple[Expr, ...]) -> str:
-        flat = None
-        for i, d in zip(index, shape):
-            flat = i if flat is None else flat * d + i
-        return "0" if flat is None else flat.to_c()
+        return flatten(index, shape).to_c()
 
     def load(self, v: Load) -> str:
         buf = self.buffers[v.buffer]
@@ -312,8 +309,7 @@ class CRenderer:
         elif isinstance(stmt, LaneReduce):
             self.lane_reduce(stmt, pad, lines)
         elif isinstance(stmt, Gemm):
-            self._parallel = parallel
-            self.gemm(stmt, pad, lines)
+            self.gemm(stmt, pad, lines, parallel)
 
     def pragma_lines(self, work: str, pad: str) -> list[str]:
         text = self.parallel_pragma.format(work=work, threshold=self.parallel_threshold)
@@ -382,18 +378,15 @@ class CRenderer:
         ]
 
     # ---- contractions: packing functions and one call of the gemm driver ----
-    def gemm(self, stmt: Gemm, pad: str, lines: list[str]) -> None:
+    def gemm(self, stmt: Gemm, pad: str, lines: list[str], parallel: bool) -> None:
         c = stmt.contraction
-        self._gemm_pack = stmt.pack
         name = f"{self._kernel.name}_g{len(self._functions)}"
-        fields = self.gemm_context_fields(c)
+        fields = self.gemm_context_fields(c, stmt.pack)
         self._functions.append(self.gemm_context(name, fields))
-        self._functions.append(self.pack_function(name, "a", c))
-        self._functions.append(self.pack_function(name, "b", c))
-        epilogue = "NULL"
+        self._functions.append(self.pack_function(name, fields, "a", c))
+        self._functions.append(self.pack_function(name, fields, "b", c))
         if c.epilogue is not None:
-            self._functions.append(self.epilogue_function(name, c))
-            epilogue = f"{name}_epilogue"
+            self._functions.append(self.epilogue_function(name, fields, c))
         t, i = c.dtype.name, self.indent
         init = ", ".join(f".{f} = {f}" for f, _ in fields)
         out = f"{c.output} + ({c.offset.to_c()})"
@@ -403,46 +396,40 @@ class CRenderer:
         pack = f"{stmt.pack} + catenc_slot * {slot}"
         args = [rows, cols, depth, f"{name}_pack_a", f"{name}_pack_b", "&catenc_ctx", out]
         args += [c.row_stride.to_c(), c.col_stride.to_c(), pack]
-        count = _flat_extent(c.batch) if c.batch else "1"
-        lines.append(f"{pad}{{")
-        if self._parallel and c.batch:
+        batch_parallel = parallel and bool(c.batch)
+        lines += [f"{pad}{{", f"{pad}{i}const int64_t catenc_count = {_flat_extent(c.batch)};"]
+        if batch_parallel:
             # small products of a batch: one thread per product (each with its panels), not
             # both threads on every product
             apart = f"catenc_count > 1 && 2.0 * ({rows}) * ({cols}) * ({depth}) < CATENC_GEMM_BATCH_FLOPS"
-            lines += [
-                f"{pad}{i}const int64_t catenc_count = {count};",
-                *[
-                    f"{pad}{i}{line}"
-                    for line in self.batch_pragma.format(apart=apart, slots=self.batch_slots).splitlines()
-                ],
-            ]
-        else:
-            lines.append(f"{pad}{i}const int64_t catenc_count = {count};")
+            pragma = self.batch_pragma.format(apart=apart, slots=self.batch_slots)
+            lines += [f"{pad}{i}{line}" for line in pragma.splitlines()]
         lines += [
             f"{pad}{i}for (int64_t catenc_b = 0; catenc_b < catenc_count; ++catenc_b) {{",
             *[f"{pad}{i * 2}{line}" for line in _unflatten(c.batch, "catenc_b", const=True)],
-            f"{pad}{i * 2}const int catenc_slot = {self.thread_index if self._parallel and c.batch else '0'};",
+            f"{pad}{i * 2}const int catenc_slot = {self.thread_index if batch_parallel else '0'};",
             f"{pad}{i * 2}const struct {name}_ctx catenc_ctx = {{{init}}};",
             f"{pad}{i * 2}catenc_gemm_{t}({', '.join(args)});",
         ]
         if c.epilogue is not None:
-            if self._parallel:
+            if parallel:
                 lines += self.pragma_lines(f"({rows}) * ({cols})", pad + i * 2)
             step = f"{rows} - catenc_m < 4 ? {rows} - catenc_m : 4"
             lines += [
                 f"{pad}{i * 2}for (int64_t catenc_m = 0; catenc_m < {rows}; catenc_m += 4)",
-                f"{pad}{i * 3}{epilogue}(&catenc_ctx, catenc_m, {step}, 0, {cols});",
+                f"{pad}{i * 3}{name}_epilogue(&catenc_ctx, catenc_m, {step}, 0, {cols});",
             ]
         lines += [f"{pad}{i}}}", f"{pad}}}"]
 
-    def gemm_context_fields(self, c) -> list[tuple[str, str]]:
-        """What the packing functions read: the operands' buffers, the symbols, the batch indices."""
+    def gemm_context_fields(self, c, pack: str) -> list[tuple[str, str]]:
+        """What the packing and epilogue functions read: the operands' buffers (the output too,
+        with an epilogue), the symbols, the batch indices."""
         fields = []
         for name in self._kernel.buffers:
             ctype = self.buffers[name].dtype.ctype
             if name == c.output and c.epilogue is not None:
                 fields.append((name, f"{ctype}*"))
-            elif name not in (c.output, self._gemm_pack):
+            elif name not in (c.output, pack):
                 fields.append((name, f"const {ctype}*"))
         fields += [(s, "int64_t") for s in self._kernel.symbols]
         fields += [(n, "int64_t") for n, _ in c.batch]
@@ -452,17 +439,17 @@ class CRenderer:
         members = "".join(f" {ctype} {field};" for field, ctype in fields)
         return f"struct {name}_ctx {{{members or ' int catenc_unused;'} }};"
 
-    def unpack_context(self, name: str, c) -> list[str]:
+    def unpack_context(self, name: str, fields: list[tuple[str, str]]) -> list[str]:
         """The first lines of a gemm helper: the context's fields as locals of their own names."""
         i = self.indent
         lines = [f"{i}const struct {name}_ctx* catenc_c = (const struct {name}_ctx*)catenc_ctx;"]
-        for field, ftype in self.gemm_context_fields(c):
+        for field, ftype in fields:
             restrict = f" {self.restrict}" if ftype.endswith("*") else ""
             lines.append(f"{i}{ftype}{restrict} {field} = catenc_c->{field};")
             lines.append(f"{i}(void){field};")
         return lines
 
-    def epilogue_function(self, name: str, c) -> str:
+    def epilogue_function(self, name: str, fields: list[tuple[str, str]], c) -> str:
         """Applies the fused epilogue in place to rows [m0, m0+mb) x columns [n0, n0+nb)."""
         i = self.indent
         pad = i * 2
@@ -472,7 +459,7 @@ class CRenderer:
                 f"static void {name}_epilogue(const void* catenc_ctx, int64_t catenc_m0, int64_t catenc_mb, "
                 "int64_t catenc_n0, int64_t catenc_nb)",
                 "{",
-                *self.unpack_context(name, c),
+                *self.unpack_context(name, fields),
                 f"{i}for (int64_t catenc_m = catenc_m0; catenc_m < catenc_m0 + catenc_mb; ++catenc_m) {{",
                 *[f"{pad}{line}" for line in _unflatten(c.rows, "catenc_m", const=True)],
                 *self.odometer_loop(
@@ -491,14 +478,14 @@ class CRenderer:
             ]
         )
 
-    def pack_function(self, name: str, side: str, c) -> str:
+    def pack_function(self, name: str, fields: list[tuple[str, str]], side: str, c) -> str:
         """Packs panels of operand `side` ("a": rows x depth, "b": depth x cols) for the driver."""
         ctype, t, i = self.ctype(c.dtype), c.dtype.name, self.indent
         head = [
             f"static void {name}_pack_{side}(const void* catenc_ctx, {ctype}* catenc_dst, int64_t catenc_first,",
             f"{i * 2}int64_t catenc_panels, int64_t catenc_k0, int64_t catenc_kb)",
             "{",
-            *self.unpack_context(name, c),
+            *self.unpack_context(name, fields),
         ]
         if side == "a":
             body = self.pack_panels(c, c.rows, c.a, f"CATENC_GEMM_MR_{t}")
@@ -572,18 +559,19 @@ class CRenderer:
         ]
 
 
+def flatten(index, shape) -> Expr:
+    """The row-major position of an index in a shape (last index fastest)."""
+    flat = ZERO
+    for i, d in zip(index, shape):
+        flat = flat * d + i
+    return flat
+
+
 def _output_index(c) -> str:
     """The flat C index of the contraction's output element at the current indices."""
-    flat = c.offset + _flat_position(c.rows) * c.row_stride + _flat_position(c.cols) * c.col_stride
-    return flat.to_c()
-
-
-def _flat_position(axes) -> Expr:
-    """The flattened position of the axes' current indices (last fastest)."""
-    flat = None
-    for name, extent in axes:
-        flat = sym(name) if flat is None else flat * extent + sym(name)
-    return flat
+    rows = flatten([sym(n) for n, _ in c.rows], [e for _, e in c.rows])
+    cols = flatten([sym(n) for n, _ in c.cols], [e for _, e in c.cols])
+    return (c.offset + rows * c.row_stride + cols * c.col_stride).to_c()
 
 
 def _flat_extent(axes) -> str:
@@ -594,15 +582,12 @@ def _unflatten(axes, flat: str, const: bool) -> list[str]:
     """Declarations of the axes' indices from a flattened position (last index fastest)."""
     qualifier = "const int64_t" if const else "int64_t"
     lines = []
-    inner = []  # extents of the axes after the current one
-    for name, extent in reversed(axes):
-        stride = product(inner)
-        value = flat if not inner else f"({flat}) / ({stride.to_c()})"
-        if inner or len(axes) > 1:
-            value = value if name == axes[0][0] else f"{value} % ({extent.to_c()})"
+    for k, (name, extent) in enumerate(axes):
+        value = flat if k == len(axes) - 1 else f"({flat}) / ({product([e for _, e in axes[k + 1 :]]).to_c()})"
+        if k > 0:
+            value = f"{value} % ({extent.to_c()})"
         lines.append(f"{qualifier} {name} = {value};")
-        inner.append(extent)
-    return lines[::-1]
+    return lines
 
 
 def _carry(axes) -> str:

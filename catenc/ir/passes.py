@@ -101,6 +101,18 @@ def is_reuse_free(compute: Compute, load: Load, enclosing: tuple) -> bool:
     return True
 
 
+def calls_expensive(value: Value) -> bool:
+    """Whether the value calls a transcendental, a division or a power somewhere."""
+    return any(getattr(node, "op", None) in EXPENSIVE_OPS for node in walk(value))
+
+
+def replace_node(value: Value, old: Value, new: Value) -> Value:
+    """The tree with every subtree equal to `old` replaced by `new`."""
+    if value == old:
+        return new
+    return value.with_children(tuple(replace_node(c, old, new) for c in value.children()))
+
+
 def is_cheap(value: Value) -> bool:
     """A few arithmetic ops and no reduction: recomputing it costs less than a store and a load."""
     ops = 0

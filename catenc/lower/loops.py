@@ -120,7 +120,6 @@ def lower_schedule(schedule: Schedule, parallel: bool = False) -> tuple[LoopKern
 def _lower_kernel(schedule: Schedule, kernel: Kernel, parallel: bool) -> LoopKernel:
     if kernel.contraction is not None:
         return _lower_gemm(schedule, kernel)
-    graph = schedule.graph
     lowerer = _KernelLowerer(kernel, _names_in_use(schedule))
     outer_names = [name for name, _ in kernel.outer]
     row = _Frame(None, ONE)
@@ -154,25 +153,24 @@ def _lower_kernel(schedule: Schedule, kernel: Kernel, parallel: bool) -> LoopKer
             body = (Declare(name, I64, Const(I64, 0)),) + body
             continue
         body = (For(name, extent, body, parallel and k == 0),)
-    buffers = _buffers(body, [b.name for b in graph.buffers])
-    loop_vars = _bound_names(body)
-    strides = {name for b in graph.buffers if b.name in buffers for dim in b.shape for name in dim.free_symbols()}
-    symbols = sorted((_free_symbols(body) | strides) - loop_vars)
-    fused = tuple(m.name for m in kernel.members)
-    return LoopKernel(kernel.name, body, buffers, tuple(symbols), fused, flops, flops + stored)
+    return _loop_kernel(schedule, kernel, body, flops, flops + stored)
 
 
 def _lower_gemm(schedule: Schedule, kernel: Kernel) -> LoopKernel:
     """One gemm statement: a driver call per batch element (the renderer threads the batch or
     the driver)."""
+    flops = kernel.contraction.flops
+    return _loop_kernel(schedule, kernel, (Gemm(kernel.contraction, kernel.pack),), flops, flops)
+
+
+def _loop_kernel(schedule: Schedule, kernel: Kernel, body: tuple[Stmt, ...], flops: Expr, work: Expr) -> LoopKernel:
+    """The loop kernel of a body: the buffers it touches and the symbols it needs."""
     graph = schedule.graph
-    contraction = kernel.contraction
-    body: tuple[Stmt, ...] = (Gemm(contraction, kernel.pack),)
     buffers = _buffers(body, [b.name for b in graph.buffers])
     strides = {name for b in graph.buffers if b.name in buffers for dim in b.shape for name in dim.free_symbols()}
     symbols = sorted((_free_symbols(body) | strides) - _bound_names(body))
     fused = tuple(m.name for m in kernel.members)
-    return LoopKernel(kernel.name, body, buffers, tuple(symbols), fused, contraction.flops, contraction.flops)
+    return LoopKernel(kernel.name, body, buffers, tuple(symbols), fused, flops, work)
 
 
 def _names_in_use(schedule: Schedule) -> set[str]:

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from catenc.dtypes import DType
 from catenc.ir.nodes import Binary, Load, Local, Value, walk
-from catenc.ir.passes import EXPENSIVE_OPS, substitute
+from catenc.ir.passes import calls_expensive, replace_node, substitute
 from catenc.lower.loops import Assign, For, If, LaneReduce, LoopKernel, Stmt, Store
 from catenc.symbolic import sym
 
@@ -68,7 +68,7 @@ def _reuse(body: tuple[Stmt, ...], storage: dict[str, DType]) -> tuple[Stmt, ...
     """reuse_reduced_values over every statement list of a loop nest."""
     out = [replace(s, body=_reuse(s.body, storage)) if isinstance(s, (For, If)) else s for s in body]
     for k, stmt in enumerate(out):
-        if not isinstance(stmt, LaneReduce) or stmt.store is not None or not _expensive(stmt.value):
+        if not isinstance(stmt, LaneReduce) or stmt.store is not None or not calls_expensive(stmt.value):
             continue
         for j in range(k + 1, len(out)):
             later = out[j]
@@ -100,21 +100,11 @@ def _store_and_reload(reduce: LaneReduce, loop: Stmt, storage: dict[str, DType])
     load = Load(reduce.dtype, store.buffer, store.index)
     back = tuple(e.substitute({loop.index: sym(reduce.index)}) for e in store.index)
     reduced = replace(reduce, store=(store.buffer, back))
-    return reduced, replace(loop, body=(replace(store, value=_replace(store.value, value, load)),))
-
-
-def _expensive(value: Value) -> bool:
-    return any(getattr(n, "op", None) in EXPENSIVE_OPS for n in walk(value))
+    return reduced, replace(loop, body=(replace(store, value=replace_node(store.value, value, load)),))
 
 
 def _contains(value: Value, part: Value) -> bool:
     return any(n == part for n in walk(value))
-
-
-def _replace(value: Value, old: Value, new: Value) -> Value:
-    if value == old:
-        return new
-    return value.with_children(tuple(_replace(c, old, new) for c in value.children()))
 
 
 def _names(store: Store) -> set[str]:

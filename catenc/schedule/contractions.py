@@ -26,7 +26,7 @@ from catenc.ir.nodes import (
     value_symbols,
     walk,
 )
-from catenc.ir.passes import EXPENSIVE_OPS
+from catenc.ir.passes import calls_expensive, replace_node
 from catenc.symbolic import ZERO, Expr, Facts, product, prove_less, prove_nonneg, sym
 
 GEMM_DTYPES = frozenset({"f32", "f64"})
@@ -91,7 +91,7 @@ def extract_contractions(graph: Graph) -> tuple[Graph, dict[str, Contraction], l
             buffers.append(temp)
             computes.append(Compute(name, axes, reduce))
             found[name] = contraction
-            body = _replace_node(body, reduce, Load(reduce.dtype, name, tuple(sym(n) for n, _ in axes)))
+            body = replace_node(body, reduce, Load(reduce.dtype, name, tuple(sym(n) for n, _ in axes)))
             notes.append(f"{name}: contraction ({_shape_note(contraction)}) taken out of {compute.name}")
         computes.append(replace(compute, body=body))
     return replace(graph, buffers=tuple(buffers), computes=tuple(computes)), found, notes
@@ -112,21 +112,17 @@ def materialise_costly_operands(graph: Graph) -> tuple[Graph, list[str]]:
             if not (isinstance(product, Binary) and product.op == "mul") or reduce.dtype.name not in GEMM_DTYPES:
                 continue
             for operand in (product.a, product.b):
-                if not _costly(operand) or any(isinstance(v, Reduce) for v in walk(operand)):
+                if not calls_expensive(operand) or any(isinstance(v, Reduce) for v in walk(operand)):
                     continue
                 used = value_symbols(operand)
                 axes = tuple(ax for ax in compute.indices + reduce.indices if ax[0] in used)
                 name = _fresh(f"{compute.name}_operand", taken)
                 buffers.append(Buffer(name, operand.dtype, tuple(e for _, e in axes), "temp"))
                 computes.append(Compute(name, axes, operand))
-                body = _replace_node(body, operand, Load(operand.dtype, name, tuple(sym(n) for n, _ in axes)))
+                body = replace_node(body, operand, Load(operand.dtype, name, tuple(sym(n) for n, _ in axes)))
                 notes.append(f"{name}: a costly contraction operand, computed once before {compute.name}")
         computes.append(replace(compute, body=body))
     return replace(graph, buffers=tuple(buffers), computes=tuple(computes)), notes
-
-
-def _costly(value: Value) -> bool:
-    return any(getattr(v, "op", None) in EXPENSIVE_OPS for v in walk(value))
 
 
 def _in_place(graph: Graph, compute: Compute) -> Contraction | None:
@@ -146,7 +142,7 @@ def _in_place(graph: Graph, compute: Compute) -> Contraction | None:
     contraction = _contraction(graph, compute.name, compute.indices, reduce)
     if contraction is None or compute.body == reduce:
         return contraction
-    return replace(contraction, epilogue=_replace_node(compute.body, reduce, Local(reduce.dtype, ACC)))
+    return replace(contraction, epilogue=replace_node(compute.body, reduce, Local(reduce.dtype, ACC)))
 
 
 def _shape_note(c: Contraction) -> str:
@@ -256,9 +252,3 @@ def _reads_in_bounds(graph: Graph, compute: Compute, reduce: Reduce) -> bool:
                 if not (prove_nonneg(index, facts) and prove_less(index, dim, facts)):
                     return False
     return True
-
-
-def _replace_node(value: Value, old: Value, new: Value) -> Value:
-    if value == old:
-        return new
-    return value.with_children(tuple(_replace_node(c, old, new) for c in value.children()))
