@@ -10,6 +10,7 @@ non-negative under these facts?", which is how index bounds are proved.
 from __future__ import annotations
 
 import ast
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -554,9 +555,23 @@ def prove_nonneg(e: ExprLike, facts: Facts = Facts()) -> bool:
     on which side a max/min takes, and on small values of a symbol under a // or %.
     """
     e = to_expr(e)
-    return _prove_direct(e, facts) or _prove_by_cases(e, facts, 0)
+    # Simplifying inside a proof may build a max/min, which tries a proof of its own: past a few
+    # nested proofs, give up (never proving is sound) rather than recurse without bound.
+    if _NESTING.depth >= MAX_NESTED_PROOFS:
+        return False
+    _NESTING.depth += 1
+    try:
+        return _prove_direct(e, facts) or _prove_by_cases(e, facts, 0)
+    finally:
+        _NESTING.depth -= 1
 
 
+class _Nesting(threading.local):
+    depth = 0
+
+
+_NESTING = _Nesting()
+MAX_NESTED_PROOFS = 6
 MAX_CASE_DEPTH = 3
 SMALL_VALUES = 4
 
