@@ -2,14 +2,16 @@
 #
 #   make demo    compile every sample with --test, then build and run samples/c
 #   make test    run the test suite
-#   make coverage  regenerate docs/coverage/clang.md (catenc test-runtime)
+#   make coverage  regenerate docs/coverage/{clang,opencl,cuda}.md (catenc test-runtime)
+#   make gpu-check on a machine with an NVIDIA GPU: every sample with --test and the full
+#                cuda test-runtime (here, without a GPU, cuda cells can only be `compiled`)
 #   make lint    ruff check + ruff format --check
 #   make bench   catenc against numpy and PyTorch (bench/run.py; installs the bench extra; writes
 #                bench/results.md; BENCH_ARGS="--quick" for a smoke run, "--only sgemm --runs 20")
 #   make clean   remove build outputs (keeps .venv; `make distclean` removes it too)
 #
 # Works on a fresh Debian machine with only python3, gcc and make: `setup` installs clang,
-# libomp-dev (and python3-venv) with apt-get where they are missing, creates .venv and installs
+# libomp-dev, pocl-opencl-icd (OpenCL on the CPU) and python3-venv with apt-get where missing, creates .venv and installs
 # catenc into it (editable, with the dev extra). It runs once (stamp file) and again only when
 # pyproject.toml changes.
 
@@ -34,7 +36,7 @@ SIZES_conv2d    := N=2,C=3,H=13,W=11,K=8
 
 LINT_DIRS := catenc tests runtimes samples bench
 
-.PHONY: setup demo test fuzz coverage lint bench clean distclean $(addprefix sample-,$(SAMPLES))
+.PHONY: setup demo test fuzz coverage gpu-check lint bench clean distclean $(addprefix sample-,$(SAMPLES))
 
 setup: $(STAMP)
 
@@ -49,6 +51,7 @@ $(STAMP): pyproject.toml
 	  $(SUDO) apt-get update; \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$*; \
 	}; \
+	if [ ! -e /etc/OpenCL/vendors/pocl.icd ]; then apt_install pocl-opencl-icd; fi; \
 	if ! command -v clang >/dev/null 2>&1; then apt_install clang libomp-dev; \
 	elif ! printf '#include <omp.h>\nint f(void){return omp_get_max_threads();}\n' | \
 	  clang -fopenmp -fPIC -shared -x c - -o /dev/null >/dev/null 2>&1; then apt_install libomp-dev; fi; \
@@ -81,9 +84,27 @@ test: $(STAMP)
 fuzz: $(STAMP)
 	$(PYBIN) -m tests.fuzzing.run --minutes $(or $(MINUTES),10) --seed $(or $(SEED),1)
 
-# The op-coverage report of the clang runtime (committed; the README links it).
+# The op-coverage reports (committed; the README links them). cuda cells are `compiled` where
+# there is no GPU.
 coverage: $(STAMP)
 	$(CATENC) test-runtime --runtime clang -o docs/coverage/clang.md --json build/coverage/clang.json
+	$(CATENC) test-runtime --runtime opencl -o docs/coverage/opencl.md --json build/coverage/opencl.json
+	$(CATENC) test-runtime --runtime cuda -o docs/coverage/cuda.md --json build/coverage/cuda.json
+
+# On a machine with an NVIDIA GPU and the CUDA toolkit: run every sample on the GPU against the
+# reference, then the whole op library (fails unless every cell passes).
+gpu-check: $(STAMP)
+	@$(PYBIN) -c "from catenc.device_host import _cudart; _cudart()" || \
+	  { echo "error: make gpu-check needs an NVIDIA GPU, its driver and libcudart" >&2; exit 1; }
+	@set -e; for s in $(SAMPLES); do \
+	  sizes=$$(make -s --no-print-directory print-sizes-$$s); \
+	  $(CATENC) compile $$(ls samples/$$s.toml samples/$$s.yaml 2>/dev/null | head -1) --runtime cuda \
+	    -o build/gpu/$$s --test "$$sizes"; \
+	done
+	$(CATENC) test-runtime --runtime cuda -o build/gpu/cuda.md --json build/gpu/cuda.json
+
+print-sizes-%:
+	@echo "$(SIZES_$*)"
 
 lint: $(STAMP)
 	$(RUFF) check $(LINT_DIRS)

@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from catenc import __version__
+from catenc.codegen.c import buffer_args
 from catenc.codegen.emit import parameters, prototype, render_header, render_source
+from catenc.codegen.gpu import KernelArg, launch_plan, status_offsets, temp_offsets
 from catenc.compiler import EntryPlan, FilePlan, Options
 from catenc.diagnostics import CatencError
 from catenc.ir.nodes import Binary, Reduce, Unary, format_graph, walk
@@ -122,10 +124,15 @@ def build(plan: FilePlan, options: Options, request: BuildRequest) -> dict[str, 
     staging = Path(tempfile.mkdtemp(prefix=".catenc-", dir=out_dir))
     try:
         (staging / names["c"]).write_text(source)
-        (staging / names["h"]).write_text(header)
+        if runtime.header:
+            (staging / names["h"]).write_text(header)
         commands: list[list[str]] = []
+        if "so" in request.emit and not runtime.binary_kinds:
+            problem = runtime.verify_source(staging / names["c"], options.config)
+            if problem:
+                raise InternalError(f"{runtime.name}: the generated {names['c']} does not build:\n{problem}")
         for kind in ("so", "o", "a"):
-            if kind in request.emit:
+            if kind in request.emit and (kind in runtime.binary_kinds or kind != "so"):
                 steps = runtime.build_commands(names["c"], names[kind], options.config, options.opt, kind)
                 for argv in steps:
                     _run_toolchain(argv, staging, user_flags=_user_flags(options))
@@ -135,6 +142,7 @@ def build(plan: FilePlan, options: Options, request: BuildRequest) -> dict[str, 
             if kind in request.emit:
                 (staging / names[kind]).write_text(text)
         produced = [k for k in ("c", "h", "so", "o", "a", "ir", "schedule", "loops") if k in request.emit]
+        produced = [k for k in produced if (k != "h" or runtime.header) and (k != "so" or "so" in runtime.binary_kinds)]
         if "manifest" in request.emit:
             manifest = build_manifest(plan, options, staging, names, produced, commands)
             (staging / names["manifest"]).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -198,6 +206,11 @@ def _entry_manifest(entry: EntryPlan) -> dict:
         else:
             args.append({"name": p.name, "role": p.role})
     kernels = []
+    launches = {}
+    if entry.gpu:
+        buffers, temps = buffer_args(entry.schedule.graph.buffers), temp_offsets(entry.schedule)
+        gpu = {k.name: k for k in entry.gpu}
+        launches = {launch.kernel: launch for launch in launch_plan(entry, buffers, temps)}
     for kernel, member_group in zip(entry.kernels, entry.schedule.kernels):
         ops: list[str] = []
         for member in member_group.members:
@@ -205,15 +218,24 @@ def _entry_manifest(entry: EntryPlan) -> dict:
                 op = node.op if isinstance(node, (Unary, Binary, Reduce)) else None
                 if op and op not in ops:
                     ops.append(op)
-        kernels.append(
-            {
-                "name": kernel.name,
-                "fused": ops,
-                "computes": list(kernel.fused),
-                "flops": _shape(kernel.flops),
+        record = {"name": kernel.name, "fused": ops, "computes": list(kernel.fused), "flops": _shape(kernel.flops)}
+        if kernel.name in launches:
+            launch = launches[kernel.name]
+            record["launch"] = {
+                "mapping": gpu[kernel.name].mapping,
+                "groups": _shape(launch.groups),
+                "block": launch.block,
+                "args": [_kernel_arg(a) for a in launch.args],
             }
-        )
+        kernels.append(record)
+    host = {}
+    if entry.gpu:
+        host["host"] = {
+            "checks": [f"{c.lhs} {c.op} {c.rhs}" for c in entry.checks],
+            "statuses": [_shape(offset) for offset in status_offsets(entry.schedule)],
+        }
     return {
+        **host,
         "name": entry.name,
         "symbol": entry.symbol,
         "workspace_symbol": entry.workspace_symbol,
@@ -226,6 +248,13 @@ def _entry_manifest(entry: EntryPlan) -> dict:
         "kernels": kernels,
         "doc": entry.composite.doc,
     }
+
+
+def _kernel_arg(arg: KernelArg) -> dict:
+    record = {"name": arg.name, "kind": arg.kind}
+    if arg.dtype is not None:
+        record["dtype"] = arg.dtype.name
+    return record
 
 
 def input_files(plan: FilePlan, options: Options) -> list[tuple[str, str]]:

@@ -315,7 +315,7 @@ def _compile(
         if sources_only or object_only:
             raise click.UsageError("--test needs the shared library; drop -S/-c")
         emit = emit + ("so", "manifest")
-    if test_sizes is not None and not runtime.can_run:
+    if test_sizes is not None and not runtime.runnable(config):
         raise CatencError(f"--test: runtime '{runtime.name}' cannot run on this machine")
     if test_sizes is not None and "manifest" not in emit:
         emit = emit + ("manifest",)

@@ -22,6 +22,7 @@ from catenc.frontend.composites import (
 )
 from catenc.ir.build import build_graph
 from catenc.ir.nodes import Graph
+from catenc.lower.gpu import GpuKernel, lower_gpu
 from catenc.lower.loops import LoopKernel, lower_schedule
 from catenc.lower.vectorize import split_reduction_lanes
 from catenc.resources import package_path
@@ -66,6 +67,8 @@ class EntryPlan:
     graph: Graph
     schedule: Schedule
     kernels: tuple[LoopKernel, ...]
+    gpu: tuple[GpuKernel, ...] = ()  # the kernels as work-groups, for a GPU runtime
+    convention: str = "host"  # "cuda": device pointers and a trailing stream argument
 
     @property
     def name(self) -> str:
@@ -152,13 +155,21 @@ def plan_entry(comp: Composite, library: Library, options: Options) -> EntryPlan
         per = 64 // c.dtype.itemsize  # each batch thread's panels start 64-byte aligned
         return options.runtime.renderer.batch_slots * ((elements + per - 1) // per) * per
 
-    schedule = schedule_graph(graph, fuse=fuse, pack_size=pack_size if tiles else None)
+    runtime = options.runtime
+    gpu = runtime.target == "gpu"
+    schedule = schedule_graph(
+        graph, fuse=fuse, contractions=bool(tiles) or (gpu and fuse), pack_size=pack_size if tiles else None
+    )
     symbol = options.prefix + comp.name
-    kernels = lower_schedule(schedule, parallel=True)
-    if fuse:
+    kernels = lower_schedule(schedule, parallel=not gpu)
+    if fuse and not gpu:
         storage = {b.name: b.dtype for b in schedule.graph.buffers}
         kernels = tuple(split_reduction_lanes(k, options.vector_lanes, storage) for k in kernels)
     kernels = tuple(replace(kernel, name=f"{symbol}_k{n}") for n, kernel in enumerate(kernels))
+    gpu_kernels = ()
+    if gpu:
+        block, tile = runtime.block_size(options.config), runtime.gemm_tile(options.config)
+        gpu_kernels = tuple(lower_gpu(kernel, block, tile) for kernel in kernels)
     return EntryPlan(
         comp,
         program,
@@ -170,6 +181,8 @@ def plan_entry(comp: Composite, library: Library, options: Options) -> EntryPlan
         graph,
         schedule,
         kernels,
+        gpu_kernels,
+        runtime.calling_convention,
     )
 
 

@@ -24,7 +24,7 @@ from catenc.compiler import EntryPlan, FilePlan, Options, plan_entry, search_dir
 from catenc.diagnostics import CatencError
 from catenc.dtypes import DTYPES
 from catenc.frontend.composites import Composite, Library, load_composite_file
-from catenc.loader import CatencStatusError, load
+from catenc.loader import CatencStatusError, ManifestError, load
 from catenc.resources import package_path
 from catenc.runtime import Runtime
 from catenc.testing import entry_sizes, run_once
@@ -231,13 +231,14 @@ def run_coverage(
             continue
         groups.setdefault((case.family, case.dtype), []).append(case)
     options = Options(runtime, config, opt="2", include_dirs=ops_dirs + (str(BUILTIN_ROWS),))
+    runnable = runtime.runnable(config)
     with tempfile.TemporaryDirectory(prefix="catenc-coverage-") as scratch:
         jobs = [(Path(scratch) / f"{family}_{dtype}", group) for (family, dtype), group in groups.items()]
         with ThreadPoolExecutor(max_workers=2) as pool:
             built = pool.map(lambda job: _build_group(job[0], job[1], options), jobs)  # runs as groups finish
             for done, ((_, group), (plans, library, errors)) in enumerate(zip(jobs, built), 1):
                 for case in group:
-                    cell = _run_case(case, plans, library, errors, runtime)
+                    cell = _run_case(case, plans, library, errors, runnable)
                     cell = _apply_expectation(cell, expectations.get((case.op.name, case.dtype)))
                     rows[case.op.name].cells[case.dtype] = cell
                 statuses = ", ".join(f"{c.op.name} {rows[c.op.name].cells[c.dtype].status}" for c in group)
@@ -272,11 +273,11 @@ def _build_group(directory: Path, cases: list[Case], options: Options):
         )
     except (InternalError, CatencError):
         return _build_one_by_one(directory, root, library, plans, options, errors)
-    if not options.runtime.can_run:
+    if not options.runtime.runnable(options.config):
         return plans, None, errors
     try:
         return plans, load(written["manifest"]), errors
-    except OSError as err:  # e.g. built with flags whose runtime cannot be loaded here
+    except (OSError, ManifestError) as err:  # e.g. built with flags whose runtime cannot be loaded here
         reason = f"the library does not load: {err}"
         return {}, None, {**errors, **dict.fromkeys(plans, reason)}
 
@@ -296,15 +297,19 @@ def _build_one_by_one(directory, root, library, plans, options, errors):
             good[name] = plan
         except (InternalError, CatencError) as err:
             errors[name] = str(err).splitlines()[0]
-    libs = {name: load(sub / f"{name}.manifest.json") for name in good} if options.runtime.can_run else None
+    libs = (
+        {name: load(sub / f"{name}.manifest.json") for name in good}
+        if options.runtime.runnable(options.config)
+        else None
+    )
     return good, libs, errors
 
 
-def _run_case(case: Case, plans, library, errors, runtime: Runtime) -> Cell:
+def _run_case(case: Case, plans, library, errors, runnable: bool) -> Cell:
     failed = [errors[w] for w in case.wrappers if w in errors]
     if failed:
         return Cell("error", reason=failed[0])
-    if not runtime.can_run:
+    if not runnable:
         return Cell("compiled")
     worst, ok = 0.0, True
     for seed, name in enumerate(case.wrappers):

@@ -74,11 +74,13 @@ STATUS_NAMES: dict[int, str] = {
     1: "CATENC_E_SHAPE",
     2: "CATENC_E_WORKSPACE",
     3: "CATENC_E_INDEX",
+    4: "CATENC_E_DEVICE",
 }
 _STATUS_MEANINGS = {
     1: "a shape constraint failed",
     2: "the workspace is too small or not 64-byte aligned",
     3: "an index is out of range",
+    4: "a device launch or copy failed",
 }
 
 _INT64_MAX = 2**63 - 1
@@ -426,6 +428,9 @@ class Entry:
             elif role == "workspace_bytes":
                 self._roles.append((role, None))
                 argtypes.append(ctypes.c_size_t)
+            elif role == "stream":  # CUDA: the default stream
+                self._roles.append((role, None))
+                argtypes.append(ctypes.c_void_p)
             else:
                 raise ManifestError(f"{where}: argument role {role!r} is not one of {', '.join(_ARG_ROLES)}")
 
@@ -732,7 +737,7 @@ class Entry:
         for (role, spec), value in zip(self._roles, args, strict=True):
             if role == "input" and spec is not None and spec.rank == 0:
                 converted.append(self._scalar(spec, np.asarray(value)))
-            elif role in ("input", "output", "workspace"):
+            elif role in ("input", "output", "workspace", "stream"):
                 converted.append(_pointer(value))
             else:
                 converted.append(operator.index(value))
@@ -746,6 +751,8 @@ class Entry:
                 full.append(None if workspace is None else workspace.ctypes.data)
             elif role == "workspace_bytes":
                 full.append(nbytes)
+            elif role == "stream":
+                full.append(None)
         return int(self._function(*full))
 
     def _scalar(self, spec: ArgSpec, value: np.ndarray) -> int | float | bool:
@@ -835,34 +842,39 @@ class Library:
         if schema != MANIFEST_SCHEMA:
             raise ManifestError(f"{where}: schema {schema!r} is not {MANIFEST_SCHEMA!r}")
         self.runtime: dict[str, Any] = dict(self.manifest.get("runtime") or {})
-        language = str(self.runtime.get("language", "c"))
-        if language.lower() != "c":
-            raise UnsupportedRuntimeError(
-                f"{where}: built for runtime {self.runtime.get('name', '?')!r} "
-                f"(language {language!r}); catenc.loader runs only libraries whose runtime "
-                "language is 'c' in this process"
-            )
-        libraries = [f for f in _required(self.manifest, "files", where) if f.get("role") == "shared_library"]
-        if len(libraries) != 1:
-            raise ManifestError(f"{where}: expected one file with role 'shared_library', found {len(libraries)}")
-        self.path = (self.manifest_path.parent / libraries[0]["path"]).resolve()
-        if not self.path.is_file():
-            raise ManifestError(f"{where}: shared library {self.path} does not exist")
-        digest = libraries[0].get("sha256")
-        if verify and digest:
-            actual = hashlib.sha256(self.path.read_bytes()).hexdigest()
-            if actual != digest:
-                raise ManifestError(
-                    f"{where}: {self.path.name} has sha256 {actual}, the manifest says "
-                    f"{digest}; rebuild, or load with verify=False"
-                )
-        self._cdll = ctypes.CDLL(str(self.path))
+        language = str(self.runtime.get("language", "c")).lower()
+        if language != "c":
+            from catenc.device_host import device_symbols  # GPU builds: pyopencl or libcudart
+
+            self.path = self.manifest_path
+            self._cdll = device_symbols(self.manifest, self.manifest_path.parent, language, where)
+        else:
+            self.path = self._shared_library(where, verify)
+            self._cdll = ctypes.CDLL(str(self.path))
         self.entries: dict[str, Entry] = {}
         for spec in _required(self.manifest, "entries", where):
             entry = Entry(spec, self._cdll)
             if entry.name in self.entries:
                 raise ManifestError(f"{where}: entry {entry.name!r} is declared twice")
             self.entries[entry.name] = entry
+
+    def _shared_library(self, where: str, verify: bool) -> Path:
+        """The manifest's shared library, checked against its sha256 when verify."""
+        libraries = [f for f in _required(self.manifest, "files", where) if f.get("role") == "shared_library"]
+        if len(libraries) != 1:
+            raise ManifestError(f"{where}: expected one file with role 'shared_library', found {len(libraries)}")
+        path = (self.manifest_path.parent / libraries[0]["path"]).resolve()
+        if not path.is_file():
+            raise ManifestError(f"{where}: shared library {path} does not exist")
+        digest = libraries[0].get("sha256")
+        if verify and digest:
+            actual = hashlib.sha256(path.read_bytes()).hexdigest()
+            if actual != digest:
+                raise ManifestError(
+                    f"{where}: {path.name} has sha256 {actual}, the manifest says "
+                    f"{digest}; rebuild, or load with verify=False"
+                )
+        return path
 
     def __getitem__(self, name: str) -> Entry:
         try:

@@ -63,12 +63,19 @@ class Runtime:
     can_run: bool = True
     calling_convention: str = "host"  # "host": plain pointers; "cuda": device pointers + stream
     packed_gemm: bool = True  # contractions through the packed gemm driver (else plain loops)
+    target: str = "cpu"  # "gpu": kernels go through the GPU lowering (catenc/lower/gpu.py)
+    header: bool = True  # emits a C header of its entries
+    binary_kinds: tuple[str, ...] = ("so", "o", "a")  # what build_commands can make
     path: str = ""  # where the descriptor was loaded from, display form
     source_file: str = ""  # the same, on disk
 
     def parallel(self, config: Mapping[str, str]) -> bool:
         """Whether loops marked parallel are rendered parallel under this config."""
         return False
+
+    def runnable(self, config: Mapping[str, str]) -> bool:
+        """Whether what it builds can run on this machine (for --test and test-runtime)."""
+        return self.can_run
 
     def vector_lanes(self, config: Mapping[str, str]) -> int:
         """f32 lanes of the target's vector registers: sizes vector code and gemm micro-tiles
@@ -95,6 +102,11 @@ class Runtime:
 
     def toolchain_version(self, config: Mapping[str, str]) -> str:
         return "none"
+
+    def verify_source(self, path: Path, config: Mapping[str, str]) -> str | None:
+        """For a runtime that builds no binary: the toolchain's complaint about the emitted
+        source, or None when it builds (or cannot be checked here)."""
+        return None
 
     def build_commands(
         self, source: str, output: str, config: Mapping[str, str], opt: str, kind: str

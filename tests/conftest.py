@@ -26,15 +26,14 @@ SIZES = (1, 7, 13, 37)
 # The same with 0, for composites where an empty dim is legal.
 SIZES0 = (0, 1, 7, 13, 37)
 
-_RUNTIME = None
+_RUNTIMES: dict[str, object] = {}
 _COUNTER = itertools.count()
 
 
-def runtime():
-    global _RUNTIME
-    if _RUNTIME is None:
-        _RUNTIME = load_runtime("clang")
-    return _RUNTIME
+def runtime(name: str = "clang"):
+    if name not in _RUNTIMES:
+        _RUNTIMES[name] = load_runtime(name)
+    return _RUNTIMES[name]
 
 
 def compile_text(
@@ -47,6 +46,7 @@ def compile_text(
     include_dirs: tuple[str, ...] = (),
     extra_files: Mapping[str, str] | None = None,
     config: Mapping[str, str] | None = None,
+    runtime_name: str = "clang",
 ) -> Library:
     """Write ``text`` (a TOML composite file) into ``directory``, compile it and load it.
 
@@ -62,7 +62,9 @@ def compile_text(
     path = directory / f"{stem}.toml"
     path.write_text(textwrap.dedent(text))
     out_dir = directory / f"out_{stem}_O{opt}"
-    return compile_file(path, out_dir, opt=opt, defines=defines, include_dirs=include_dirs, config=config)
+    return compile_file(
+        path, out_dir, opt=opt, defines=defines, include_dirs=include_dirs, config=config, runtime_name=runtime_name
+    )
 
 
 def compile_file(
@@ -73,12 +75,14 @@ def compile_file(
     defines: Mapping[str, object] | None = None,
     include_dirs: tuple[str, ...] = (),
     config: Mapping[str, str] | None = None,
+    runtime_name: str = "clang",
 ) -> Library:
     """Compile a composite file (TOML or YAML) in-process into out_dir and load it.
 
-    config: runtime options (``{"OMP": "1"}`` ...), as ``--config``.
+    config: runtime options (``{"OMP": "1"}`` ...), as ``--config``; runtime_name: a bundled
+    runtime that runs here (``clang``, ``opencl``).
     """
-    rt = runtime()
+    rt = runtime(runtime_name)
     options = Options(
         rt,
         config=rt.validate_config(dict(config or {})),

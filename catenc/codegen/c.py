@@ -54,7 +54,9 @@ class CRenderer:
         "bf16": "catenc_f32_to_bf16({0})",
         "bool": "(uint8_t)({0})",
     }
-    float_suffix = {"f32": "f", "f64": ""}
+    float_suffix = {"f32": "f", "f64": ""}  # of literals
+    math_suffix = {"f32": "f", "f64": ""}  # of libm function names (expf, exp)
+    global_space = ""  # address space of the buffers a kernel takes
     unary_float = {
         "neg": "(-{0})",
         "recip": "({one} / {0})",
@@ -204,7 +206,7 @@ class CRenderer:
             t=dtype.name,
             c=self.ctype(dtype),
             u=self.unsigned(dtype) if dtype.is_int else "",
-            s=self.float_suffix.get(dtype.name, "f"),
+            s=self.math_suffix.get(dtype.name, self.math_suffix["f32"]),
             one=self.literal(1.0, dtype) if dtype.is_float else "1",
         )
 
@@ -269,7 +271,7 @@ class CRenderer:
 
     def buffer_param(self, buf: BufferArg) -> str:
         const = "const " if buf.const else ""
-        return f"{const}{buf.dtype.ctype}* {self.restrict} {buf.name}"
+        return f"{self.global_space}{const}{buf.dtype.ctype}* {self.restrict} {buf.name}"
 
     def statements(self, body: tuple[Stmt, ...], depth: int, lines: list[str], parallel: bool) -> None:
         pad = self.indent * depth
@@ -390,14 +392,14 @@ class CRenderer:
         t, i = c.dtype.name, self.indent
         init = ", ".join(f".{f} = {f}" for f, _ in fields)
         out = f"{c.output} + ({c.offset.to_c()})"
-        rows, cols, depth = _flat_extent(c.rows), _flat_extent(c.cols), _flat_extent(c.depth)
+        rows, cols, depth = flat_extent(c.rows), flat_extent(c.cols), flat_extent(c.depth)
         per = 64 // c.dtype.itemsize  # each thread's panels start 64-byte aligned
         slot = f"((catenc_gemm_pack_elements_{t}({rows}, {cols}, {depth}) + {per - 1}) / {per} * {per})"
         pack = f"{stmt.pack} + catenc_slot * {slot}"
         args = [rows, cols, depth, f"{name}_pack_a", f"{name}_pack_b", "&catenc_ctx", out]
         args += [c.row_stride.to_c(), c.col_stride.to_c(), pack]
         batch_parallel = parallel and bool(c.batch)
-        lines += [f"{pad}{{", f"{pad}{i}const int64_t catenc_count = {_flat_extent(c.batch)};"]
+        lines += [f"{pad}{{", f"{pad}{i}const int64_t catenc_count = {flat_extent(c.batch)};"]
         if batch_parallel:
             # small products of a batch: one thread per product (each with its panels), not
             # both threads on every product
@@ -406,7 +408,7 @@ class CRenderer:
             lines += [f"{pad}{i}{line}" for line in pragma.splitlines()]
         lines += [
             f"{pad}{i}for (int64_t catenc_b = 0; catenc_b < catenc_count; ++catenc_b) {{",
-            *[f"{pad}{i * 2}{line}" for line in _unflatten(c.batch, "catenc_b", const=True)],
+            *[f"{pad}{i * 2}{line}" for line in unflatten(c.batch, "catenc_b", const=True)],
             f"{pad}{i * 2}const int catenc_slot = {self.thread_index if batch_parallel else '0'};",
             f"{pad}{i * 2}const struct {name}_ctx catenc_ctx = {{{init}}};",
             f"{pad}{i * 2}catenc_gemm_{t}({', '.join(args)});",
@@ -453,7 +455,7 @@ class CRenderer:
         """Applies the fused epilogue in place to rows [m0, m0+mb) x columns [n0, n0+nb)."""
         i = self.indent
         pad = i * 2
-        position = _output_index(c)
+        position = output_index(c)
         return "\n".join(
             [
                 f"static void {name}_epilogue(const void* catenc_ctx, int64_t catenc_m0, int64_t catenc_mb, "
@@ -461,7 +463,7 @@ class CRenderer:
                 "{",
                 *self.unpack_context(name, fields),
                 f"{i}for (int64_t catenc_m = catenc_m0; catenc_m < catenc_m0 + catenc_mb; ++catenc_m) {{",
-                *[f"{pad}{line}" for line in _unflatten(c.rows, "catenc_m", const=True)],
+                *[f"{pad}{line}" for line in unflatten(c.rows, "catenc_m", const=True)],
                 *self.odometer_loop(
                     c.cols,
                     "catenc_n0",
@@ -499,7 +501,7 @@ class CRenderer:
         writes one contiguous row of the panel (A's rows and B's columns alike)."""
         i = self.indent
         pad = i * 3
-        extent = _flat_extent(axes)
+        extent = flat_extent(axes)
         return [
             f"{i}for (int64_t catenc_p = 0; catenc_p < catenc_panels; ++catenc_p) {{",
             f"{i * 2}{self.ctype(c.dtype)}* {self.restrict} catenc_out = catenc_dst + catenc_p * catenc_kb * {width};",
@@ -507,7 +509,7 @@ class CRenderer:
             f"{i * 2}const int64_t catenc_valid = {extent} - catenc_n0 < {width} ? {extent} - catenc_n0 : {width};",
             f"{i * 2}for (int64_t catenc_k = 0; catenc_k < catenc_kb; ++catenc_k) {{",
             f"{pad}const int64_t catenc_q = catenc_k0 + catenc_k;",
-            *[f"{pad}{line}" for line in _unflatten(c.depth, "catenc_q", const=True)],
+            *[f"{pad}{line}" for line in unflatten(c.depth, "catenc_q", const=True)],
             *self.odometer_loop(
                 axes,
                 "catenc_n0",
@@ -543,7 +545,7 @@ class CRenderer:
         outer = tuple(axes[:-1]) + (("catenc_at", axes[-1][1]),)
         left = f"{count} - catenc_done"
         return [
-            *[f"{pad}{line}" for line in _unflatten(outer, start, const=False)],
+            *[f"{pad}{line}" for line in unflatten(outer, start, const=False)],
             f"{pad}for (int64_t catenc_done = 0; catenc_done < {count};) {{",
             f"{pad}{i}const int64_t catenc_run = {left} < {extent} - catenc_at ? {left} : {extent} - catenc_at;",
             f"{pad}{i}for (int64_t catenc_t = 0; catenc_t < catenc_run; ++catenc_t) {{",
@@ -567,18 +569,18 @@ def flatten(index, shape) -> Expr:
     return flat
 
 
-def _output_index(c) -> str:
+def output_index(c) -> str:
     """The flat C index of the contraction's output element at the current indices."""
     rows = flatten([sym(n) for n, _ in c.rows], [e for _, e in c.rows])
     cols = flatten([sym(n) for n, _ in c.cols], [e for _, e in c.cols])
     return (c.offset + rows * c.row_stride + cols * c.col_stride).to_c()
 
 
-def _flat_extent(axes) -> str:
+def flat_extent(axes) -> str:
     return product([extent for _, extent in axes]).to_c()
 
 
-def _unflatten(axes, flat: str, const: bool) -> list[str]:
+def unflatten(axes, flat: str, const: bool) -> list[str]:
     """Declarations of the axes' indices from a flattened position (last index fastest)."""
     qualifier = "const int64_t" if const else "int64_t"
     lines = []
@@ -598,9 +600,10 @@ def _carry(axes) -> str:
     return text
 
 
-def prelude_tables() -> dict:
-    """The dtype lists the prelude template loops over."""
-    floats = [("f32", "float", "f"), ("f64", "double", "")]
+def prelude_tables(math_suffix: dict[str, str] = CRenderer.math_suffix, device_inline: str = "") -> dict:
+    """What the prelude template needs: the dtype lists it loops over, and how its helpers are
+    declared on a device (empty: plain C)."""
+    floats = [("f32", "float", math_suffix["f32"]), ("f64", "double", math_suffix["f64"])]
     signed, unsigned = [], []
     for dtype in DTYPES.values():
         if dtype.kind == "int":
@@ -609,7 +612,7 @@ def prelude_tables() -> dict:
         elif dtype.kind == "uint":
             u = "uint64_t" if dtype.bits == 64 else "uint32_t"
             unsigned.append((dtype.name, dtype.ctype, u, f"UINT{dtype.bits}_MAX"))
-    return {"floats": floats, "signed": signed, "unsigned": unsigned}
+    return {"floats": floats, "signed": signed, "unsigned": unsigned, "device_inline": device_inline}
 
 
 def buffer_args(buffers: tuple[Buffer, ...]) -> dict[str, BufferArg]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from catenc import __version__
 from catenc.codegen.c import CRenderer, buffer_args, prelude_tables
 from catenc.codegen.gemm import GemmTiles, render_gemm_support
+from catenc.codegen.gpu import GpuRenderer, launch_plan, status_offsets, temp_offsets
 from catenc.codegen.jinja import environment
 from catenc.compiler import EntryPlan
 from catenc.frontend.typed import TType
@@ -34,6 +35,8 @@ def parameters(entry: EntryPlan) -> list[Parameter]:
     params += [Parameter(d, "dim", "int64_t") for d in entry.dims]
     params.append(Parameter("workspace", "workspace", "void*"))
     params.append(Parameter("workspace_bytes", "workspace_bytes", "size_t"))
+    if entry.convention == "cuda":  # the same type as cudaStream_t, without CUDA's headers
+        params.append(Parameter("stream", "stream", "struct CUstream_st*"))
     return params
 
 
@@ -104,6 +107,8 @@ def render_source(
     suffix: str = ".c",
     tiles: dict[str, GemmTiles] | None = None,
 ) -> str:
+    if isinstance(renderer, GpuRenderer):
+        return render_gpu_source(entries, stem, source, renderer, suffix)
     prelude = _ENV.get_template("prelude.c.j2").render(**prelude_tables())
     prelude += "\n" + _ENV.get_template("vecmath.c.j2").render()
     used = {k.contraction.dtype.name for e in entries for k in e.schedule.kernels if k.contraction is not None}
@@ -118,6 +123,52 @@ def render_source(
         prelude=prelude.strip(),
         entries=context,
     )
+
+
+def render_gpu_source(
+    entries: tuple[EntryPlan, ...], stem: str, source: str, renderer: GpuRenderer, suffix: str
+) -> str:
+    """A GPU source: the prelude's helpers for the device, every entry's kernels and, where
+    the renderer has one, its host entry (CUDA's launches on a stream)."""
+    prelude = _ENV.get_template("prelude.c.j2").render(**prelude_tables(renderer.math_suffix, renderer.device_inline))
+    context = []
+    for entry in entries:
+        buffers, temps = buffer_args(entry.schedule.graph.buffers), temp_offsets(entry.schedule)
+        kernels = [renderer.gpu_kernel(k, buffers, temps) for k in entry.gpu]
+        host = ""
+        if renderer.host_template:
+            host = _ENV.get_template(renderer.host_template).render(**_gpu_host_context(entry, buffers, temps))
+        context.append({"name": entry.name, "kernels": kernels, "host": host})
+    return _ENV.get_template("model.gpu.j2").render(
+        source_name=f"{stem}{suffix}",
+        header_name=f"{stem}.h",
+        version=__version__,
+        source=source,
+        preamble=renderer.preamble,
+        prelude=prelude.strip(),
+        entries=context,
+    )
+
+
+def _gpu_host_context(entry: EntryPlan, buffers, temps) -> dict:
+    launches = []
+    for launch in launch_plan(entry, buffers, temps):
+        actuals = []
+        for arg in launch.args:
+            actuals.append("(unsigned char*)workspace" if arg.kind == "workspace" else arg.name)
+        launches.append(
+            {"kernel": launch.kernel, "groups": launch.groups.to_c(), "block": launch.block, "args": actuals}
+        )
+    return {
+        "prototype": prototype(entry),
+        "workspace_prototype": workspace_prototype(entry),
+        "workspace_bytes": entry.schedule.workspace_bytes.to_c(),
+        "workspace_call": f"{entry.workspace_symbol}({', '.join(entry.dims)})",
+        "dims": entry.dims,
+        "checks": [_render_check(c.lhs, c.op, c.rhs) for c in entry.checks],
+        "launches": launches,
+        "statuses": [offset.to_c() for offset in status_offsets(entry.schedule)],
+    }
 
 
 def _entry_context(entry: EntryPlan, renderer: CRenderer, parallel: bool) -> dict:

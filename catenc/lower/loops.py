@@ -400,20 +400,20 @@ def format_loops(kernels: tuple[LoopKernel, ...]) -> str:
     for kernel in kernels:
         args = ", ".join(list(kernel.buffers) + list(kernel.symbols))
         lines.append(f"kernel {kernel.name}({args}):  # fuses {', '.join(kernel.fused)}")
-        _format_body(kernel.body, 1, lines)
+        format_body(kernel.body, 1, lines)
     return "\n".join(lines)
 
 
-def _format_body(body: tuple[Stmt, ...], depth: int, lines: list[str]) -> None:
+def format_body(body: tuple[Stmt, ...], depth: int, lines: list[str]) -> None:
     pad = "  " * depth
     for stmt in body:
         if isinstance(stmt, For):
             mark = "parallel " if stmt.parallel else ""
             lines.append(f"{pad}{mark}for {stmt.index} in 0..{stmt.extent}:")
-            _format_body(stmt.body, depth + 1, lines)
+            format_body(stmt.body, depth + 1, lines)
         elif isinstance(stmt, If):
             lines.append(f"{pad}if {format_value(stmt.cond)}:")
-            _format_body(stmt.body, depth + 1, lines)
+            format_body(stmt.body, depth + 1, lines)
         elif isinstance(stmt, Declare):
             lines.append(f"{pad}{stmt.dtype.name} {stmt.name} = {format_value(stmt.value)}")
         elif isinstance(stmt, Assign):

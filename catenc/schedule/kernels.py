@@ -60,33 +60,37 @@ class Schedule:
 PackSize = Callable[[Contraction], Expr]  # elements of packed panels a contraction needs
 
 
-def schedule_graph(graph: Graph, fuse: bool = True, pack_size: PackSize | None = None) -> Schedule:
+def schedule_graph(
+    graph: Graph, fuse: bool = True, contractions: bool = False, pack_size: PackSize | None = None
+) -> Schedule:
     """Inline, fuse into kernels and plan the workspace; `fuse=False` (at -O0) keeps one
-    compute per kernel. With `pack_size`, contractions become packed gemm kernels."""
+    compute per kernel. With `contractions`, each contraction becomes a gemm kernel of its
+    own, with packed panels in the workspace when `pack_size` says how many elements."""
     graph = remove_dead_computes(fold_constants(graph))
-    contractions: dict[str, Contraction] = {}
+    found_contractions: dict[str, Contraction] = {}
     if fuse:
         costly: list[str] = []
-        if pack_size is not None:
+        if contractions:
             graph, costly = materialise_costly_operands(graph)
         graph, notes = inline_computes(graph)
         notes += costly
-        if pack_size is not None:
-            graph, contractions, found = extract_contractions(graph)
+        if contractions:
+            graph, found_contractions, found = extract_contractions(graph)
             notes += found
     else:
         notes = []
-    groups = group_kernels(graph, fuse, set(contractions))
+    groups = group_kernels(graph, fuse, set(found_contractions))
     kernels = []
     for k, (outer, members, reason) in enumerate(groups):
         scalars = _scalar_members(graph, groups, k)
         kernel = Kernel(f"{graph.name}_k{k}", outer, tuple(members), scalars, reason)
-        contraction = contractions.get(members[0].name)
-        if contraction is not None and pack_size is not None:
-            pack = f"catenc_pack{k}"
-            graph = replace(
-                graph, buffers=graph.buffers + (Buffer(pack, contraction.dtype, (pack_size(contraction),), "temp"),)
-            )
+        contraction = found_contractions.get(members[0].name)
+        if contraction is not None:
+            pack = None
+            if pack_size is not None:
+                pack = f"catenc_pack{k}"
+                buffer = Buffer(pack, contraction.dtype, (pack_size(contraction),), "temp")
+                graph = replace(graph, buffers=graph.buffers + (buffer,))
             kernel = replace(kernel, outer=(), scalars=frozenset(), contraction=contraction, pack=pack)
         kernels.append(kernel)
     slots, total = plan_workspace(graph, kernels)
@@ -214,7 +218,9 @@ def format_schedule(schedule: Schedule) -> str:
     lines = [f"schedule {graph.name}: {len(schedule.kernels)} kernel(s), workspace {schedule.workspace_bytes} bytes"]
     for kernel in schedule.kernels:
         rows = ", ".join(f"{n} < {e}" for n, e in kernel.outer) or "-"
-        kind = f"gemm, panels in {kernel.pack}" if kernel.contraction else f"rows [{rows}]"
+        kind = f"rows [{rows}]"
+        if kernel.contraction is not None:
+            kind = f"gemm, panels in {kernel.pack}" if kernel.pack else "gemm"
         lines.append(f"  kernel {kernel.name}  {kind}" + (f"  # not fused: {kernel.reason}" if kernel.reason else ""))
         for m in kernel.members:
             buf = graph.buffer(m.name)

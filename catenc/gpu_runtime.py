@@ -1,0 +1,168 @@
+"""GPU runtime descriptors: kernels through the GPU lowering, rendered as CUDA or OpenCL C.
+
+`runtimes/cuda.py` and `runtimes/opencl.py` are instances of these classes; a GPU runtime of
+your own (another CUDA architecture list, other nvcc flags) is a short file like them.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from catenc.codegen.gpu import CudaRenderer, OpenCLRenderer
+from catenc.diagnostics import CatencError
+from catenc.lower.gpu import GemmTile
+from catenc.runtime import ConfigKey, Runtime
+
+_BLOCKS = ("64", "128", "256", "512", "1024")
+
+
+def gpu_config_keys(block: str = "256") -> dict[str, ConfigKey]:
+    """The config keys every GPU runtime has."""
+    return {"BLOCK": ConfigKey(block, _BLOCKS, "work-items per group for elementwise and row kernels")}
+
+
+@dataclass(frozen=True)
+class GpuRuntime(Runtime):
+    """A runtime whose kernels go through the GPU lowering (work-groups, local-memory tiles)."""
+
+    target: str = "gpu"
+    packed_gemm: bool = False
+    config_keys: Mapping[str, ConfigKey] = field(default_factory=gpu_config_keys)
+    tile: GemmTile = GemmTile()
+
+    def block_size(self, config: Mapping[str, str]) -> int:
+        return int(config.get("BLOCK", "256"))
+
+    def gemm_tile(self, config: Mapping[str, str]) -> GemmTile:
+        return self.tile
+
+
+def _arch(value: str) -> bool:
+    return re.fullmatch(r"sm_\d{2,3}[af]?", value) is not None
+
+
+def cuda_config_keys() -> dict[str, ConfigKey]:
+    return {
+        **gpu_config_keys(),
+        "ARCH": ConfigKey("sm_90", None, "GPU architecture, sm_XX (SASS for it and PTX beside)", _arch),
+        "NVCCFLAGS": ConfigKey(
+            "", None, "extra nvcc flags, space separated", lambda v: all(p.startswith("-") for p in v.split())
+        ),
+    }
+
+
+@dataclass(frozen=True)
+class CudaRuntime(GpuRuntime):
+    """CUDA C++ built by nvcc into a shared library of `extern "C"` host entries that take
+    device pointers and a trailing cudaStream_t. It runs where there is a GPU."""
+
+    language: str = "cuda"
+    source_suffix: str = ".cu"
+    renderer: type = CudaRenderer
+    calling_convention: str = "cuda"
+    config_keys: Mapping[str, ConfigKey] = field(default_factory=cuda_config_keys)
+    nvcc: str = "nvcc"
+
+    def compiler(self) -> str:
+        found = shutil.which(self.nvcc)
+        if not found:
+            raise CatencError(
+                f"runtime '{self.name}': nvcc not found; install the CUDA toolkit and put nvcc on PATH "
+                "(or emit the source only, with -S)"
+            )
+        return self.nvcc
+
+    def runnable(self, config: Mapping[str, str]) -> bool:
+        from catenc.device_host import cuda_available
+
+        return cuda_available()
+
+    def toolchain_version(self, config: Mapping[str, str]) -> str:
+        try:
+            out = subprocess.run([self.compiler(), "--version"], capture_output=True, text=True, timeout=60).stdout
+        except (OSError, subprocess.SubprocessError, CatencError):
+            return "unknown"
+        lines = [line for line in out.splitlines() if "release" in line]
+        return lines[0].strip() if lines else "unknown"
+
+    def flags(self, config: Mapping[str, str], opt: str) -> list[str]:
+        arch = config["ARCH"]
+        virtual = "compute_" + arch[len("sm_") :]
+        flags = ["-std=c++17", f"-O{'3' if opt == 'fast' else opt}", f"-gencode=arch={virtual},code=[{arch},{virtual}]"]
+        if opt == "fast":
+            flags.append("--use_fast_math")
+        return flags + config.get("NVCCFLAGS", "").split()
+
+    def build_commands(
+        self, source: str, output: str, config: Mapping[str, str], opt: str, kind: str
+    ) -> list[list[str]]:
+        nvcc, flags = self.compiler(), self.flags(config, opt)
+        if kind == "so":
+            return [[nvcc, *flags, "-Xcompiler", "-fPIC", "-shared", "-o", output, source]]
+        obj = output if kind == "o" else output[: -len(".a")] + ".o"
+        commands = [[nvcc, *flags, "-Xcompiler", "-fPIC", "-c", "-o", obj, source]]
+        if kind == "a":
+            commands.append(["ar", "rcs", output, obj])
+        return commands
+
+
+@dataclass(frozen=True)
+class OpenCLRuntime(GpuRuntime):
+    """OpenCL C kernels (`model.cl`) with the host plan in the manifest: `catenc.loader`
+    builds the kernels with the machine's OpenCL driver when it loads them and runs the
+    plan through pyopencl (`pip install 'catenc[opencl]'`; PoCL runs it on a CPU)."""
+
+    language: str = "opencl"
+    source_suffix: str = ".cl"
+    renderer: type = OpenCLRenderer
+    header: bool = False  # no C entry: the host plan lives in the manifest
+    binary_kinds: tuple[str, ...] = ()  # the driver compiles the source when it is loaded
+    config_keys: Mapping[str, ConfigKey] = field(default_factory=lambda: gpu_config_keys("64"))
+
+    def runnable(self, config: Mapping[str, str]) -> bool:
+        from catenc.device_host import opencl_available
+
+        return opencl_available()
+
+    def toolchain_version(self, config: Mapping[str, str]) -> str:
+        return _opencl_version()
+
+    def verify_source(self, path: Path, config: Mapping[str, str]) -> str | None:
+        """The driver's build log when this machine's OpenCL device rejects the kernels."""
+        from catenc.device_host import build_opencl
+        from catenc.loader import ManifestError
+
+        if not self.runnable(config):
+            return None
+        try:
+            build_opencl(path.read_text(), path.name)
+        except ManifestError as error:
+            return str(error)
+        return None
+
+    def build_commands(
+        self, source: str, output: str, config: Mapping[str, str], opt: str, kind: str
+    ) -> list[list[str]]:
+        raise CatencError(
+            f"runtime '{self.name}' builds no {kind} file: the OpenCL driver compiles {source} when "
+            "catenc.loader loads it (emit c,manifest)"
+        )
+
+
+@functools.cache
+def _opencl_version() -> str:
+    from catenc.device_host import _opencl_context
+    from catenc.loader import UnsupportedRuntimeError
+
+    try:
+        _, context, _, _ = _opencl_context()
+    except UnsupportedRuntimeError:
+        return "no OpenCL device"
+    device = context.devices[0]
+    return f"{device.platform.version}, {device.name}"

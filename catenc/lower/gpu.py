@@ -1,0 +1,300 @@
+"""GPU lowering: loop kernels to work-groups and work-items, shared by every GPU renderer.
+
+Each loop kernel takes one of three shapes (its `mapping`):
+
+- "element": one work-item per point of the kernel's perfect loop nest (the flattened points,
+  last index fastest, so neighbouring work-items touch neighbouring elements); whatever loops
+  remain run sequentially in the work-item.
+- "row": one work-group per point of the outer loops (a row of a softmax or a layernorm): the
+  row's loops are shared by the group's work-items (`ThreadLoop`), each loop's reductions are
+  combined across the group (`BlockReduce`), and barriers order the row's steps.
+- "gemm": a contraction as tiles of the output, one work-group per tile, operand tiles staged
+  in local memory (`TiledGemm`).
+
+The renderers decide only spelling (index builtins, barrier, shuffles, qualifiers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from catenc.dtypes import I64, DType
+from catenc.ir.nodes import Binary, Const, Load, Local, SymInt, format_value, walk
+from catenc.lower.loops import (
+    Assign,
+    Declare,
+    For,
+    Gemm,
+    If,
+    LoopKernel,
+    Stmt,
+    Store,
+    format_body,
+    iter_stmts,
+    stmt_values,
+)
+from catenc.schedule.contractions import Contraction
+from catenc.symbolic import Expr, product, sym
+
+
+@dataclass(frozen=True)
+class ThreadLoop:
+    """`for index = local_id; index < extent; index += block`: the work-group shares the loop."""
+
+    index: str
+    extent: Expr
+    body: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True)
+class BlockReduce:
+    """Every work-item's partial `acc` combined with `op` across the work-group; all get the result."""
+
+    acc: str
+    op: str
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Barrier:
+    """Every work-item of the group waits here; memory written before is visible after."""
+
+
+@dataclass(frozen=True)
+class FirstItem:
+    """Statements only the group's first work-item runs (a row's single stores)."""
+
+    body: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True)
+class GemmTile:
+    """Output tile of a work-group, depth slice staged per step, and work-items per group
+    (each computes (rows x cols) / threads outputs in registers)."""
+
+    rows: int = 64
+    cols: int = 64
+    depth: int = 16
+    threads: int = 256
+
+    @property
+    def side(self) -> int:
+        """Work-items along each side of the tile (the group is side x side)."""
+        return int(round(self.threads**0.5))
+
+
+@dataclass(frozen=True)
+class TiledGemm:
+    contraction: Contraction
+    tile: GemmTile
+
+
+GpuStmt = Stmt | ThreadLoop | BlockReduce | Barrier | FirstItem | TiledGemm
+
+REDUCIBLE = ("add", "mul", "max", "min")  # the combine ops of `_accumulate`'s accumulators
+
+
+@dataclass(frozen=True)
+class GpuKernel:
+    name: str
+    mapping: str  # "element", "row" or "gemm"
+    points: tuple[tuple[str, Expr], ...]  # the indices the grid enumerates (not for gemm)
+    body: tuple[GpuStmt, ...]
+    block: int  # work-items per group
+    buffers: tuple[str, ...]
+    symbols: tuple[str, ...]
+    fused: tuple[str, ...]
+    flops: Expr
+
+    @property
+    def groups(self) -> Expr:
+        """Work-groups to launch (the host evaluates this at run time)."""
+        if self.mapping == "gemm":
+            (stmt,) = self.body
+            c, tile = stmt.contraction, stmt.tile
+            rows, cols = (product([e for _, e in axes]) for axes in (c.rows, c.cols))
+            batch = product([e for _, e in c.batch])
+            return batch * ((rows + tile.rows - 1) // tile.rows) * ((cols + tile.cols - 1) // tile.cols)
+        total = product([e for _, e in self.points])
+        if self.mapping == "row":
+            return total
+        return (total + self.block - 1) // self.block
+
+
+def lower_gpu(kernel: LoopKernel, block: int, tile: GemmTile) -> GpuKernel:
+    """The GPU form of one loop kernel (see the module doc for the three mappings)."""
+    base = dict(buffers=kernel.buffers, symbols=kernel.symbols, fused=kernel.fused, flops=kernel.flops)
+    if len(kernel.body) == 1 and isinstance(kernel.body[0], Gemm):
+        gemm = kernel.body[0]
+        body = (TiledGemm(gemm.contraction, tile),)
+        return GpuKernel(kernel.name, "gemm", (), body, tile.threads, **base)
+    prefix, points, row = _peel_nest(kernel.body)
+    if _shares_well(row, alone=not points):
+        shared = _share_row(row)
+        if shared and isinstance(shared[-1], Barrier):  # nothing follows in the group
+            shared = shared[:-1]
+        return GpuKernel(kernel.name, "row", points, prefix + shared, block, **base)
+    return GpuKernel(kernel.name, "element", points, prefix + row, block, **base)
+
+
+def _peel_nest(body: tuple[Stmt, ...]) -> tuple[tuple[Stmt, ...], tuple[tuple[str, Expr], ...], tuple[Stmt, ...]]:
+    """The perfect loop nest at the top of a body: (the constant index declarations of unit
+    loops, the nest's indices, what the innermost loop runs)."""
+    prefix: list[Stmt] = []
+    points: list[tuple[str, Expr]] = []
+    while True:
+        constants = [s for s in body if isinstance(s, Declare) and isinstance(s.value, Const)]
+        rest = [s for s in body if s not in constants]
+        if len(rest) != 1 or not isinstance(rest[0], For):
+            return tuple(prefix), tuple(points), body
+        prefix += constants
+        points.append((rest[0].index, rest[0].extent))
+        body = rest[0].body
+
+
+def _shares_well(row: tuple[Stmt, ...], alone: bool) -> bool:
+    """Whether a row's loops can be shared by a work-group: every loop only reduces into
+    accumulators declared in the row, and one of them walks memory along its last index
+    (or the row is the whole kernel, which one work-item alone would take long over)."""
+    loops = list(_row_loops(row))
+    if not loops:
+        return False
+    declared = {s.name for s in _row_level(row) if isinstance(s, Declare)}
+    if not all(_reductions(loop, declared) is not None for loop in loops):
+        return False
+    return alone or any(_walks_last_index(_collapse(loop)) for loop in loops)
+
+
+def _collapse(loop: For) -> For:
+    """A perfect nest of loops as one loop over the flattened positions (last index fastest),
+    each index declared from the position: the group then shares every element of the nest."""
+    nest, body = [loop], loop.body
+    while len(body) == 1 and isinstance(body[0], For):
+        nest.append(body[0])
+        body = body[0].body
+    if len(nest) == 1:
+        return loop
+    flat = "catenc_flat_" + nest[0].index
+    declares = []
+    for k, inner in enumerate(nest):
+        position = sym(flat)
+        if k < len(nest) - 1:
+            position = position // product([f.extent for f in nest[k + 1 :]])
+        if k > 0:
+            position = position % inner.extent
+        declares.append(Declare(inner.index, I64, SymInt(I64, position)))
+    return For(flat, product([f.extent for f in nest]), tuple(declares) + body)
+
+
+def _row_level(row: tuple[Stmt, ...]):
+    """The row's statements outside its loops (through `if`s, whose conditions the whole
+    group computes alike)."""
+    for stmt in row:
+        yield stmt
+        if isinstance(stmt, If):
+            yield from _row_level(stmt.body)
+
+
+def _row_loops(row: tuple[Stmt, ...]):
+    return (s for s in _row_level(row) if isinstance(s, For))
+
+
+def _reductions(loop: For, declared: set[str]) -> dict[str, tuple[str, DType]] | None:
+    """acc -> (op, dtype) for the row accumulators the loop updates; None when it assigns a
+    row variable any other way (argmax's best-so-far), which a group cannot share."""
+    inner = {s.name for s in iter_stmts(loop.body) if isinstance(s, Declare)}
+    found: dict[str, tuple[str, DType]] = {}
+    for stmt in iter_stmts(loop.body):
+        if not isinstance(stmt, Assign) or stmt.name in inner:
+            continue
+        v = stmt.value
+        shaped = (
+            stmt.name in declared
+            and isinstance(v, Binary)
+            and v.op in REDUCIBLE
+            and v.a == Local(v.dtype, stmt.name)
+            and not any(isinstance(n, Local) and n.name == stmt.name for n in walk(v.b))
+        )
+        if not shaped or found.get(stmt.name, (v.op, v.dtype)) != (v.op, v.dtype):
+            return None
+        found[stmt.name] = (v.op, v.dtype)
+    return found
+
+
+def _walks_last_index(loop: For) -> bool:
+    """Whether some access in the loop has the loop's index in its last position (so
+    neighbouring work-items read neighbouring elements)."""
+    for stmt in iter_stmts(loop.body):
+        accesses = [n for v in stmt_values(stmt) for n in walk(v) if isinstance(n, Load) and n.index]
+        last = [a.index[-1] for a in accesses]
+        if isinstance(stmt, Store) and stmt.index:
+            last.append(stmt.index[-1])
+        if any(loop.index in e.free_symbols() for e in last):
+            return True
+    return False
+
+
+def _share_row(row: tuple[Stmt, ...]) -> tuple[GpuStmt, ...]:
+    declared = {s.name for s in _row_level(row) if isinstance(s, Declare)}
+    out: list[GpuStmt] = []
+    for stmt in row:
+        if isinstance(stmt, For):
+            reductions = _reductions(stmt, declared) or {}
+            stmt = _collapse(stmt)
+            out.append(ThreadLoop(stmt.index, stmt.extent, stmt.body))
+            out += [BlockReduce(acc, op, dtype) for acc, (op, dtype) in reductions.items()]
+            if not reductions and any(isinstance(s, Store) for s in iter_stmts(stmt.body)):
+                out.append(Barrier())
+        elif isinstance(stmt, If):
+            out.append(If(stmt.cond, _share_row(stmt.body)))
+        elif isinstance(stmt, Store):
+            out += [FirstItem((stmt,)), Barrier()]
+        else:
+            out.append(stmt)
+    return tuple(out)
+
+
+# ---- printing ----------------------------------------------------------------------------------
+
+
+def format_gpu(kernels: tuple[GpuKernel, ...]) -> str:
+    """The GPU kernels as readable pseudo-code: grid, work-group and what each item runs."""
+    lines: list[str] = []
+    for kernel in kernels:
+        args = ", ".join(list(kernel.buffers) + list(kernel.symbols))
+        lines.append(f"kernel {kernel.name}({args}):  # fuses {', '.join(kernel.fused)}")
+        lines.append(f"  grid {kernel.groups} x block {kernel.block}, {kernel.mapping} mapping")
+        if kernel.points:
+            per = "group" if kernel.mapping == "row" else "work-item"
+            points = ", ".join(f"{n} < {e}" for n, e in kernel.points)
+            lines.append(f"  one {per} per ({points}):")
+        _format_gpu_body(kernel.body, 2, lines)
+    return "\n".join(lines)
+
+
+def _format_gpu_body(body: tuple[GpuStmt, ...], depth: int, lines: list[str]) -> None:
+    pad = "  " * depth
+    for stmt in body:
+        if isinstance(stmt, ThreadLoop):
+            lines.append(f"{pad}for {stmt.index} in 0..{stmt.extent} shared by the group:")
+            format_body(stmt.body, depth + 1, lines)
+        elif isinstance(stmt, BlockReduce):
+            lines.append(f"{pad}{stmt.acc} = group_{stmt.op}({stmt.acc})")
+        elif isinstance(stmt, Barrier):
+            lines.append(f"{pad}barrier")
+        elif isinstance(stmt, FirstItem):
+            lines.append(f"{pad}first item only:")
+            format_body(stmt.body, depth + 1, lines)
+        elif isinstance(stmt, TiledGemm):
+            c, t = stmt.contraction, stmt.tile
+            lines.append(
+                f"{pad}{c.output} += a * b in {t.rows}x{t.cols} tiles, depth {t.depth} per step, "
+                f"{t.threads} items: a = {format_value(c.a)}, b = {format_value(c.b)}"
+            )
+            if c.epilogue is not None:
+                lines.append(f"{pad}epilogue: {format_value(c.epilogue)}")
+        elif isinstance(stmt, If):
+            lines.append(f"{pad}if {format_value(stmt.cond)}:")
+            _format_gpu_body(stmt.body, depth + 1, lines)
+        else:
+            format_body((stmt,), depth, lines)
