@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -86,8 +87,14 @@ def _host_view(address: int | None, nbytes: int) -> np.ndarray:
 # ---- OpenCL ------------------------------------------------------------------------------------
 
 
-@functools.cache
 def _opencl_context():
+    """pyopencl, this process's context and queue, and the lock calls take (a child forked
+    after its parent made one makes its own)."""
+    return _opencl_context_of(os.getpid())
+
+
+@functools.cache
+def _opencl_context_of(pid: int):
     try:
         import pyopencl as cl
     except ImportError:

@@ -246,3 +246,24 @@ def test_conv_edge_sizes(compile_composites, nchwk):
     n, c, h, w, k = nchwk
     x, f = randn((n, c, h, w), seed=23), randn((k, c, 3, 3), seed=24)
     check(lib.conv(x, f), conv_ref(x.astype(np.float64), f), c * 9)
+
+
+NARROWED = """
+[composite.narrowed]
+inputs = ["a: f64[M, K]", "b: f64[K, N]"]
+outputs = ["c: f32[M, N]"]
+body = "c = cast(a @ b, f32)"
+"""
+
+
+@pytest.mark.parametrize("mkn", [(1, 5, 4), (7, 9, 4), (65, 3, 130)])
+def test_a_product_cast_to_a_narrower_output_goes_through_a_temp(compile_composites, planned, mkn):
+    """The driver writes the product in its own dtype (f64 here): written in place into an f32
+    output it overflowed the buffer; the product now lands in a temp and the cast reads it."""
+    (entry,) = planned(NARROWED)
+    (gemm,) = gemms([entry])
+    assert gemm.contraction.output != "c"
+    m, k, n = mkn
+    a, b = randn((m, k), np.float64, seed=1), randn((k, n), np.float64, seed=2)
+    got = compile_composites(NARROWED).narrowed(a, b)
+    np.testing.assert_array_equal(got, (a @ b).astype(np.float32))

@@ -18,7 +18,7 @@ import random
 
 import pytest
 from fuzzing.programs import RandomChooser, batch_toml, program_batches, random_program
-from fuzzing.run import BASE_LEVELS, FAILURES, OMP_LEVEL, Job, choose_defines, run_jobs
+from fuzzing.run import BASE_LEVELS, FAILURES, OMP_LEVEL, OPENCL_LEVEL, Job, choose_defines, run_jobs
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -52,6 +52,7 @@ def test_generated_programs_agree_across_levels_and_with_the_reference(data, tmp
         defines = choose_defines(programs, chooser)
         bindings = [p.bindings(chooser, BINDINGS, defines) for p in programs]
         levels = BASE_LEVELS + ((OMP_LEVEL,) if chooser.chance(1 / 3) else ())
+        levels += (OPENCL_LEVEL,) if chooser.chance(1 / 3) else ()
         workdir = tmp_path_factory.mktemp(f"fuzz{next(_DIRS)}")
         jobs.append(Job(programs, workdir, bindings, levels, seed=f, defines=defines))
     failures = []

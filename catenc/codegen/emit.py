@@ -94,7 +94,12 @@ def render_header(entries: tuple[EntryPlan, ...], stem: str, source: str, prefix
         for e in entries
     ]
     return _ENV.get_template("model.h.j2").render(
-        header_name=f"{stem}.h", version=__version__, source=source, guard=guard, entries=context
+        header_name=f"{stem}.h",
+        version=__version__,
+        source=source,
+        guard=guard,
+        entries=context,
+        cuda=any(e.convention == "cuda" for e in entries),
     )
 
 

@@ -134,6 +134,8 @@ def _in_place(graph: Graph, compute: Compute) -> Contraction | None:
     if len(reduces) != 1:
         return None
     (reduce,) = reduces
+    if reduce.dtype != compute.body.dtype:  # the driver writes the product in its own dtype
+        return None
     if reduce not in _candidates(graph, compute):
         return None
     used = value_symbols(reduce.body) - {n for n, _ in reduce.indices}

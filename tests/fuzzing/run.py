@@ -46,6 +46,7 @@ from .programs import SYMBOLS, Program, RandomChooser, batch_toml, random_progra
 FAILURES = ("internal", "mismatch", "crash", "inconsistent")
 BASE_LEVELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (("0", ()), ("2", ()))
 OMP_LEVEL = ("3", (("OMP", "1"),))
+OPENCL_LEVEL = ("2", (("BLOCK", "64"),), "opencl")  # the GPU lowering, run on PoCL
 
 
 @dataclass
@@ -64,8 +65,14 @@ class Outcome:
 
 
 def level_name(level) -> str:
-    opt, config = level
-    return f"-O{opt}" + (" --config " + ",".join(f"{k}={v}" for k, v in config) if config else "")
+    opt, config, runtime = _parts(level)
+    name = f"-O{opt}" + (" --config " + ",".join(f"{k}={v}" for k, v in config) if config else "")
+    return name if runtime == "clang" else f"--runtime {runtime} {name}"
+
+
+def _parts(level) -> tuple[str, tuple[tuple[str, str], ...], str]:
+    """(opt, config, runtime) of a level: (opt, config) on clang, or (opt, config, runtime)."""
+    return (*level, "clang") if len(level) == 2 else level
 
 
 # ------------------------------------------------------------------------ checking in-process
@@ -74,8 +81,8 @@ def level_name(level) -> str:
 def _options(level, composites: Sequence[str], defines: dict[str, int] | None = None):
     from catenc.compiler import Options
 
-    rt = _runtime()
-    opt, config = level
+    opt, config, runtime = _parts(level)
+    rt = _runtime(runtime)
     return Options(
         rt,
         config=rt.validate_config(dict(config)),
@@ -85,16 +92,15 @@ def _options(level, composites: Sequence[str], defines: dict[str, int] | None = 
     )
 
 
-_RT = None
+_RUNTIMES: dict = {}
 
 
-def _runtime():
-    global _RT
-    if _RT is None:
+def _runtime(name: str = "clang"):
+    if name not in _RUNTIMES:
         from catenc.runtime import load_runtime
 
-        _RT = load_runtime("clang")
-    return _RT
+        _RUNTIMES[name] = load_runtime(name)
+    return _RUNTIMES[name]
 
 
 def _short(error: BaseException) -> str:

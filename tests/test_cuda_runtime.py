@@ -1,0 +1,177 @@
+"""The cuda runtime without a GPU: every sample builds with nvcc, the header and manifest say
+how to call it (device pointers, a trailing stream, launch geometry per kernel), ptxas keeps
+the tiled contraction kernels out of local memory, and test-runtime reports `compiled`.
+
+nvcc is part of this machine's toolchain (CUDA 13); these tests fail, not skip, without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ["gemm.toml", "mlp.yaml", "softmax.toml", "layernorm.toml", "attention.toml", "conv2d.toml"]
+
+
+def catenc(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "catenc", *args], cwd=cwd, capture_output=True, text=True, timeout=600, env=env
+    )
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Every sample compiled by the cuda runtime: stem -> output directory."""
+    assert shutil.which("nvcc"), "nvcc (the CUDA toolkit) is part of this machine's toolchain"
+    base = tmp_path_factory.mktemp("cuda")
+    out = {}
+    for sample in SAMPLES:
+        stem = sample.rsplit(".", 1)[0]
+        done = catenc("compile", str(ROOT / "samples" / sample), "--runtime", "cuda", "-o", str(base / stem), cwd=base)
+        assert done.returncode == 0, done.stderr
+        out[stem] = base / stem
+    return out
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_every_sample_builds_with_nvcc(built, sample):
+    stem = sample.rsplit(".", 1)[0]
+    files = sorted(p.name for p in built[stem].iterdir())
+    assert files == sorted([f"lib{stem}.so", f"{stem}.cu", f"{stem}.h", f"{stem}.manifest.json"])
+    symbols = subprocess.run(
+        ["nm", "-D", "--defined-only", str(built[stem] / f"lib{stem}.so")], capture_output=True, text=True
+    ).stdout
+    manifest = json.loads((built[stem] / f"{stem}.manifest.json").read_text())
+    for entry in manifest["entries"]:
+        assert re.search(rf" T {entry['symbol']}$", symbols, re.M)
+        assert re.search(rf" T {entry['workspace_symbol']}$", symbols, re.M)
+
+
+def test_header_takes_device_pointers_and_a_stream(built, tmp_path):
+    header = (built["gemm"] / "gemm.h").read_text()
+    assert re.findall(r"#include <(\w+\.h)>", header) == ["stddef.h", "stdint.h"]
+    expected = (
+        "int gemm(const float* A, const float* B, float* C, int64_t M, int64_t K, int64_t N, "
+        "void* workspace, size_t workspace_bytes, struct CUstream_st* stream);"
+    )
+    assert expected in header
+    # the header is plain C: a C program can declare the entries without CUDA's headers
+    (tmp_path / "use.c").write_text(
+        '#include "gemm.h"\nint (*f)(const float*, const float*, float*, int64_t, int64_t, int64_t, void*, size_t,\n'
+        "         struct CUstream_st*) = gemm;\n"
+    )
+    done = subprocess.run(
+        [
+            "gcc",
+            "-std=c99",
+            "-Wall",
+            "-Werror",
+            "-c",
+            "-I",
+            str(built["gemm"]),
+            "-o",
+            str(tmp_path / "use.o"),
+            str(tmp_path / "use.c"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_manifest_records_the_launch_of_every_kernel(built):
+    manifest = json.loads((built["attention"] / "attention.manifest.json").read_text())
+    assert manifest["runtime"]["calling_convention"] == "cuda"
+    assert manifest["runtime"]["config"] == {"ARCH": "sm_90", "BLOCK": "256", "NVCCFLAGS": ""}
+    (entry,) = manifest["entries"]
+    assert entry["args"][-1] == {"name": "stream", "role": "stream"}
+    mappings = [k["launch"]["mapping"] for k in entry["kernels"]]
+    assert mappings == ["gemm", "row", "gemm"]
+    assert entry["kernels"][0]["launch"]["groups"] == "((T + 63) // 64)*((T + 63) // 64)"
+    assert [k["launch"]["block"] for k in entry["kernels"]] == [256, 256, 256]
+    command = manifest["build"]["commands"][0]
+    assert command[0] == "nvcc" and "-gencode=arch=compute_90,code=[sm_90,compute_90]" in command
+
+
+def ptxas_report(source: Path, arch: str = "sm_90") -> dict[str, tuple[int, int]]:
+    """kernel -> (registers, spill store bytes), from ptxas."""
+    done = subprocess.run(
+        ["nvcc", "-std=c++17", f"-arch={arch}", "--resource-usage", "-cubin", "-o", os.devnull, str(source)],
+        capture_output=True,
+        text=True,
+        cwd=source.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    report, kernel, spills = {}, None, 0
+    for line in (done.stdout + done.stderr).splitlines():
+        if m := re.search(r"Compiling entry function '(\w+)'", line):
+            kernel = m.group(1)
+        elif m := re.search(r"(\d+) bytes spill stores", line):
+            spills = int(m.group(1))
+        elif (m := re.search(r"Used (\d+) registers", line)) and kernel:
+            report[kernel] = (int(m.group(1)), spills)
+    return report
+
+
+@pytest.mark.parametrize("sample", ["gemm", "attention", "conv2d", "mlp"])
+def test_contraction_kernels_do_not_spill(built, sample):
+    manifest = json.loads((built[sample] / f"{sample}.manifest.json").read_text())
+    gemm_kernels = [k["name"] for e in manifest["entries"] for k in e["kernels"] if k["launch"]["mapping"] == "gemm"]
+    assert gemm_kernels
+    report = ptxas_report(built[sample] / f"{sample}.cu")
+    for name in gemm_kernels:
+        registers, spills = report[name]
+        assert spills == 0 and registers <= 255, (name, registers, spills)
+
+
+def test_f64_tiles_do_not_spill(tmp_path):
+    (tmp_path / "d.toml").write_text(
+        '[composite.dmm]\ninputs = ["a: f64[B, M, K]", "b: f64[B, K, N]"]\n'
+        'outputs = ["c: f64[B, M, N]"]\nbody = "c = a @ b"\n'
+    )
+    done = catenc("compile", "d.toml", "--runtime", "cuda", "-S", "-o", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    ((registers, spills),) = ptxas_report(tmp_path / "out" / "d.cu").values()
+    assert spills == 0, registers
+
+
+def test_arch_config(tmp_path):
+    (tmp_path / "m.toml").write_text(
+        '[composite.f]\ninputs = ["x: f32[N]"]\noutputs = ["y: f32[N]"]\nbody = "y = x * 3"\n'
+    )
+    ok = catenc("compile", "m.toml", "--runtime", "cuda", "--config", "ARCH=sm_80", "-o", "o80", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    command = json.loads((tmp_path / "o80" / "m.manifest.json").read_text())["build"]["commands"][0]
+    assert "-gencode=arch=compute_80,code=[sm_80,compute_80]" in command
+    bad = catenc("compile", "m.toml", "--runtime", "cuda", "--config", "ARCH=volta", cwd=tmp_path)
+    assert bad.returncode == 1 and "--config ARCH=volta: invalid value" in bad.stderr
+
+
+def test_without_nvcc_sources_still_emit_and_builds_say_what_is_missing(tmp_path):
+    (tmp_path / "m.toml").write_text(
+        '[composite.f]\ninputs = ["x: f32[N]"]\noutputs = ["y: f32[N]"]\nbody = "y = x * 3"\n'
+    )
+    env = {**os.environ, "PATH": str(Path(sys.executable).parent)}
+    source_only = catenc("compile", "m.toml", "--runtime", "cuda", "-S", "-o", "src", cwd=tmp_path, env=env)
+    assert source_only.returncode == 0, source_only.stderr
+    assert sorted(p.name for p in (tmp_path / "src").iterdir()) == ["m.cu", "m.h", "m.manifest.json"]
+    build = catenc("compile", "m.toml", "--runtime", "cuda", "-o", "lib", cwd=tmp_path, env=env)
+    assert build.returncode == 1 and "nvcc not found" in build.stderr and "Traceback" not in build.stderr
+
+
+def test_test_runtime_reports_compiled_cells(tmp_path):
+    report = tmp_path / "cuda.md"
+    done = catenc("test-runtime", "--runtime", "cuda", "-k", "layernorm", "-o", str(report), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = report.read_text()
+    assert "runtime: `cuda`" in text and "Cuda compilation tools" in text
+    assert "0 passed, 0 failed, 0 error" in text and "| layernorm |" in text
+    assert re.search(r"\| layernorm \|( compiled \|)+", text)
