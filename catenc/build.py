@@ -24,6 +24,7 @@ from catenc.codegen.gpu import KernelArg, launch_plan, status_offsets, temp_offs
 from catenc.compiler import EntryPlan, FilePlan, Options
 from catenc.diagnostics import CatencError
 from catenc.ir.nodes import Binary, Reduce, Unary, format_graph, walk
+from catenc.lower.gpu import format_gpu
 from catenc.lower.loops import format_loops
 from catenc.schedule.kernels import format_schedule
 from catenc.symbolic import Expr
@@ -104,7 +105,7 @@ def stage_dumps(plan: FilePlan) -> dict[str, str]:
     return {
         "ir": "\n\n".join(format_graph(e.graph) for e in plan.entries) + "\n",
         "schedule": "\n\n".join(format_schedule(e.schedule) for e in plan.entries) + "\n",
-        "loops": "\n\n".join(format_loops(e.kernels) for e in plan.entries) + "\n",
+        "loops": "\n\n".join(format_gpu(e.gpu) if e.gpu else format_loops(e.kernels) for e in plan.entries) + "\n",
     }
 
 

@@ -26,8 +26,11 @@ inputs; one that appears only in output shapes is given as a keyword: ``iota(N=1
 Every call allocates its own outputs and workspace, so one entry may be called from several
 threads at once; ctypes releases the GIL while the C function runs.
 
-Only libraries built for a runtime whose language is C run in-process; loading one built
-for another runtime (``cuda`` ...) raises :class:`UnsupportedRuntimeError`.
+Builds of the GPU runtimes load too (:mod:`catenc.device_host`): an ``opencl`` build runs
+through pyopencl on this machine's OpenCL device, a ``cuda`` build on its GPU; the entries
+take and return host arrays and copy them to and from the device. Loading a build that
+cannot run here (``cuda`` without a GPU, another language) raises
+:class:`UnsupportedRuntimeError`.
 """
 
 from __future__ import annotations
@@ -911,7 +914,7 @@ def load(manifest_path: str | os.PathLike[str], *, verify: bool = True) -> Libra
     manifest_path is a ``*.manifest.json`` file or the directory that holds it (its only
     manifest, or ``model.manifest.json`` among several). With verify
     (the default) the shared library's sha256 must match the manifest's. Raises
-    :class:`UnsupportedRuntimeError` for a library of a non-C runtime (``cuda`` ...) and
-    :class:`ManifestError` for a malformed manifest.
+    :class:`UnsupportedRuntimeError` for a build that cannot run here (``cuda`` without a
+    GPU) and :class:`ManifestError` for a malformed manifest.
     """
     return Library(manifest_path, verify=verify)

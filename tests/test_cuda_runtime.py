@@ -175,3 +175,32 @@ def test_test_runtime_reports_compiled_cells(tmp_path):
     assert "runtime: `cuda`" in text and "Cuda compilation tools" in text
     assert "0 passed, 0 failed, 0 error" in text and "| layernorm |" in text
     assert re.search(r"\| layernorm \|( compiled \|)+", text)
+
+
+LIBRARY_CONTRACTIONS = """
+[composite.contractions_{t}]
+inputs = ["a: {t}[M, K]", "b: {t}[K, N]", "w: {t}[N, K]", "bias: {t}[N]", "c: {t}[M, N]",
+          "q: {t}[H, T, D]", "k: {t}[H, T, D]", "v: {t}[H, T, D]", "x: {t}[B, C, S, S]", "f: {t}[F, C, 3, 3]"]
+outputs = ["mm: {t}[M, N]", "nt: {t}[M, N]", "lin: {t}[M, N]", "att: {t}[H, T, D]", "conv: {t}[B, F, S, S]"]
+body = '''
+mm = matmul(a, b)
+nt = gemm_nt(a, w, c)
+lin = linear(a, w, bias)
+att = attention(q, k, v)
+conv = conv2d(x, f, padding=1)
+'''
+"""
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_op_library_contractions_do_not_spill(tmp_path, dtype):
+    """The library's contractions (matmul, gemm_nt, linear, attention, conv2d) as tiled kernels,
+    each within its registers at the default tile."""
+    (tmp_path / "c.toml").write_text(LIBRARY_CONTRACTIONS.replace("{t}", dtype))
+    done = catenc("compile", "c.toml", "--runtime", "cuda", "-S", "-o", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((tmp_path / "out" / "c.manifest.json").read_text())
+    tiled = [k["name"] for k in manifest["entries"][0]["kernels"] if k["launch"]["mapping"] == "gemm"]
+    assert len(tiled) >= 6
+    report = ptxas_report(tmp_path / "out" / "c.cu")
+    assert all(report[name][1] == 0 for name in tiled), {name: report[name] for name in tiled}

@@ -545,10 +545,14 @@ def test_concurrent_calls(lib: Library):
 # ----------------------------------------------------------------------- manifests
 
 
-def test_non_c_runtime_is_refused(tmp_path: Path, built: Path):
+def test_a_cuda_build_needs_a_gpu_and_other_languages_are_refused(tmp_path: Path, built: Path):
     runtime = {"name": "cuda", "language": "cuda", "config": {}}
     path = write_manifest(tmp_path, built, ENTRIES, runtime=runtime)
-    with pytest.raises(UnsupportedRuntimeError, match="'cuda'.*language is 'c'"):
+    with pytest.raises(UnsupportedRuntimeError, match="needs (libcudart|a GPU)"):  # this machine has none
+        load(path)
+    runtime = {"name": "metal", "language": "metal", "config": {}}
+    path = write_manifest(tmp_path, built, ENTRIES, runtime=runtime)
+    with pytest.raises(UnsupportedRuntimeError, match="cannot run builds of language 'metal'"):
         load(path)
 
 

@@ -257,8 +257,7 @@ class GpuRenderer(CRenderer):
             f"{i}const int64_t catenc_group = (int64_t){self.group_id};",
             f"{i}const int64_t catenc_n0 = catenc_group % catenc_tiles_n * {t.cols};",
             f"{i}const int64_t catenc_m0 = catenc_group / catenc_tiles_n % catenc_tiles_m * {t.rows};",
-            f"{i}const int64_t catenc_b = catenc_group / catenc_tiles_n / catenc_tiles_m;",
-            *[f"{i}{line}" for line in unflatten(c.batch, "catenc_b", const=True)],
+            *self.batch_indices(c, i),
             f"{i}{ctype} catenc_c[{per_row}][{per_col}];",
             f"{i}{self.unroll}",
             f"{i}for (int catenc_i = 0; catenc_i < {per_row}; ++catenc_i)",
@@ -299,6 +298,15 @@ class GpuRenderer(CRenderer):
             f"{i * 3}}}",
             f"{i * 2}}}",
             f"{i}}}",
+        ]
+
+    def batch_indices(self, c, pad: str) -> list[str]:
+        """The batch element of this group's tile (nothing for a single product)."""
+        if not c.batch:
+            return []
+        return [
+            f"{pad}const int64_t catenc_b = catenc_group / catenc_tiles_n / catenc_tiles_m;",
+            *[f"{pad}{line}" for line in unflatten(c.batch, "catenc_b", const=True)],
         ]
 
     def stage_tile(self, c, side: str, width: int, t, pad: str) -> list[str]:
