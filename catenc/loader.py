@@ -395,7 +395,7 @@ class Entry:
     / value); ``constraints``; ``spec`` (the manifest's entry).
     """
 
-    def __init__(self, spec: Mapping[str, Any], cdll: ctypes.CDLL) -> None:
+    def __init__(self, spec: Mapping[str, Any], cdll: ctypes.CDLL, *, stream: bool = False) -> None:
         where = f"entry {spec.get('name', '?')!r}" if isinstance(spec, Mapping) else "entry"
         self.spec = spec
         self.name: str = _required(spec, "name", where)
@@ -431,7 +431,7 @@ class Entry:
             elif role == "workspace_bytes":
                 self._roles.append((role, None))
                 argtypes.append(ctypes.c_size_t)
-            elif role == "stream":  # CUDA: the default stream
+            elif role == "stream" and stream:  # CUDA: the default stream
                 self._roles.append((role, None))
                 argtypes.append(ctypes.c_void_p)
             else:
@@ -856,7 +856,7 @@ class Library:
             self._cdll = ctypes.CDLL(str(self.path))
         self.entries: dict[str, Entry] = {}
         for spec in _required(self.manifest, "entries", where):
-            entry = Entry(spec, self._cdll)
+            entry = Entry(spec, self._cdll, stream=language == "cuda")
             if entry.name in self.entries:
                 raise ManifestError(f"{where}: entry {entry.name!r} is declared twice")
             self.entries[entry.name] = entry

@@ -7,6 +7,7 @@ nvcc is part of this machine's toolchain (CUDA 13); these tests fail, not skip, 
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -204,3 +205,23 @@ def test_op_library_contractions_do_not_spill(tmp_path, dtype):
     assert len(tiled) >= 6
     report = ptxas_report(tmp_path / "out" / "c.cu")
     assert all(report[name][1] == 0 for name in tiled), {name: report[name] for name in tiled}
+
+
+def test_host_entry_checks_sizes_and_workspace_before_launching(built):
+    """The nvcc-built host entry runs on the CPU: its size and workspace checks return their
+    codes before touching the device; a launch without a GPU is CATENC_E_DEVICE."""
+    from catenc.device_host import cuda_available
+
+    lib = ctypes.CDLL(str(built["attention"] / "libattention.so"))
+    entry, size = lib.attention, lib.attention_workspace_bytes
+    entry.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 2 + [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    size.argtypes, size.restype = [ctypes.c_int64] * 2, ctypes.c_size_t
+    need = size(45, 64)
+    assert need == 128 * ((4 * 45 * 45 + 63) // 64)
+    buffers = [ctypes.c_void_p(64)] * 4  # never dereferenced on the host
+    assert entry(*buffers, -1, 64, None, 0, None) == 1
+    assert entry(*buffers, 45, 64, None, 0, None) == 2
+    assert entry(*buffers, 45, 64, ctypes.c_void_p(64), need - 1, None) == 2
+    assert entry(*buffers, 45, 64, ctypes.c_void_p(96), need, None) == 2  # not 64-byte aligned
+    if not cuda_available():
+        assert entry(*buffers, 45, 64, ctypes.c_void_p(64), need, None) == 4
