@@ -220,6 +220,8 @@ def _entry_manifest(entry: EntryPlan) -> dict:
                 if op and op not in ops:
                     ops.append(op)
         record = {"name": kernel.name, "fused": ops, "computes": list(kernel.fused), "flops": _shape(kernel.flops)}
+        if kernel.shares:
+            record["shares"] = kernel.shares  # runs the code of that kernel, on its own buffers
         if kernel.name in launches:
             launch = launches[kernel.name]
             record["launch"] = {

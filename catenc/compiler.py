@@ -24,6 +24,7 @@ from catenc.ir.build import build_graph
 from catenc.ir.nodes import Graph
 from catenc.lower.gpu import GpuKernel, lower_gpu
 from catenc.lower.loops import LoopKernel, lower_schedule
+from catenc.lower.share import share_identical_kernels
 from catenc.lower.vectorize import split_reduction_lanes
 from catenc.resources import package_path
 from catenc.runtime import Runtime
@@ -158,7 +159,11 @@ def plan_entry(comp: Composite, library: Library, options: Options) -> EntryPlan
     runtime = options.runtime
     gpu = runtime.target == "gpu"
     schedule = schedule_graph(
-        graph, fuse=fuse, contractions=bool(tiles) or (gpu and fuse), pack_size=pack_size if tiles else None
+        graph,
+        fuse=fuse,
+        contractions=bool(tiles) or (gpu and fuse),
+        pack_size=pack_size if tiles else None,
+        views=fuse and not gpu,
     )
     symbol = options.prefix + comp.name
     kernels = lower_schedule(schedule, parallel=not gpu)
@@ -166,6 +171,8 @@ def plan_entry(comp: Composite, library: Library, options: Options) -> EntryPlan
         storage = {b.name: b.dtype for b in schedule.graph.buffers}
         kernels = tuple(split_reduction_lanes(k, options.vector_lanes, storage) for k in kernels)
     kernels = tuple(replace(kernel, name=f"{symbol}_k{n}") for n, kernel in enumerate(kernels))
+    if fuse and not gpu:
+        kernels = share_identical_kernels(kernels, {b.name: b for b in schedule.graph.buffers})
     gpu_kernels = ()
     if gpu:
         block, tile = runtime.block_size(options.config), runtime.gemm_tile(options.config)

@@ -616,4 +616,4 @@ def prelude_tables(math_suffix: dict[str, str] = CRenderer.math_suffix, device_i
 
 
 def buffer_args(buffers: tuple[Buffer, ...]) -> dict[str, BufferArg]:
-    return {b.name: BufferArg(b.name, b.dtype, b.shape, b.role == "input") for b in buffers}
+    return {b.name: BufferArg(b.name, b.dtype, b.shape, b.role in ("input", "view")) for b in buffers}

@@ -12,6 +12,7 @@ from catenc.codegen.gpu import GpuRenderer, launch_plan, status_offsets, temp_of
 from catenc.codegen.jinja import environment
 from catenc.compiler import EntryPlan
 from catenc.frontend.typed import TType
+from catenc.symbolic import product
 
 _ENV = environment()
 
@@ -179,8 +180,13 @@ def _gpu_host_context(entry: EntryPlan, buffers, temps) -> dict:
 def _entry_context(entry: EntryPlan, renderer: CRenderer, parallel: bool) -> dict:
     graph = entry.schedule.graph
     args = buffer_args(graph.buffers)
-    kernels = [renderer.kernel(k, args, parallel) for k in entry.kernels]
+    kernels = [renderer.kernel(k, args, parallel) for k in entry.kernels if k.shares is None]
     temps = []
+    for view in graph.buffers:
+        if view.view_of is not None:
+            base, at = view.view_of
+            ctype = view.dtype.ctype
+            temps.append(f"const {ctype}* {view.name} = {base} + {at}LL * ({product(view.shape).to_c()});")
     for slot in entry.schedule.slots:
         for name in slot.buffers:
             ctype = graph.buffer(name).dtype.ctype
@@ -189,7 +195,7 @@ def _entry_context(entry: EntryPlan, renderer: CRenderer, parallel: bool) -> dic
     calls = []
     for kernel in entry.kernels:
         actuals = [f"&{b}" if b in scalar_inputs else b for b in kernel.buffers] + list(kernel.symbols)
-        calls.append(f"{kernel.name}({', '.join(actuals)})")
+        calls.append(f"{kernel.shares or kernel.name}({', '.join(actuals)})")
     checks = [_render_check(c.lhs, c.op, c.rhs) for c in entry.checks]
     statuses = [b.name for b in graph.buffers if b.role == "status"]
     return {

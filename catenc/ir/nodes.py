@@ -120,7 +120,8 @@ class Buffer:
     name: str
     dtype: DType  # storage dtype
     shape: tuple[Expr, ...]
-    role: str  # input, output, temp, status (an error count the entry checks after its kernels)
+    role: str  # input, output, temp, status (an error count the entry checks after its kernels), view
+    view_of: tuple[str, int] | None = None  # a view: (input, leading index), the input's slice there
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from itertools import count
 
 from catenc.ir.nodes import (
     Binary,
+    Buffer,
     Cast,
     Compute,
     Const,
@@ -63,6 +64,36 @@ def replace_loads(value: Value, buffer: str, make) -> Value:
     return visit(value, ())
 
 
+def split_constant_slices(graph: Graph) -> Graph:
+    """Every load of an input at a constant leading index (a layer's slice of stacked weights,
+    `w[3, i, j]`) reads a view buffer instead (`w_at3[i, j]`: a pointer into the input the
+    entry computes once), so that identical layers lower to identical kernels."""
+    views: dict[tuple[str, int], Buffer] = {}
+    inputs = {b.name: b for b in graph.buffers if b.role == "input" and len(b.shape) >= 2}
+    taken = {b.name for b in graph.buffers}
+
+    def view(load: Load, enclosing) -> Value:
+        base = inputs.get(load.buffer)
+        if base is None or isinstance(load, Gather) or not load.index[0].is_const:
+            return load
+        key = (base.name, load.index[0].value)
+        if key not in views:
+            name = f"{base.name}_at{key[1]}"
+            while name in taken:
+                name += "_"
+            taken.add(name)
+            views[key] = Buffer(name, base.dtype, base.shape[1:], "view", key)
+        return replace(load, buffer=views[key].name, index=load.index[1:])
+
+    computes = []
+    for c in graph.computes:
+        body = c.body
+        for name in {ld.buffer for ld in loads(c.body)} & set(inputs):
+            body = replace_loads(body, name, view)
+        computes.append(replace(c, body=body))
+    return replace(graph, buffers=graph.buffers + tuple(views.values()), computes=tuple(computes))
+
+
 def remove_dead_computes(graph: Graph) -> Graph:
     """Drop computes whose values never reach an output."""
     needed = {b.name for b in graph.buffers if b.role in ("output", "status")}
@@ -76,18 +107,21 @@ def remove_dead_computes(graph: Graph) -> Graph:
     return replace(graph, buffers=buffers, computes=tuple(reversed(kept)))
 
 
-def _sites(graph: Graph, name: str) -> list[tuple[Compute, Load, tuple]]:
-    """Every load of buffer `name`, with its compute and the Reduce indices around it."""
+def _sites(computes, name: str) -> list[tuple[Compute, Load, tuple]]:
+    """Every load of buffer `name` in the computes, with its compute and the Reduce indices
+    around it."""
     out = []
-    for compute in graph.computes:
-        found: list[tuple[Load, tuple]] = []
 
-        def record(load: Load, enclosing, found=found) -> Value:
-            found.append((load, enclosing))
-            return load
+    def visit(compute: Compute, v: Value, enclosing: tuple) -> None:
+        if isinstance(v, Load) and v.buffer == name:
+            out.append((compute, v, enclosing))
+            return
+        inner = enclosing + v.indices if isinstance(v, Reduce) else enclosing
+        for child in v.children():
+            visit(compute, child, inner)
 
-        replace_loads(compute.body, name, record)
-        out.extend((compute, load, enclosing) for load, enclosing in found)
+    for compute in computes:
+        visit(compute, compute.body, ())
     return out
 
 
@@ -124,9 +158,10 @@ def is_cheap(value: Value) -> bool:
     return ops <= 3
 
 
-def inline_decision(graph: Graph, producer: Compute) -> tuple[bool, str]:
-    """Whether to inline a temp compute into its consumers, and why (for --debug 1)."""
-    sites = list(dict.fromkeys(_sites(graph, producer.name)))
+def inline_decision(graph: Graph, producer: Compute, consumers: list[Compute] | None = None) -> tuple[bool, str]:
+    """Whether to inline a temp compute into its consumers (default: every compute that may
+    read it), and why (for --debug 1)."""
+    sites = list(dict.fromkeys(_sites(graph.computes if consumers is None else consumers, producer.name)))
     if not sites:
         return False, "unused"
     if any(isinstance(load, Gather) for _, load, _ in sites):
@@ -163,26 +198,38 @@ def inline_computes(graph: Graph) -> tuple[Graph, list[str]]:
     new graph and one note per producer kept materialised."""
     serial = count(1)
     notes: list[str] = []
-    computes = list(graph.computes)
+    computes = {c.name: c for c in graph.computes}  # in graph order
+    readers: dict[str, set[str]] = {}  # buffer -> the computes that load it
+    for c in graph.computes:
+        for name in {ld.buffer for ld in loads(c.body)}:
+            readers.setdefault(name, set()).add(c.name)
+    kept: set[str] = set()  # producers decided against, until their sites or body change
     changed = True
     while changed:
         changed = False
-        current = replace(graph, computes=tuple(computes))
-        for producer in computes:
-            if graph.buffer(producer.name).role != "temp":
+        for producer in list(computes.values()):
+            if graph.buffer(producer.name).role != "temp" or producer.name in kept:
                 continue
-            inline, _ = inline_decision(current, producer)
+            consumers = [c for name, c in computes.items() if name in readers.get(producer.name, ())]
+            inline, _ = inline_decision(graph, producer, consumers)
             if not inline:
+                kept.add(producer.name)
                 continue
             names = [n for n, _ in producer.indices]
-
-            computes = [
-                replace(c, body=replace_loads(c.body, producer.name, _expander(producer, names, serial)))
-                for c in computes
-                if c is not producer
-            ]
+            for c in consumers:
+                expand = _expander(producer, names, serial)
+                computes[c.name] = replace(c, body=replace_loads(c.body, producer.name, expand))
+            del computes[producer.name]
+            readers.pop(producer.name, None)
+            # what the producer reads gains its consumers as sites, and they gain its body
+            reads = {ld.buffer for ld in loads(producer.body)}
+            for name in reads:
+                readers.setdefault(name, set()).discard(producer.name)
+                readers[name] |= {c.name for c in consumers}
+            kept -= {c.name for c in consumers} | reads
             changed = True
             break
+    computes = list(computes.values())
     result = remove_dead_computes(replace(graph, computes=tuple(computes)))
     for producer in result.computes:
         if result.buffer(producer.name).role == "temp":

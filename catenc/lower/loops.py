@@ -103,6 +103,7 @@ class LoopKernel:
     fused: tuple[str, ...]  # names of the computes it evaluates
     flops: Expr
     work: Expr  # flops plus elements stored: what decides whether threads pay off
+    shares: str | None = None  # the earlier kernel whose function this one calls (lower/share.py)
 
 
 @dataclass

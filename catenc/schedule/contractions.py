@@ -27,7 +27,7 @@ from catenc.ir.nodes import (
     walk,
 )
 from catenc.ir.passes import calls_expensive, replace_node
-from catenc.symbolic import ZERO, Expr, Facts, product, prove_less, prove_nonneg, sym
+from catenc.symbolic import ONE, ZERO, Expr, Facts, product, prove_less, prove_nonneg, sym
 
 GEMM_DTYPES = frozenset({"f32", "f64"})
 ACC = "catenc_acc"  # the product's name inside an epilogue
@@ -203,6 +203,8 @@ def _contraction(graph: Graph, output: str, indices: Axes, reduce: Reduce) -> Co
     rows = indices[begin:end]
     if not rows:
         return None
+    if any(product([e for _, e in axes]) == ONE for axes in (rows, cols)):
+        return None  # a matrix-vector product: plain loops stream the matrix once, packing copies it
     batch = tuple(ax for ax in indices if ax not in rows and ax not in cols)
     shape = graph.buffer(output).shape
     strides = dict(zip((n for n, _ in indices), _strides(shape)))

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from catenc.ir.nodes import Buffer, Compute, Graph, format_shape, format_value, loads
-from catenc.ir.passes import fold_constants, inline_computes, remove_dead_computes
+from catenc.ir.passes import fold_constants, inline_computes, remove_dead_computes, split_constant_slices
 from catenc.schedule.contractions import Contraction, extract_contractions, materialise_costly_operands
-from catenc.symbolic import ONE, ZERO, Call, Expr, maximum, product, sym
+from catenc.symbolic import ONE, ZERO, Call, Expr, product, prove_nonneg, sym
 
 WORKSPACE_ALIGNMENT = 64
 
@@ -61,11 +61,16 @@ PackSize = Callable[[Contraction], Expr]  # elements of packed panels a contract
 
 
 def schedule_graph(
-    graph: Graph, fuse: bool = True, contractions: bool = False, pack_size: PackSize | None = None
+    graph: Graph,
+    fuse: bool = True,
+    contractions: bool = False,
+    pack_size: PackSize | None = None,
+    views: bool = False,
 ) -> Schedule:
     """Inline, fuse into kernels and plan the workspace; `fuse=False` (at -O0) keeps one
     compute per kernel. With `contractions`, each contraction becomes a gemm kernel of its
-    own, with packed panels in the workspace when `pack_size` says how many elements."""
+    own, with packed panels in the workspace when `pack_size` says how many elements. With
+    `views`, constant slices of inputs become pointers of their own (see split_constant_slices)."""
     graph = remove_dead_computes(fold_constants(graph))
     found_contractions: dict[str, Contraction] = {}
     if fuse:
@@ -74,6 +79,8 @@ def schedule_graph(
             graph, costly = materialise_costly_operands(graph)
         graph, notes = inline_computes(graph)
         notes += costly
+        if views:
+            graph = split_constant_slices(graph)
         if contractions:
             graph, found_contractions, found = extract_contractions(graph)
             notes += found
@@ -170,6 +177,20 @@ def _bytes(graph: Graph, name: str) -> Expr:
     return ((raw + WORKSPACE_ALIGNMENT - 1) // WORKSPACE_ALIGNMENT) * WORKSPACE_ALIGNMENT
 
 
+def _largest(sizes: list[Expr]) -> Expr:
+    """The max of sizes: a size another is proved to cover is dropped, the rest are combined
+    unproved (proofs about a max that grows with every temp blow up with their number)."""
+    kept: list[Expr] = []
+    for size in sorted(set(sizes), key=str):
+        if any(prove_nonneg(other - size) for other in kept):
+            continue
+        kept = [other for other in kept if not prove_nonneg(size - other)] + [size]
+    largest = kept[0]
+    for other in kept[1:]:
+        largest = Expr.atom(Call("max", (largest, other)))
+    return largest
+
+
 def plan_workspace(graph: Graph, kernels: list[Kernel]) -> tuple[tuple[Slot, ...], Expr]:
     """Pack the temps that need memory into slots, reusing a slot once its value is dead."""
     first: dict[str, int] = {}
@@ -186,27 +207,23 @@ def plan_workspace(graph: Graph, kernels: list[Kernel]) -> tuple[tuple[Slot, ...
             for ld in loads(m.body):
                 if ld.buffer in first:
                     last[ld.buffer] = max(last[ld.buffer], k)
-    slots: list[list] = []  # [size, free_after, buffers]
+    slots: list[list] = []  # [sizes, free_after, buffers]
     for name in sorted(first, key=lambda n: first[n]):
         size = _bytes(graph, name)
         for slot in slots:
             if slot[1] < first[name]:
-                slot[0] = maximum(slot[0], size)
+                slot[0].append(size)
                 slot[1] = last[name]
                 slot[2].append(name)
                 break
         else:
-            slots.append([size, last[name], [name]])
+            slots.append([[size], last[name], [name]])
     if packs:
         # One region for every contraction's packed panels (each lives within its kernel only).
-        # Its size is a max over formulas the prover would take long to compare: left unproved.
-        sizes = sorted({_bytes(graph, name) for name in packs}, key=str)
-        size = sizes[0]
-        for other in sizes[1:]:
-            size = Expr.atom(Call("max", (size, other)))
-        slots.append([size, len(kernels), packs])
+        slots.append([[_bytes(graph, name) for name in packs], len(kernels), packs])
     out, offset = [], ZERO
-    for size, _, names in slots:
+    for sizes, _, names in slots:
+        size = _largest(sizes)
         out.append(Slot(offset, size, tuple(names)))
         offset = offset + size
     return tuple(out), offset
