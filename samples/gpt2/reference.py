@@ -11,7 +11,6 @@ linear weights stored [out, in] as in the weights file.
 
 from __future__ import annotations
 
-
 import numpy as np
 import torch
 import torch.nn.functional as F
