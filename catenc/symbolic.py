@@ -374,6 +374,23 @@ def mod(a: ExprLike, b: ExprLike) -> Expr:
     return Expr.atom(Call("mod", (rest, b)))
 
 
+def merge_divmod(e: Expr) -> Expr:
+    """e with every k*c*(x // c) + k*(x % c) written k*x: the flat index of a reshaped index map
+    becomes the plain position again (no division left for the loop to compute)."""
+    terms = e.as_dict
+    for monomial, coef in terms.items():
+        if len(monomial) != 1 or monomial[0][1] != 1:
+            continue
+        atom = monomial[0][0]
+        if not (isinstance(atom, Call) and atom.func == "mod" and atom.args[1].is_const):
+            continue
+        x, c = atom.args
+        quotient = ((Call("floordiv", (x, c)), 1),)
+        if terms.get(quotient) == coef * c.value:
+            return merge_divmod(e - Expr.from_dict({monomial: coef, quotient: coef * c.value}) + x * coef)
+    return e
+
+
 def maximum(a: ExprLike, b: ExprLike) -> Expr:
     a, b = to_expr(a), to_expr(b)
     diff = a - b

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from catenc.dtypes import DTYPES, DType
-from catenc.ir.nodes import Binary, Buffer, Cast, Const, Gather, Load, Local, SymInt, Unary, Value, Where
+from catenc.ir.nodes import Binary, Buffer, Cast, Const, Gather, Load, Local, SymInt, Unary, Value, Where, walk
 from catenc.lower.loops import Assign, Declare, For, Gemm, If, LaneReduce, LoopKernel, Stmt, Store, identity
 from catenc.schedule.contractions import ACC
-from catenc.symbolic import ZERO, Expr, product, sym
+from catenc.symbolic import ZERO, Expr, merge_divmod, product, sym
 
 FLOAT_FUNCS = (
     "sqrt exp exp2 log log2 log1p expm1 sin cos tan tanh sinh cosh asin acos atan erf floor ceil trunc".split()
@@ -341,40 +341,85 @@ class CRenderer:
             self._hoisted = saved
 
     def lane_reduce(self, stmt: LaneReduce, pad: str, lines: list[str]) -> None:
+        """Lane arrays (one per accumulator) filled a vector at a time, the tail into the
+        accumulators, then each array combined as a tree (fixed order, vector code)."""
         ctype, i, n = self.ctype(stmt.dtype), self.indent, stmt.lanes
         op = {"add": "sum", "mul": "prod"}.get(stmt.op, stmt.op)
         start = self.literal(identity(op, stmt.dtype), stmt.dtype)
-        lane = Local(stmt.dtype, "catenc_lanes[catenc_l]")
-        acc = Local(stmt.dtype, stmt.acc)
+        if n & (n - 1):
+            raise ValueError(f"lane count {n} is not a power of two")
+        count = len(stmt.reductions)
+
+        def lanes(k: int, at: str) -> Local:
+            return Local(stmt.dtype, f"catenc_lanes[{k}][{at}]")
+
+        def steps(target, pad_: str) -> list[str]:
+            return [line for k in range(count) for line in self.lane_step(stmt, k, target(k), pad_)]
+
+        def combine(k: int) -> list[str]:
+            pair = Binary(stmt.dtype, stmt.op, lanes(k, "catenc_l"), lanes(k, "catenc_l + catenc_w"))
+            return self.assignment(lanes(k, "catenc_l").name, pair, pad + i * 3)
+
         extent = stmt.extent.to_c()
         lines += [
             f"{pad}{{",
-            f"{pad}{i}{ctype} catenc_lanes[{n}];",
+            f"{pad}{i}{ctype} catenc_lanes[{count}][{n}];",
             f"{pad}{i}const int64_t catenc_full = ({extent}) - ({extent}) % {n};",
-            f"{pad}{i}for (int64_t catenc_l = 0; catenc_l < {n}; ++catenc_l) catenc_lanes[catenc_l] = {start};",
+            f"{pad}{i}for (int64_t catenc_l = 0; catenc_l < {n}; ++catenc_l) {{",
+            *[f"{pad}{i * 2}{lanes(k, 'catenc_l').name} = {start};" for k in range(count)],
+            f"{pad}{i}}}",
             f"{pad}{i}for (int64_t catenc_base = 0; catenc_base < catenc_full; catenc_base += {n}) {{",
+            *[f"{pad}{i * 2}{line}" for line in self.prefetches(stmt)],
             f"{pad}{i * 2}for (int64_t catenc_l = 0; catenc_l < {n}; ++catenc_l) {{",
             f"{pad}{i * 3}const int64_t {stmt.index} = catenc_base + catenc_l;",
-            *self.lane_step(stmt, lane, pad + i * 3),
+            *steps(lambda k: lanes(k, "catenc_l"), pad + i * 3),
             f"{pad}{i * 2}}}",
             f"{pad}{i}}}",
             f"{pad}{i}for (int64_t {stmt.index} = catenc_full; {stmt.index} < {extent}; ++{stmt.index}) {{",
-            *self.lane_step(stmt, acc, pad + i * 2),
+            *steps(lambda k: Local(stmt.dtype, stmt.reductions[k][0]), pad + i * 2),
             f"{pad}{i}}}",
-            f"{pad}{i}for (int64_t catenc_l = 0; catenc_l < {n}; ++catenc_l)",
-            *self.assignment(stmt.acc, Binary(stmt.dtype, stmt.op, acc, lane), pad + i * 2),
-            f"{pad}}}",
+            f"{pad}{i}for (int64_t catenc_w = {n // 2}; catenc_w > 0; catenc_w /= 2)",
+            f"{pad}{i * 2}for (int64_t catenc_l = 0; catenc_l < catenc_w; ++catenc_l) {{",
+            *[line for k in range(count) for line in combine(k)],
+            f"{pad}{i * 2}}}",
         ]
+        for k, (acc, _) in enumerate(stmt.reductions):
+            total = Binary(stmt.dtype, stmt.op, Local(stmt.dtype, acc), lanes(k, "0"))
+            lines += self.assignment(acc, total, pad + i)
+        lines.append(f"{pad}}}")
 
-    def lane_step(self, stmt: LaneReduce, target: Local, pad: str) -> list[str]:
-        """`target = op(target, value)`, the value also stored where the statement says."""
+    prefetch_bytes = 4096  # how far ahead jammed rows are fetched
+
+    def prefetches(self, stmt: LaneReduce) -> list[str]:
+        """For jammed rows (several matrix rows streamed at once): a hint per row to fetch
+        what the loop reads prefetch_bytes later, so that more of memory's latency overlaps."""
+        if not stmt.more:
+            return []
+        out = []
+        for _, value in stmt.reductions:
+            for load in walk(value):
+                if not (isinstance(load, Load) and load.index and stmt.index in load.index[-1].free_symbols()):
+                    continue
+                if any(stmt.index in e.free_symbols() for e in load.index[:-1]):
+                    continue
+                ahead = self.prefetch_bytes // self.buffers[load.buffer].dtype.itemsize
+                index = tuple(e.substitute({stmt.index: sym("catenc_base") + ahead}) for e in load.index)
+                line = f"CATENC_PREFETCH({load.buffer}, {self.flat_index(index, self.buffers[load.buffer].shape)});"
+                if line not in out:
+                    out.append(line)
+        return out
+
+    def lane_step(self, stmt: LaneReduce, k: int, target: Local, pad: str) -> list[str]:
+        """`target = op(target, value)` for reduction k, the value also stored where the
+        statement says."""
+        value = stmt.reductions[k][1]
         if stmt.store is None:
-            return self.assignment(target.name, Binary(stmt.dtype, stmt.op, target, stmt.value), pad)
+            return self.assignment(target.name, Binary(stmt.dtype, stmt.op, target, value), pad)
         buffer, index = stmt.store
         buf = self.buffers[buffer]
         item = Local(stmt.dtype, "catenc_item")
         return [
-            *self.assignment(f"const {self.ctype(stmt.dtype)} {item.name}", stmt.value, pad),
+            *self.assignment(f"const {self.ctype(stmt.dtype)} {item.name}", value, pad),
             f"{pad}{buffer}[{self.flat_index(index, buf.shape)}] = {item.name};",
             *self.assignment(target.name, Binary(stmt.dtype, stmt.op, target, item), pad),
         ]
@@ -566,7 +611,7 @@ def flatten(index, shape) -> Expr:
     flat = ZERO
     for i, d in zip(index, shape):
         flat = flat * d + i
-    return flat
+    return merge_divmod(flat)
 
 
 def output_index(c) -> str:

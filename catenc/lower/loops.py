@@ -81,6 +81,12 @@ class LaneReduce:
     value: Value
     lanes: int
     store: tuple[str, tuple[Expr, ...]] | None = None  # also store each value at buffer[index]
+    more: tuple[tuple[str, Value], ...] = ()  # more (acc, value) reduced in the same loop (jammed rows)
+
+    @property
+    def reductions(self) -> tuple[tuple[str, Value], ...]:
+        """Every (accumulator, value) the loop reduces."""
+        return ((self.acc, self.value),) + self.more
 
 
 @dataclass(frozen=True)
@@ -127,8 +133,8 @@ def _lower_kernel(schedule: Schedule, kernel: Kernel, parallel: bool) -> LoopKer
     flops = stored = ZERO
     for member in kernel.members:
         mapping: dict[str, Expr] = {}
-        for (name, _), outer in zip(member.indices, outer_names):
-            mapping[name] = sym(outer)
+        for (name, _), (outer, extent) in zip(member.indices, kernel.outer):
+            mapping[name] = ZERO if extent == ONE else sym(outer)
         inner = []
         for name, extent in member.indices[len(outer_names) :]:
             if extent == ONE:
@@ -149,11 +155,11 @@ def _lower_kernel(schedule: Schedule, kernel: Kernel, parallel: bool) -> LoopKer
         if member.name not in kernel.scalars:
             stored = stored + _product(e for _, e in member.indices)
     body: tuple[Stmt, ...] = tuple(row.stmts)
+    # the outermost loop that iterates runs in parallel (unit loops are only declarations)
+    first = next((k for k, (_, extent) in enumerate(kernel.outer) if extent != ONE), None)
     for k, (name, extent) in reversed(list(enumerate(kernel.outer))):
-        if extent == ONE:
-            body = (Declare(name, I64, Const(I64, 0)),) + body
-            continue
-        body = (For(name, extent, body, parallel and k == 0),)
+        if extent != ONE:  # a unit loop's index is 0 wherever it is used
+            body = (For(name, extent, body, parallel and k == first),)
     return _loop_kernel(schedule, kernel, body, flops, flops + stored)
 
 
@@ -334,7 +340,9 @@ def iter_stmts(body: tuple[Stmt, ...]):
 
 
 def stmt_values(stmt: Stmt) -> list[Value]:
-    if isinstance(stmt, (Declare, Assign, Store, LaneReduce)):
+    if isinstance(stmt, LaneReduce):
+        return [value for _, value in stmt.reductions]
+    if isinstance(stmt, (Declare, Assign, Store)):
         return [stmt.value]
     if isinstance(stmt, If):
         return [stmt.cond]
@@ -426,10 +434,8 @@ def format_body(body: tuple[Stmt, ...], depth: int, lines: list[str]) -> None:
             stored = ""
             if stmt.store is not None:
                 stored = f", stored to {stmt.store[0]}[{', '.join(str(e) for e in stmt.store[1])}]"
-            lines.append(
-                f"{pad}{stmt.acc} = {stmt.op}({stmt.acc}, {format_value(stmt.value)}) "
-                f"for {stmt.index} in 0..{stmt.extent}  # {stmt.lanes} lanes{stored}"
-            )
+            updates = "; ".join(f"{acc} = {stmt.op}({acc}, {format_value(v)})" for acc, v in stmt.reductions)
+            lines.append(f"{pad}{updates} for {stmt.index} in 0..{stmt.extent}  # {stmt.lanes} lanes{stored}")
         elif isinstance(stmt, Gemm):
             c = stmt.contraction
 

@@ -90,7 +90,9 @@ class _Renamer:
             store = None
             if s.store is not None:
                 store = (self.name(s.store[0]), tuple(self.expr(e) for e in s.store[1]))
-            return replace(s, acc=self.name(s.acc), index=index, extent=extent, value=self.value(s.value), store=store)
+            more = tuple((self.name(acc), self.value(v)) for acc, v in s.more)
+            value = self.value(s.value)
+            return replace(s, acc=self.name(s.acc), index=index, extent=extent, value=value, store=store, more=more)
         if isinstance(s, Gemm):
             c = s.contraction
             axes = {field: self.axes(getattr(c, field)) for field in ("batch", "rows", "cols", "depth")}

@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from catenc.dtypes import DType
-from catenc.ir.nodes import Binary, Load, Local, Value, walk
+from catenc.ir.nodes import Binary, Const, Load, Local, Value, value_symbols, walk
 from catenc.ir.passes import calls_expensive, replace_node, substitute
-from catenc.lower.loops import Assign, For, If, LaneReduce, LoopKernel, Stmt, Store
+from catenc.lower.loops import Assign, Declare, For, If, LaneReduce, LoopKernel, Stmt, Store
 from catenc.symbolic import sym
 
 LANE_OPS = frozenset({"add", "mul", "max", "min"})
@@ -31,9 +31,78 @@ def lanes_for(dtype: DType, vector_lanes: int) -> int:
 
 
 def split_reduction_lanes(kernel: LoopKernel, vector_lanes: int, storage: dict[str, DType]) -> LoopKernel:
-    """Every simple reduction loop of the kernel as a LaneReduce, and reduced values reused
-    (storage: each buffer's storage dtype)."""
-    return replace(kernel, body=_reuse(_rewrite(kernel.body, vector_lanes), storage))
+    """Every simple reduction loop of the kernel as a LaneReduce, reduced values reused
+    (storage: each buffer's storage dtype), and rows of reductions jammed (jam_rows)."""
+    return replace(kernel, body=jam_rows(_reuse(_rewrite(kernel.body, vector_lanes), storage)))
+
+
+JAM = 2  # rows of a matrix-vector product reduced in one pass
+
+
+def jam_rows(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+    """A loop whose every iteration is one reduction and a few stores (a matrix-vector
+    product: y[j] = f(sum_k w[j, k] * x[k])) runs JAM iterations at a time, their reductions in
+    one LaneReduce: several rows streamed at once and the vector x read once for all of them.
+    The leftover iterations run as before."""
+    out: list[Stmt] = []
+    for stmt in body:
+        if isinstance(stmt, (For, If)):
+            stmt = replace(stmt, body=jam_rows(stmt.body))
+        out += _jammed(stmt) if isinstance(stmt, For) else [stmt]
+    return tuple(out)
+
+
+def _jammed(loop: For) -> list[Stmt]:
+    if len(loop.body) < 3 or loop.extent.is_const and loop.extent.value < 2 * JAM:
+        return [loop]
+    start, reduce, *tail = loop.body
+    if not (isinstance(start, Declare) and isinstance(start.value, Const) and isinstance(reduce, LaneReduce)):
+        return [loop]
+    if (
+        reduce.acc != start.name
+        or reduce.store is not None
+        or reduce.more
+        or loop.index in reduce.extent.free_symbols()
+    ):
+        return [loop]
+    if loop.index not in value_symbols(reduce.value) or not all(isinstance(s, (Store, Declare)) for s in tail):
+        return [loop]
+    block = f"{loop.index}_jam"
+    rows, jammed, reductions = [], [], []
+    for r in range(JAM):
+        names = {start.name: f"{start.name}_{r}"} | {s.name: f"{s.name}_{r}" for s in tail if isinstance(s, Declare)}
+        at = {loop.index: sym(block) * JAM + r}
+        rows.append(replace(start, name=names[start.name]))
+        reductions.append((names[start.name], substitute(reduce.value, at)))
+        jammed += [_renamed(s, names, at) for s in tail]
+    (first, value), *more = reductions
+    lanes = replace(reduce, acc=first, value=value, more=tuple(more))
+    main = replace(loop, index=block, extent=loop.extent // JAM, body=(*rows, lanes, *jammed))
+    rest = f"{loop.index}_rest"
+    at = {loop.index: (loop.extent // JAM) * JAM + sym(rest)}
+    leftover = For(rest, loop.extent % JAM, tuple(_renamed(s, {}, at) for s in loop.body))
+    return [main, leftover]
+
+
+def _renamed(stmt: Stmt, names: dict[str, str], at: dict) -> Stmt:
+    """A statement with its locals renamed and the loop index replaced."""
+
+    def value(v: Value) -> Value:
+        return _rename_locals(substitute(v, at), names)
+
+    if isinstance(stmt, Declare):
+        return replace(stmt, name=names.get(stmt.name, stmt.name), value=value(stmt.value))
+    if isinstance(stmt, Store):
+        return replace(stmt, index=tuple(e.substitute(at) for e in stmt.index), value=value(stmt.value))
+    if isinstance(stmt, LaneReduce):
+        return replace(stmt, value=value(stmt.value), extent=stmt.extent.substitute(at))
+    raise TypeError(stmt)
+
+
+def _rename_locals(v: Value, names: dict[str, str]) -> Value:
+    if isinstance(v, Local) and v.name in names:
+        return replace(v, name=names[v.name])
+    return v.with_children(tuple(_rename_locals(c, names) for c in v.children()))
 
 
 def _rewrite(body: tuple[Stmt, ...], vector_lanes: int) -> tuple[Stmt, ...]:
