@@ -172,3 +172,24 @@ def test_every_mapping_matches_numpy(tmp_path_factory, block):
                 else:
                     tol = 1e-12 if g.dtype == np.float64 else 2e-5
                     np.testing.assert_allclose(g, want, rtol=tol, atol=tol, err_msg=f"{name} {m}x{n}")
+
+
+GUARDED = """
+[composite.guarded_rows]
+inputs = ["x: i32[N, K]", "w: i32[2]"]
+outputs = ["y: i32[N - 1, K]"]
+where = ["N >= 1"]
+body = "y[i, j] = where(j <= i + 1, min[r](x[i + r, j] * w[r]), 0)"
+"""
+
+
+def test_a_reduction_under_a_guard_is_combined_across_the_group(tmp_path):
+    """The row's loop sits under the `where` guard (an `if`); its group reduction must follow
+    it there (found by the differential fuzzer: only work-item 0's part was kept)."""
+    lib = compile_text(tmp_path, GUARDED, runtime_name="opencl")
+    rng = np.random.default_rng(0)
+    for n, k in [(1, 4), (3, 3), (9, 70)]:
+        x, w = rng.integers(-50, 50, (n, k), dtype=np.int32), np.array([3, -2], np.int32)
+        i, j = np.indices((n - 1, k))
+        want = np.where(j <= i + 1, np.minimum(x[:-1] * w[0], x[1:] * w[1]), 0)
+        np.testing.assert_array_equal(lib.guarded_rows(x, w), want)

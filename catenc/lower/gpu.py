@@ -234,8 +234,11 @@ def _walks_last_index(loop: For) -> bool:
     return False
 
 
-def _share_row(row: tuple[Stmt, ...]) -> tuple[GpuStmt, ...]:
-    declared = {s.name for s in _row_level(row) if isinstance(s, Declare)}
+def _share_row(row: tuple[Stmt, ...], declared: set[str] | None = None) -> tuple[GpuStmt, ...]:
+    """The row's loops shared by the group, each followed by the group reductions of the
+    accumulators it updates (declared: the row's accumulators, from outside any `if`)."""
+    if declared is None:
+        declared = {s.name for s in _row_level(row) if isinstance(s, Declare)}
     out: list[GpuStmt] = []
     for stmt in row:
         if isinstance(stmt, For):
@@ -246,7 +249,7 @@ def _share_row(row: tuple[Stmt, ...]) -> tuple[GpuStmt, ...]:
             if not reductions and any(isinstance(s, Store) for s in iter_stmts(stmt.body)):
                 out.append(Barrier())
         elif isinstance(stmt, If):
-            out.append(If(stmt.cond, _share_row(stmt.body)))
+            out.append(If(stmt.cond, _share_row(stmt.body, declared)))
         elif isinstance(stmt, Store):
             out += [FirstItem((stmt,)), Barrier()]
         else:
