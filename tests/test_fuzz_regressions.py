@@ -284,3 +284,38 @@ def test_f16_intermediate_minus_its_mean_from_a_call_in_the_reference(tmp_path):
     assert_close(centered["d"], zeros.astype(np.float32), **EXACT)
     normed = run_program(entries["layernorm16"].program, values, {"N": 1})
     assert_close(normed["y"], np.broadcast_to(values["b"], (4, 1)), **EXACT)
+
+
+# ------------------------------------------------------------------------------------------
+# A load under a guard that is false for every index (`x4[i - 1, j]` only where i >= 1, with
+# K fixed to 1 so i is always 0) reads the input at a constant leading index -1. -O2 turned a
+# constant leading index into a view pointer (`x4_at-1`: not a C name, and a pointer before
+# the array); views are now made only for indices inside a leading dim of known size.
+
+GUARDED_NEGATIVE_SLICE = '''
+[composite.guarded_negative_slice]
+inputs = ["x4: i64[K - 1, M]", "w: f32[3, M]"]
+outputs = ["t6: i64[K, M]", "y: f32[M]"]
+body = """
+t6[i, j] = where(i >= 1, x4[i - 1, j], -1) * i
+y = w[2] * 2.0
+"""
+'''
+
+
+@pytest.mark.parametrize("m", [0, 1, 5])
+def test_guarded_load_at_a_negative_constant_index(tmp_path, m):
+    path = tmp_path / "g.toml"
+    path.write_text(GUARDED_NEGATIVE_SLICE)
+    rt = load_runtime("clang")
+    options = Options(rt, config=rt.validate_config({}), opt="2", defines={"K": 1})
+    plan = plan_file(str(path), options)
+    views = [b.name for b in plan.entries[0].schedule.graph.buffers if b.role == "view"]
+    assert views == ["w_at2"]
+    lib = load(
+        build(plan, options, BuildRequest(str(path), str(tmp_path / "o"), ("c", "h", "manifest", "so")))["manifest"]
+    )
+    w = randn((3, m))
+    t6, y = lib.guarded_negative_slice(np.zeros((0, m), np.int64), w)
+    assert_close(t6, np.zeros((1, m), np.int64), **EXACT)
+    assert_close(y, w[2] * 2, **EXACT)

@@ -76,6 +76,10 @@ def split_constant_slices(graph: Graph) -> Graph:
         base = inputs.get(load.buffer)
         if base is None or isinstance(load, Gather) or not load.index[0].is_const:
             return load
+        # only inside a leading dim of known size: a pointer past the input is undefined in C,
+        # even unused (a load under a false guard may carry any index)
+        if not (base.shape[0].is_const and 0 <= load.index[0].value < base.shape[0].value):
+            return load
         key = (base.name, load.index[0].value)
         if key not in views:
             name = f"{base.name}_at{key[1]}"
