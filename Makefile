@@ -6,6 +6,7 @@
 #   make gpu-check on a machine with an NVIDIA GPU: every sample with --test and the full
 #                cuda test-runtime (here, without a GPU, cuda cells can only be `compiled`)
 #   make lint    ruff check + ruff format --check
+#   make gpt2    GPT-2 small in C (samples/gpt2): compile it, write random weights, generate 32 tokens
 #   make bench   catenc against numpy and PyTorch (bench/run.py; installs the bench extra; writes
 #                bench/results.md; BENCH_ARGS="--quick" for a smoke run, "--only sgemm --runs 20")
 #   make clean   remove build outputs (keeps .venv; `make distclean` removes it too)
@@ -36,7 +37,7 @@ SIZES_conv2d    := N=2,C=3,H=13,W=11,K=8
 
 LINT_DIRS := catenc tests runtimes samples bench
 
-.PHONY: setup demo test fuzz coverage gpu-check lint bench clean distclean $(addprefix sample-,$(SAMPLES))
+.PHONY: setup demo test fuzz coverage gpu-check lint bench gpt2 clean distclean $(addprefix sample-,$(SAMPLES))
 
 setup: $(STAMP)
 
@@ -78,6 +79,21 @@ $(addprefix sample-,$(SAMPLES)): sample-%: $(STAMP)
 
 test: $(STAMP)
 	$(PYBIN) -m pytest -q -p no:cacheprovider tests
+
+# GPT-2 small (samples/gpt2): compile the composite to build/gpt2, write deterministic random
+# weights there once (samples/gpt2/README.md: real ones), build samples/gpt2/main.c against
+# libgpt2.so (rpath $ORIGIN: it runs without LD_LIBRARY_PATH) and generate 32 tokens greedily,
+# printing the prefill time and the decoding speed. GPT2_ARGS for more, e.g. "-n 64 -p '464 2068'".
+gpt2: $(STAMP)
+	$(CATENC) compile samples/gpt2/gpt2.toml -o build/gpt2
+	@if [ ! -f build/gpt2/weights.safetensors ]; then \
+	  echo "$(PYBIN) samples/gpt2/weights.py build/gpt2/weights.safetensors"; \
+	  $(PYBIN) samples/gpt2/weights.py build/gpt2/weights.safetensors.tmp && \
+	  mv build/gpt2/weights.safetensors.tmp build/gpt2/weights.safetensors; \
+	fi
+	$(CC) -std=c99 -Wall -Wextra -O2 -Ibuild/gpt2 samples/gpt2/main.c -o build/gpt2/gpt2 \
+	  -Lbuild/gpt2 -lgpt2 -lm -Wl,-rpath,'$$ORIGIN'
+	build/gpt2/gpt2 build/gpt2/weights.safetensors -n 32 $(GPT2_ARGS)
 
 # Differential fuzzing (tests/fuzzing/run.py) for MINUTES (default 10) from SEED (default 1);
 # failing programs are written to build/fuzz/failures/.
