@@ -5,17 +5,29 @@ runs, makes its f32 inputs (random normal, fixed seed), computes a float64 refer
 numpy, and lists the peer implementations: numpy and PyTorch written the way a user would
 write them, allocating their results, and, where the library offers ``out=``, the same call
 writing into preallocated arrays.
+
+The whole GPT-2 small rows call the sample's composites (samples/gpt2/gpt2.toml) and time the
+sample's PyTorch model (samples/gpt2/reference.py) on the sample's random weights.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "samples" / "gpt2"))
+
+import reference as gpt2_reference  # noqa: E402  (samples/gpt2/reference.py)
+import weights as gpt2_weights  # noqa: E402  (samples/gpt2/weights.py)
 
 F32 = np.float32
 F64 = np.float64
@@ -48,7 +60,13 @@ class Peer:
 
 @dataclass
 class Case:
-    """One benchmark row (several rows may share one composite: sgemm at three sizes)."""
+    """One benchmark row (several rows may share one composite: sgemm at three sizes).
+
+    composite names the build (compiled once from the file ``toml``, relative to the repository
+    root; default ``bench/composites/<composite>.toml``); ``entry`` is the entry the row calls
+    (default: the composite's own). ``per_call``: what one call yields ("tok"), for rows whose
+    rate is calls per second: the table shows it next to every time.
+    """
 
     name: str
     composite: str
@@ -59,6 +77,13 @@ class Case:
     work: Callable[[Sequence[np.ndarray]], float]  # flops or bytes of one call
     peers: list[Peer] = field(default_factory=list)
     notes: str = ""
+    entry: str = ""
+    toml: str = ""
+    per_call: str = ""
+
+    def __post_init__(self) -> None:
+        self.entry = self.entry or self.composite
+        self.toml = self.toml or f"bench/composites/{self.composite}.toml"
 
 
 def _normal(rng: np.random.Generator, shape: tuple[int, ...], scale: float = 1.0) -> np.ndarray:
@@ -328,6 +353,11 @@ def _conv(n: int, c: int, h: int, w: int, k: int) -> Case:
 WIDTH, HEADS, HEAD_DIM, HIDDEN = 768, 12, 64, 3072
 
 
+def _score_flops(t: int) -> float:
+    """q k^T and p v of one attention layer over the full T x T (no causal discount)."""
+    return 2 * (2.0 * HEADS * t * t * HEAD_DIM)
+
+
 def _attention_numpy(x, wqkv, bqkv, wo, bo):
     t = x.shape[0]
     qkv = x @ wqkv + bqkv
@@ -384,7 +414,7 @@ def _attention(t: int) -> Case:
             _normal(rng, (WIDTH,), 0.02),
         ]
 
-    flops = 2.0 * t * WIDTH * 3 * WIDTH + 2 * (2.0 * HEADS * t * t * HEAD_DIM) + 2.0 * t * WIDTH * WIDTH
+    flops = 2.0 * t * WIDTH * 3 * WIDTH + _score_flops(t) + 2.0 * t * WIDTH * WIDTH
     return Case(
         name="attention",
         composite="gpt2_attention",
@@ -444,6 +474,94 @@ def _mlp(t: int) -> Case:
     )
 
 
+# -------------------------------------------------------------- GPT-2 small, whole
+
+GPT2_TOML = "samples/gpt2/gpt2.toml"
+GPT2_LINEARS = ("attn_w", "proj_w", "fc_w", "fcproj_w", "wte")  # every matrix a position multiplies
+
+
+@functools.cache
+def _gpt2_weights() -> tuple[np.ndarray, ...]:
+    """The sample's random GPT-2 small weights (seed 0), in the entries' argument order; made
+    once (about 3 s, 500 MB) for both rows."""
+    tensors = gpt2_weights.random_weights(0)
+    return tuple(tensors[name] for name in gpt2_weights.NAMES)
+
+
+def _gpt2_model(weights: Sequence[np.ndarray], dtype: torch.dtype = torch.float32) -> gpt2_reference.Gpt2:
+    """The sample's PyTorch model on these weights (shared, not copied, in float32)."""
+    return gpt2_reference.Gpt2(dict(zip(gpt2_weights.NAMES, weights)), dtype)
+
+
+def _gpt2_prefill(t: int) -> Case:
+    def inputs(rng):
+        return [rng.integers(0, gpt2_weights.VOCAB, t, dtype=np.int64), *_gpt2_weights()]
+
+    def reference(args):
+        return _gpt2_model(args[1:], torch.float64).prefill(args[0])[0].numpy()
+
+    def torch_alloc(args):
+        model = _gpt2_model(args[1:])
+        return lambda: model.prefill(args[0])[0]
+
+    params = sum(math.prod(gpt2_weights.SHAPES[name]) for name in GPT2_LINEARS)
+    flops = 2.0 * t * params + gpt2_weights.LAYERS * _score_flops(t)
+    return Case(
+        name="gpt2-prefill",
+        composite="gpt2",
+        size=f"GPT-2 small 124M, T={t} prompt",
+        inputs=inputs,
+        reference=reference,
+        kind="flops",
+        work=lambda args: flops,
+        peers=[Peer("torch", torch_alloc)],
+        notes="the whole forward pass over a prompt of T random tokens: logits [T, 50257] and both KV caches "
+        "[T, 12, 12, 64] (entry `gpt2`; random weights, seed 0); torch: `Gpt2.prefill` of "
+        "samples/gpt2/reference.py (eager, F.scaled_dot_product_attention), on the same weights. "
+        "flops: 2 T x the 123.5M weights of the matrix products (head included) plus the attention "
+        "scores over the full T x T; the error is the logits', against the same model in float64",
+        toml=GPT2_TOML,
+    )
+
+
+def _gpt2_decode(s: int) -> Case:
+    cache = (s, gpt2_weights.LAYERS, HEADS, HEAD_DIM)
+
+    def inputs(rng):
+        token = np.asarray(rng.integers(0, gpt2_weights.VOCAB), dtype=np.int64)
+        return [token, _normal(rng, cache), _normal(rng, cache), *_gpt2_weights()]
+
+    def reference(args):
+        token, past_k, past_v, *weights = args
+        return _gpt2_model(weights, torch.float64).step(int(token), *_f64([past_k, past_v]))[0].numpy()
+
+    def torch_alloc(args):
+        token, past_k, past_v, *weights = args
+        model = _gpt2_model(weights)
+        past = torch.from_numpy(past_k), torch.from_numpy(past_v)
+        return lambda: model.step(int(token), *past)[0]
+
+    written = 4.0 * (gpt2_weights.VOCAB + 2 * gpt2_weights.LAYERS * HEADS * HEAD_DIM)
+    return Case(
+        name="gpt2-decode",
+        composite="gpt2",
+        size=f"GPT-2 small 124M, 1 token, S={s} cached",
+        inputs=inputs,
+        reference=reference,
+        kind="bytes",
+        work=lambda args: _nbytes(args) + written,
+        peers=[Peer("torch", torch_alloc)],
+        notes="one greedy decoding step with the KV cache: the logits [50257] of one token "
+        "at position S and its keys and values, given S cached positions (random normal caches); times are per "
+        "token, tok/s = 1 / time; torch: `Gpt2.step` of samples/gpt2/reference.py (concatenates the cache in "
+        "every layer, as written). Bandwidth-bound: bytes = every input read once (the 498 MB of weights, "
+        "both caches) + the outputs written once",
+        entry="gpt2_step",
+        toml=GPT2_TOML,
+        per_call="tok",
+    )
+
+
 # --------------------------------------------------------------------------- lists
 
 
@@ -461,6 +579,8 @@ def cases(quick: bool = False) -> list[Case]:
             _conv(1, 16, 28, 28, 16),
             _attention(32),
             _mlp(16),
+            _gpt2_prefill(32),
+            _gpt2_decode(32),
         ]
     return [
         _sgemm(1024, 1024, 1024),
@@ -473,4 +593,6 @@ def cases(quick: bool = False) -> list[Case]:
         _conv(8, 64, 56, 56, 64),
         _attention(256),
         _mlp(256),
+        _gpt2_prefill(256),
+        _gpt2_decode(256),
     ]

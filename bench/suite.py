@@ -1,9 +1,10 @@
 """The benchmark suite behind bench/run.py (see its docstring for the environment it sets up).
 
 Steps: build and run the machine-peak kernels (bench/peaks/), compile every composite of
-bench/composites/ with catenc at the default level and at -O3 (timing file -> loaded library),
-then for each workload time catenc and its peers round-robin on the same inputs, check every
-result against a float64 reference, and print and write the table.
+bench/composites/ (and the GPT-2 sample, samples/gpt2/gpt2.toml) with catenc at the default
+level and at -O3 (timing file -> loaded library), then for each workload time catenc and its
+peers round-robin on the same inputs, check every result against a float64 reference, and
+print and write the table.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from catenc.loader import Library, load
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-COMPOSITES = BENCH / "composites"
 PEAKS = BENCH / "peaks"
 BUILD = ROOT / "build" / "bench"
 RESULTS = BENCH / "results.md"
@@ -181,10 +181,11 @@ def _shown(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
-def compile_composite(composite: str, level: str, config: str) -> Build:
+def compile_composite(composite: str, toml: Path, level: str, config: str) -> Build:
+    """Compile ``toml`` (whose stem is ``composite``) at ``level`` and load the library."""
     outdir = BUILD / (composite if level == "-O2" else f"{composite}{level}")
     build = Build(composite, level, outdir)
-    command = [sys.executable, "-m", "catenc", "compile", _shown(COMPOSITES / f"{composite}.toml")]
+    command = [sys.executable, "-m", "catenc", "compile", _shown(toml)]
     command += ["-o", _shown(outdir)]
     if config:
         command += ["--config", config]
@@ -326,12 +327,17 @@ def _fmt_ms(ms: float) -> str:
     return f"{ms:.0f}" if ms >= 100 else f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}" if ms >= 1 else f"{ms:.3f}"
 
 
-def _cell(contender: Contender | None, show_variant: bool = True) -> str:
+def _per_second(ms: float, per_call: str) -> str:
+    """The calls per second shown after a time, e.g. " (38.1 tok/s)", for rows that set Case.per_call."""
+    return f" ({1e3 / ms:.1f} {per_call}/s)" if per_call and math.isfinite(ms) and ms > 0 else ""
+
+
+def _cell(contender: Contender | None, show_variant: bool = True, per_call: str = "") -> str:
     if contender is None:
         return "n/a"
     if contender.problem and not contender.samples:
         return "**FAIL** (error)"
-    text = _fmt_ms(contender.median_ms)
+    text = _fmt_ms(contender.median_ms) + _per_second(contender.median_ms, per_call)
     if show_variant and contender.variant:
         text += f" ({contender.variant})"
     if contender.problem:
@@ -365,7 +371,7 @@ def table(rows: list[Row]) -> list[str]:
         elif c is None:
             catenc_cell, n, err = "-", "-", "-"
         else:
-            catenc_cell = _cell(c)
+            catenc_cell = _cell(c, per_call=row.case.per_call)
             n = str(len(c.samples))
             err = "error" if c.problem and not math.isfinite(c.error) else f"{c.error:.1e}"
             if c.problem and c.samples:
@@ -377,7 +383,7 @@ def table(rows: list[Row]) -> list[str]:
             ratio = f"{c.median_ms / best.median_ms:.2f}×"
         cells = [name, row.case.size, catenc_cell, rate, share, n]
         if row.level == "-O2":
-            cells += [_cell(row.column(col)) for col in PEER_COLUMNS]
+            cells += [_cell(row.column(col), per_call=row.case.per_call) for col in PEER_COLUMNS]
         else:
             cells += ["〃"] * len(PEER_COLUMNS)
         busy = f"{100 * row.others:.0f}%" if math.isfinite(row.others) else "?"
@@ -530,9 +536,9 @@ def run(argv: Sequence[str], catenc_config: str) -> int:
 
     log("==> compiling (catenc compile + load)")
     builds: dict[tuple[str, str], Build] = {}
-    for composite in dict.fromkeys(c.composite for c in selected):
+    for composite, toml in dict.fromkeys((c.composite, c.toml) for c in selected):
         for level in ("-O2",) if args.no_o3 else ("-O2", "-O3"):
-            build = compile_composite(composite, level, catenc_config)
+            build = compile_composite(composite, ROOT / toml, level, catenc_config)
             builds[composite, level] = build
             if build.error:
                 log(f"  {composite} {level}: COMPILE ERROR\n    " + build.error.replace("\n", "\n    "))
@@ -557,7 +563,7 @@ def run(argv: Sequence[str], catenc_config: str) -> int:
             contender = None
             if build.library is not None:
                 try:
-                    bound = BoundCall(build.library, case.composite, inputs)
+                    bound = BoundCall(build.library, case.entry, inputs)
                     contender = Contender(f"catenc {level}", "catenc", bound, True)
                 except Exception as error:  # noqa: BLE001 - reported in the table
                     contender = Contender(f"catenc {level}", "catenc", lambda: None, True, crashed=True)
@@ -573,7 +579,8 @@ def run(argv: Sequence[str], catenc_config: str) -> int:
         for c in contenders + peers:
             label = c.label + (f" ({c.variant})" if c.variant else "")
             state = "ok" if c.ok else f"FAIL: {c.problem}"
-            log(f"  {label:<26} {_fmt_ms(c.median_ms):>9} ms  n={len(c.samples):<2} err {c.error:.1e}  {state}")
+            rate = _per_second(c.median_ms, case.per_call)
+            log(f"  {label:<26} {_fmt_ms(c.median_ms):>9} ms{rate}  n={len(c.samples):<2} err {c.error:.1e}  {state}")
         if others > BUSY_WARNING:
             log(f"  (other processes used {100 * others:.0f}% of the CPUs meanwhile: 2-thread timings suffer)")
         del inputs, reference
@@ -647,7 +654,8 @@ def report(
         f"over {SLOW_CALL_S:g} s counts its warm-up as a run (n shows how many).",
         "Rates: GFLOP/s as a share of the FMA peak for compute-bound rows, GB/s (inputs read once + outputs",
         "written once) as a share of the triad bandwidth for memory-bound rows (softmax and layernorm fit in",
-        "the L3 cache here, so more than 100% is possible).",
+        "the L3 cache here, so more than 100% is possible). Rows timed per generated token (gpt2-decode) also",
+        "show tokens per second, 1 / the median time, next to every time.",
         "`others' CPU`: the share of the machine's CPU time other processes used while the row ran (/proc/stat",
         f"less this process); above {100 * BUSY_WARNING:.0f}% the 2-thread contenders wait for a core and their "
         "times mean little.",
@@ -664,7 +672,8 @@ def report(
             continue
         seen.add(row.case.name)
         note = f": {row.case.notes}" if row.case.notes else ""
-        lines.append(f"- **{row.case.name}** (`bench/composites/{row.case.composite}.toml`){note}")
+        entry = f", entry `{row.case.entry}`" if row.case.entry != row.case.composite else ""
+        lines.append(f"- **{row.case.name}** (`{row.case.toml}`{entry}){note}")
     lines += [
         "",
         "## Compile time (file → loaded library)",
