@@ -121,30 +121,29 @@ def build(plan: FilePlan, options: Options, request: BuildRequest) -> dict[str, 
     source = render_source(
         plan.entries, stem, origin, runtime.renderer(), parallel, runtime.source_suffix, options.gemm_tiles
     )
-    header = render_header(plan.entries, stem, origin, options.prefix)
+    emit = _emitted(request.emit, runtime)
     staging = Path(tempfile.mkdtemp(prefix=".catenc-", dir=out_dir))
     try:
         (staging / names["c"]).write_text(source)
-        if runtime.header:
-            (staging / names["h"]).write_text(header)
+        if runtime.header:  # the source includes it, whether or not it is emitted
+            (staging / names["h"]).write_text(render_header(plan.entries, stem, origin, options.prefix))
         commands: list[list[str]] = []
-        if "so" in request.emit and not runtime.binary_kinds:
+        if "so" in request.emit and "so" not in emit:
             problem = runtime.verify_source(staging / names["c"], options.config)
             if problem:
                 raise InternalError(f"{runtime.name}: the generated {names['c']} does not build:\n{problem}")
         for kind in ("so", "o", "a"):
-            if kind in request.emit and (kind in runtime.binary_kinds or kind != "so"):
+            if kind in emit:
                 steps = runtime.build_commands(names["c"], names[kind], options.config, options.opt, kind)
                 for argv in steps:
                     _run_toolchain(argv, staging, user_flags=_user_flags(options))
                 commands += steps
         dumps = stage_dumps(plan)
         for kind, text in dumps.items():
-            if kind in request.emit:
+            if kind in emit:
                 (staging / names[kind]).write_text(text)
-        produced = [k for k in ("c", "h", "so", "o", "a", "ir", "schedule", "loops") if k in request.emit]
-        produced = [k for k in produced if (k != "h" or runtime.header) and (k != "so" or "so" in runtime.binary_kinds)]
-        if "manifest" in request.emit:
+        produced = [k for k in ("c", "h", "so", "o", "a", "ir", "schedule", "loops") if k in emit]
+        if "manifest" in emit:
             manifest = build_manifest(plan, options, staging, names, produced, commands)
             (staging / names["manifest"]).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
             produced.append("manifest")
@@ -158,6 +157,16 @@ def build(plan: FilePlan, options: Options, request: BuildRequest) -> dict[str, 
         return final
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _emitted(requested: tuple[str, ...], runtime) -> tuple[str, ...]:
+    """The requested kinds the runtime writes: no header where it has no C entry, and no shared
+    library where the driver compiles the source when it is loaded (the source is checked
+    instead). An object or archive it cannot make stays requested: building it says why."""
+    missing = {"h"} if not runtime.header else set()
+    if "so" not in runtime.binary_kinds:
+        missing.add("so")
+    return tuple(k for k in requested if k not in missing)
 
 
 def _user_flags(options: Options) -> str:

@@ -167,11 +167,10 @@ def plan_entry(comp: Composite, library: Library, options: Options) -> EntryPlan
     )
     symbol = options.prefix + comp.name
     kernels = lower_schedule(schedule, parallel=not gpu)
+    kernels = tuple(replace(kernel, name=f"{symbol}_k{n}") for n, kernel in enumerate(kernels))
     if fuse and not gpu:
         storage = {b.name: b.dtype for b in schedule.graph.buffers}
         kernels = tuple(split_reduction_lanes(k, options.vector_lanes, storage) for k in kernels)
-    kernels = tuple(replace(kernel, name=f"{symbol}_k{n}") for n, kernel in enumerate(kernels))
-    if fuse and not gpu:
         kernels = share_identical_kernels(kernels, {b.name: b for b in schedule.graph.buffers})
     gpu_kernels = ()
     if gpu:

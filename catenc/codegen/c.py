@@ -257,10 +257,7 @@ class CRenderer:
     # ---- statements and kernels ----
     def kernel(self, kernel: LoopKernel, buffers: dict[str, BufferArg], parallel: bool) -> str:
         """The kernel's C function, preceded by the helper functions it calls (gemm packing)."""
-        self.buffers = buffers
-        self._kernel = kernel
-        self._nesting, self._guarded, self._hoisted, self._statement = 0, 0, [], 0
-        self._functions: list[str] = []
+        self.start_kernel(kernel, buffers)
         params = [self.buffer_param(buffers[name]) for name in kernel.buffers]
         params += [f"int64_t {s}" for s in kernel.symbols]
         self._params = params
@@ -268,6 +265,13 @@ class CRenderer:
         self.statements(kernel.body, 1, lines, parallel)
         lines.append("}")
         return "\n\n".join(self._functions + ["\n".join(lines)])
+
+    def start_kernel(self, kernel, buffers: dict[str, BufferArg]) -> None:
+        """The state of rendering one kernel: its buffers, and no locals or helpers yet."""
+        self.buffers = buffers
+        self._kernel = kernel
+        self._nesting, self._guarded, self._hoisted, self._statement = 0, 0, [], 0
+        self._functions: list[str] = []
 
     def buffer_param(self, buf: BufferArg) -> str:
         const = "const " if buf.const else ""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from catenc.dtypes import DType
 from catenc.ir.nodes import Binary, Local
 from catenc.lower.gpu import Barrier, BlockReduce, FirstItem, GpuKernel, ThreadLoop, TiledGemm
-from catenc.lower.loops import identity
+from catenc.lower.loops import identity, iter_stmts
 from catenc.schedule.contractions import ACC
 from catenc.schedule.kernels import Schedule
 from catenc.symbolic import Expr
@@ -101,10 +101,7 @@ class GpuRenderer(CRenderer):
     def gpu_kernel(self, kernel: GpuKernel, buffers: dict[str, BufferArg], temps: dict[str, Expr]) -> str:
         """The kernel function: its parameters, views of its temps and scalar inputs, the
         grid mapping, and the body."""
-        self.buffers = buffers
-        self._kernel = kernel
-        self._nesting, self._guarded, self._hoisted, self._statement = 0, 0, [], 0
-        self._functions: list[str] = []
+        self.start_kernel(kernel, buffers)
         i = self.indent
         args = kernel_args(kernel, buffers, temps)
         params, views = [], []
@@ -148,7 +145,7 @@ class GpuRenderer(CRenderer):
                 f"{i}{self.local_qualifier} {ctype} catenc_tile_a[{t.depth}][{t.rows}];",
                 f"{i}{self.local_qualifier} {ctype} catenc_tile_b[{t.depth}][{t.cols}];",
             ]
-        if any(isinstance(s, BlockReduce) for s in _walk(kernel.body)):
+        if any(isinstance(s, BlockReduce) for s in iter_stmts(kernel.body)):
             return [f"{i}{self.local_qualifier} int64_t {SCRATCH}[{kernel.block}];"]
         return []
 
@@ -334,14 +331,6 @@ class GpuRenderer(CRenderer):
             f"{pad}{i}catenc_tile_{side}[catenc_kk][catenc_p] = catenc_v;",
             f"{pad}}}",
         ]
-
-
-def _walk(body):
-    for stmt in body:
-        yield stmt
-        inner = getattr(stmt, "body", None)
-        if isinstance(inner, tuple):
-            yield from _walk(inner)
 
 
 class CudaRenderer(GpuRenderer):

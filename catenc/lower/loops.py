@@ -333,10 +333,13 @@ def _flops(value: Value) -> Expr:
 
 
 def iter_stmts(body: tuple[Stmt, ...]):
+    """Every statement of a body, nested ones included (any statement with a body: loops,
+    ifs, and the GPU lowering's shared loops)."""
     for stmt in body:
         yield stmt
-        if isinstance(stmt, (For, If)):
-            yield from iter_stmts(stmt.body)
+        inner = getattr(stmt, "body", None)
+        if isinstance(inner, tuple):
+            yield from iter_stmts(inner)
 
 
 def stmt_values(stmt: Stmt) -> list[Value]:

@@ -78,10 +78,12 @@ def _jammed(loop: For) -> list[Stmt]:
     (first, value), *more = reductions
     lanes = replace(reduce, acc=first, value=value, more=tuple(more))
     main = replace(loop, index=block, extent=loop.extent // JAM, body=(*rows, lanes, *jammed))
+    left = loop.extent % JAM
+    if left.is_const and left.value == 0:
+        return [main]
     rest = f"{loop.index}_rest"
     at = {loop.index: (loop.extent // JAM) * JAM + sym(rest)}
-    leftover = For(rest, loop.extent % JAM, tuple(_renamed(s, {}, at) for s in loop.body))
-    return [main, leftover]
+    return [main, For(rest, left, tuple(_renamed(s, {}, at) for s in loop.body))]
 
 
 def _renamed(stmt: Stmt, names: dict[str, str], at: dict) -> Stmt:
