@@ -78,6 +78,7 @@ class Composite:
     params: dict[str, bool | int | float]
     body: str
     test: dict = field(default_factory=dict)
+    derived_locs: dict[str, Loc] = field(default_factory=dict)  # where each derivation is written
 
     @property
     def loc(self) -> Loc:
@@ -303,10 +304,12 @@ def parse_composite(source: SourceFile, name: str, definition: object) -> Compos
                 decl.loc,
             )
     params = _read_params(reader, definition)
-    derived, constraints = _read_where(reader, definition)
+    derived, derived_locs, constraints = _read_where(reader, definition)
     body = reader.get(definition, "body", str, "a string")
     test = _read_test(reader, definition)
-    comp = Composite(name, source, base, doc, inputs, outputs, types, derived, constraints, params, body, test)
+    comp = Composite(
+        name, source, base, doc, inputs, outputs, types, derived, constraints, params, body, test, derived_locs
+    )
     for symbol in comp.symbols():
         if symbol in seen:
             raise CatencError(f"'{symbol}' is both a tensor and a symbol (a dim) of '{name}'", seen[symbol].loc)
@@ -352,7 +355,7 @@ def _read_params(reader: _Reader, definition: dict) -> dict[str, bool | int | fl
     return params
 
 
-def _read_where(reader: _Reader, definition: dict) -> tuple[dict[str, Expr], list[Constraint]]:
+def _read_where(reader: _Reader, definition: dict) -> tuple[dict[str, Expr], dict[str, Loc], list[Constraint]]:
     raw = reader.get(definition, "where", list, "a list of strings", [])
     derived: dict[str, Expr] = {}
     derived_locs: dict[str, Loc] = {}
@@ -391,7 +394,7 @@ def _read_where(reader: _Reader, definition: dict) -> tuple[dict[str, Expr], lis
     for k, (name, expr) in enumerate(derived.items()):
         if expr.free_symbols() & set(order[k:]):  # itself, or one derived after it: a cycle
             raise CatencError(f"'{name}' is derived from itself or from a symbol derived after it", derived_locs[name])
-    return derived, constraints
+    return derived, derived_locs, constraints
 
 
 def _parse_side(text: str, loc_at, offset: int) -> Expr:
