@@ -11,10 +11,13 @@
 #                bench/results.md; BENCH_ARGS="--quick" for a smoke run, "--only sgemm --runs 20")
 #   make clean   remove build outputs (keeps .venv; `make distclean` removes it too)
 #
-# Works on a fresh Debian machine with only python3, gcc and make: `setup` installs clang,
-# libomp-dev, pocl-opencl-icd (OpenCL on the CPU) and python3-venv with apt-get where missing, creates .venv and installs
-# catenc into it (editable, with the dev extra). It runs once (stamp file) and again only when
-# pyproject.toml changes.
+# Works on a fresh Debian 12 machine with only python3, gcc and make: `setup` runs
+# `system-packages`, which probes for each tool the tests use and apt-get installs only what a
+# probe finds missing (g++; clang; libomp-dev, when clang cannot link OpenMP; libclang-rt-N-dev,
+# when clang cannot link -fsanitize=address,undefined or lacks its shared UBSan runtime;
+# libgcc-N-dev, when gcc cannot link its sanitizers; pocl-opencl-icd, OpenCL on the CPU;
+# python3-venv), then creates .venv and installs catenc into it (editable, with the dev
+# extra). It runs once (stamp file) and again only when pyproject.toml changes.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -37,31 +40,47 @@ SIZES_conv2d    := N=2,C=3,H=13,W=11,K=8
 
 LINT_DIRS := catenc tests runtimes samples bench
 
-.PHONY: setup demo test fuzz coverage gpu-check lint bench gpt2 clean distclean $(addprefix sample-,$(SAMPLES))
+.PHONY: setup system-packages demo test fuzz coverage gpu-check lint bench gpt2 clean distclean $(addprefix sample-,$(SAMPLES))
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
-	@set -e; \
+	@$(MAKE) --no-print-directory system-packages
+	@set -e; echo "==> $(PYTHON) -m venv $(VENV)"; \
+	if ! $(PYTHON) -m venv $(VENV); then rm -rf $(VENV); exit 1; fi
+	$(VENV)/bin/pip install -e '.[dev]'
+	@touch $@
+
+# Each probe builds what the tests build (a shared OpenMP library, a sanitized executable), so a
+# half-installed toolchain counts as missing. clang comes first: the clang probes need it.
+CLANG_MAJOR = $$(clang -dumpversion | cut -d. -f1)
+GCC_MAJOR   = $$(gcc -dumpversion | cut -d. -f1)
+PROBE_C     = printf 'int main(void){return 0;}\n' >$$tmp/p.c
+system-packages:
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; $(PROBE_C); \
+	printf '#include <omp.h>\nint f(void){return omp_get_max_threads();}\n' >$$tmp/omp.c; \
 	apt_install() { \
 	  if ! command -v apt-get >/dev/null 2>&1; then \
 	    echo "error: no apt-get here; please install: $$*" >&2; exit 1; fi; \
 	  if [ "$$(id -u)" != 0 ] && [ -z "$(SUDO)" ]; then \
 	    echo "error: not root and no sudo; please install: $$*" >&2; exit 1; fi; \
 	  echo "==> apt-get install $$*"; \
-	  $(SUDO) apt-get update; \
+	  [ -n "$$updated" ] || $(SUDO) apt-get update; updated=1; \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$*; \
 	}; \
-	if [ ! -e /etc/OpenCL/vendors/pocl.icd ]; then apt_install pocl-opencl-icd; fi; \
-	if ! command -v clang >/dev/null 2>&1; then apt_install clang libomp-dev; \
-	elif ! printf '#include <omp.h>\nint f(void){return omp_get_max_threads();}\n' | \
-	  clang -fopenmp -fPIC -shared -x c - -o /dev/null >/dev/null 2>&1; then apt_install libomp-dev; fi; \
-	echo "==> $(PYTHON) -m venv $(VENV)"; \
-	if ! $(PYTHON) -m venv $(VENV); then \
-	  rm -rf $(VENV); apt_install python3-venv; $(PYTHON) -m venv $(VENV); \
-	fi
-	$(VENV)/bin/pip install -e '.[dev]'
-	@touch $@
+	sanitized() { $$1 -fsanitize=address,undefined $$tmp/p.c -o $$tmp/p >/dev/null 2>&1 && ASAN_OPTIONS=detect_leaks=0 $$tmp/p; }; \
+	updated=; want=; \
+	command -v clang >/dev/null 2>&1 || apt_install clang; \
+	command -v g++ >/dev/null 2>&1 || want="$$want g++"; \
+	clang -fopenmp -fPIC -shared $$tmp/omp.c -o $$tmp/omp.so >/dev/null 2>&1 || want="$$want libomp-dev"; \
+	if ! sanitized clang || [ ! -f "$$(clang -print-file-name=libclang_rt.ubsan_standalone-x86_64.so)" ]; then \
+	  want="$$want libclang-rt-$(CLANG_MAJOR)-dev"; fi; \
+	sanitized gcc || want="$$want libgcc-$(GCC_MAJOR)-dev"; \
+	[ -e /etc/OpenCL/vendors/pocl.icd ] || want="$$want pocl-opencl-icd"; \
+	$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || want="$$want python3-venv"; \
+	if [ -n "$$want" ]; then apt_install $$want; fi; \
+	for probe in "clang -fopenmp -fPIC -shared $$tmp/omp.c -o $$tmp/omp.so" "sanitized clang" "sanitized gcc"; do \
+	  $$probe >/dev/null 2>&1 || { echo "error: still failing after setup: $$probe" >&2; exit 1; }; done
 
 demo: $(addprefix sample-,$(SAMPLES))
 	$(MAKE) --no-print-directory -C samples/c CATENC=$(abspath $(CATENC))

@@ -126,6 +126,12 @@ _LANE_CHOICES = ("auto", "4", "8", "16")
 def c_config_keys(omp: str = "1", march: str = "native", lanes: str = "auto") -> dict[str, ConfigKey]:
     """The config keys of a C runtime, with the given defaults."""
     return {
+        "CC": ConfigKey(
+            "",
+            None,
+            "the C compiler (empty: $CC from the environment, else the runtime's first of its compilers found)",
+            lambda v: v == "" or re.fullmatch(r"[\w.+/-]+", v) is not None,
+        ),
         "OMP": ConfigKey(omp, ("0", "1"), "parallelise outer loops and contractions with OpenMP"),
         "MARCH": ConfigKey(
             march,
@@ -142,18 +148,23 @@ def c_config_keys(omp: str = "1", march: str = "native", lanes: str = "auto") ->
 
 @dataclass(frozen=True)
 class CRuntime(Runtime):
-    """A C99 toolchain: finds a compiler (`CC` first, then `compilers` in order) and builds
-    position-independent code for MARCH (default: this machine), with OpenMP when OMP=1
-    (the default; kernels below a size threshold stay single-threaded)."""
+    """A C99 toolchain: finds a compiler (`--config CC=...`, else `CC` in the environment, else
+    `compilers` in order) and builds position-independent code for MARCH (default: this machine),
+    with OpenMP when OMP=1 (the default; kernels below a size threshold stay single-threaded).
+
+    std_flags: C99; no errno from math functions; no FMA contraction (results do not depend on
+    the target); -fno-trapping-math (clang's default, and what lets gcc if-convert the selects of
+    the vector math without AVX-512 masks: catenc never reads the floating-point exception flags,
+    and the flag changes no value)."""
 
     compilers: tuple[str, ...] = ("clang", "gcc", "cc")
-    std_flags: tuple[str, ...] = ("-std=c99", "-fno-math-errno", "-ffp-contract=off")
+    std_flags: tuple[str, ...] = ("-std=c99", "-fno-math-errno", "-ffp-contract=off", "-fno-trapping-math")
     extra_flags: tuple[str, ...] = ()
     config_keys: Mapping[str, ConfigKey] = field(default_factory=c_config_keys)
 
     def compiler(self, config: Mapping[str, str] | None = None) -> str:
         """The compiler executable; a clear error when there is none."""
-        wanted = os.environ.get("CC")
+        wanted = (config or {}).get("CC") or os.environ.get("CC")
         candidates = (wanted,) if wanted else self.compilers
         for name in candidates:
             found = shutil.which(name.split()[0]) if name else None
@@ -178,6 +189,10 @@ class CRuntime(Runtime):
         flags = [level, *self.std_flags, *self.extra_flags]
         if opt == "fast":
             flags.append("-ffast-math")
+        if opt == "2" and self.is_gcc(config):
+            # gcc 12's -O2 cost model ("very cheap") vectorises only loops whose trip count is a
+            # known multiple of the vector width; clang's -O2 vectorises the rest too
+            flags.append("-fvect-cost-model=dynamic")
         if config.get("OMP") == "1":
             flags.append("-fopenmp")
         flags += [f for f in self.target_flags(config) if f not in flags]
@@ -194,11 +209,22 @@ class CRuntime(Runtime):
 
     def probed_lanes(self, config: Mapping[str, str]) -> int:
         """f32 lanes of the widest vectors the compiler targets under this config."""
+        macros = self._macros(config)
+        if "__AVX512F__" in macros:
+            return 16
+        return 8 if "__AVX__" in macros else 4
+
+    def is_gcc(self, config: Mapping[str, str]) -> bool:
+        """Whether the compiler is GCC (clang defines __GNUC__ too)."""
+        macros = self._macros(config)
+        return "__GNUC__" in macros and "__clang__" not in macros
+
+    def _macros(self, config: Mapping[str, str]) -> frozenset[str]:
         try:
             compiler = self.compiler(config)
         except CatencError:  # no compiler here: emit plain-width code
-            return 4
-        return _probe_lanes(compiler, tuple(self.target_flags(config)))
+            return frozenset()
+        return _probe_macros(compiler, tuple(self.target_flags(config)))
 
     def parallel(self, config: Mapping[str, str]) -> bool:
         return config.get("OMP") == "1"
@@ -262,24 +288,23 @@ def _probe_openmp(compiler: str) -> bool:
 
 
 @functools.cache
-def _probe_lanes(compiler: str, target_flags: tuple[str, ...]) -> int:
-    """f32 lanes of the widest vector unit the compiler targets with these flags (4 if unsure)."""
+def _probe_macros(compiler: str, target_flags: tuple[str, ...]) -> frozenset[str]:
+    """The macros the compiler predefines with these flags (none if it cannot say)."""
     try:
         out = subprocess.run(
             [compiler, *target_flags, "-dM", "-E", "-x", "c", os.devnull], capture_output=True, text=True, timeout=60
         ).stdout
     except (OSError, subprocess.SubprocessError):
-        return 4
-    macros = set(re.findall(r"#define (\w+)", out))
-    if "__AVX512F__" in macros:
-        return 16
-    if "__AVX__" in macros:
-        return 8
-    return 4
+        return frozenset()
+    return frozenset(re.findall(r"#define (\w+)", out))
 
 
 def bundled_runtimes_dir() -> Path:
     return package_path("runtimes")
+
+
+def bundled_runtime_names() -> list[str]:
+    return sorted(p.stem for p in bundled_runtimes_dir().glob("*.py") if not p.name.startswith("_"))
 
 
 def find_runtime(spec: str) -> tuple[Path, str]:

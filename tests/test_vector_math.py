@@ -8,11 +8,13 @@ whole float range (uniform bit patterns: log-uniform magnitudes, both signs), of
 where the function is not saturated, the special values, and the edges: overflow and underflow
 thresholds, subnormals, the largest finite float, and the edges of each range reduction. The
 maximum error must stay within the bound stated in the template's comment above the function,
-in every build: clang -O0 (no FMA), clang -O2 -march=native (vectorised, FMA where the machine
-has it) and, where gcc is installed, gcc -O3 -march=native -ffp-contract=fast (vectorised,
-contraction across statements). Builds with -ffast-math (catenc's opt "fast") must stay within
-a few ulp on ordinary inputs, and a loop over each function must vectorise (clang's
--Rpass=loop-vectorize remarks, gcc's -fopt-info-vec) with no call left in it.
+in every build, with clang and with gcc: -O0 (no FMA); catenc's own flags at -O2 for each
+x86-64 level this CPU runs (x86-64-v3: AVX2, 8 lanes; x86-64-v4: AVX-512, 16 lanes; vectorised,
+no FMA contraction); -march=native with contraction (clang's default within a statement, gcc
+-O3 -ffp-contract=fast across statements). Builds with -ffast-math (catenc's opt "fast") must
+stay within a few ulp on ordinary inputs, and a loop over each function must vectorise under
+catenc's flags for both levels, whatever this CPU runs (clang's -Rpass=loop-vectorize remarks,
+gcc's -fopt-info-vec) with no call left in it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from __future__ import annotations
 import ctypes
 import math
 import re
-import shutil
 import subprocess
 import warnings
 from pathlib import Path
@@ -28,6 +29,7 @@ from pathlib import Path
 import jinja2
 import numpy as np
 import pytest
+from toolchains import COMPILERS, MARCHES, require, runnable_marches, runtime_flags
 
 FUNCTIONS = ("exp", "expm1", "log", "log1p", "tanh", "erf", "sigmoid")
 F32_MAX = float(np.finfo(np.float32).max)
@@ -60,10 +62,11 @@ LOOPS["gelu"] = "0.5f * x[i] * (1 + catenc_verf_f32(x[i] * 0.70710678f))"
 
 STD = ["-std=c99", "-fno-math-errno"]
 WARN = ["-Wall", "-Wextra", "-pedantic", "-Werror"]
-# name -> (compiler, flags); the first two always run, gcc where it is installed.
+# name -> (compiler, flags)
 BUILDS = {
-    "clang-O0": ("clang", ["-O0", *STD, *WARN]),
-    "clang-O2-native": ("clang", ["-O2", "-march=native", *STD, *WARN]),
+    **{f"{cc}-O0": (cc, ["-O0", *STD, *WARN]) for cc in COMPILERS},
+    **{f"{cc}-O2-{m}": (cc, [*runtime_flags(cc, m), *WARN]) for cc in COMPILERS for m in runnable_marches()},
+    "clang-O2-native-contract": ("clang", ["-O2", "-march=native", *STD, *WARN]),
     "gcc-O3-native-contract": ("gcc", ["-O3", "-march=native", "-ffp-contract=fast", *STD]),
 }
 
@@ -91,8 +94,7 @@ def stated_bounds(text: str) -> dict[str, float]:
 def compile_library(directory: Path, name: str, compiler: str, flags: list[str]) -> ctypes.CDLL:
     """Compile the harness to an object and link it separately (a -ffast-math link would pull in
     crtfastmath.o, which sets flush-to-zero for the whole test process when loaded)."""
-    cc = shutil.which(compiler)
-    assert cc, f"{compiler} not found"
+    cc = require(compiler)
     source = directory / f"{name}.c"
     source.write_text(harness_source())
     obj, lib = directory / f"{name}.o", directory / f"lib{name}.so"
@@ -287,7 +289,7 @@ def test_template_renders_alone_under_catenc_settings():
     text = strict.get_template("vecmath.c.j2").render()
     assert text.strip() == render_template().strip()
     for name in FUNCTIONS:
-        assert f"CATENC_INLINE float catenc_v{name}_f32(float x)" in text
+        assert f"CATENC_VMATH float catenc_v{name}_f32(float x)" in text
     # no libm call: the only math.h names are the NAN / INFINITY macros
     code = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     assert not re.search(r"\b(expf?|logf?|fabsf?|floorf?|rintf?|ldexpf?|frexpf?|copysignf?|erff?|tanhf?)\s*\(", code)
@@ -313,12 +315,13 @@ def test_max_ulp_error(libraries, cases, bounds, build, name):
     )
 
 
+@pytest.mark.parametrize("build", [b for b in BUILDS if b != "clang-O0"])
 @pytest.mark.parametrize("name", FUNCTIONS)
-def test_builds_agree(libraries, cases, bounds, name):
-    """-O0 and the vectorised -O2 -march=native build differ by no more than the bound."""
+def test_builds_agree(libraries, cases, bounds, build, name):
+    """Every build differs from clang -O0 by no more than the bound."""
     x, ref = cases[name]
     a = call(libraries["clang-O0"], name, x)
-    b = call(libraries["clang-O2-native"], name, x)
+    b = call(libraries[build], name, x)
     both_nan = np.isnan(a) & np.isnan(b)
     ulp = ulp_errors(b[~both_nan], a[~both_nan].astype(np.float64))
     assert ulp.max() <= bounds[name]
@@ -356,7 +359,7 @@ def test_special_values(libraries, build, name):
             assert gi == wi and np.signbit(gi) == np.signbit(wi), f"{name}({xi!r}) = {gi!r}, want {wi!r}"
 
 
-@pytest.mark.parametrize("compiler", ["clang", "gcc"])
+@pytest.mark.parametrize("compiler", COMPILERS)
 def test_fast_math_stays_close(tmp_path, cases, compiler):
     """catenc's opt 'fast' adds -ffast-math: the compensated sums fold away and NaN / infinity
     handling is not promised, but the range reductions must survive reassociation."""
@@ -371,23 +374,25 @@ def test_fast_math_stays_close(tmp_path, cases, compiler):
         assert err[worst] <= FAST_MATH_BOUND, f"-ffast-math {name}({float(x[ordinary][worst])!r}): {err[worst]:.2f} ulp"
 
 
-# compiler -> (flags that report vectorised loops, the report's pattern with the loop's line)
+# compiler -> (the flag that reports vectorised loops, the report's pattern with the loop's line)
 VECTORISE = {
-    "clang": (["-O2", "-Rpass=loop-vectorize"], r":(\d+):\d+: remark: vectorized loop"),
-    "gcc": (["-O3", "-fopt-info-vec-optimized"], r":(\d+):\d+: optimized: loop vectorized"),
+    "clang": ("-Rpass=loop-vectorize", r":(\d+):\d+: remark: vectorized loop"),
+    "gcc": ("-fopt-info-vec-optimized", r":(\d+):\d+: optimized: loop vectorized"),
 }
 
 
-@pytest.mark.parametrize("compiler", list(VECTORISE))
-def test_loops_vectorise(tmp_path, compiler):
-    """Each apply loop (and a GELU loop around erf) is vectorised with -march=native by clang at
-    -O2 and by gcc at -O3 (gcc's -O2 cost model declines loops this size), and no call is left
-    in the generated code."""
-    assert shutil.which(compiler), f"{compiler} is not installed (make setup installs clang; gcc is a precondition)"
-    flags, pattern = VECTORISE[compiler]
+@pytest.mark.parametrize("march", MARCHES)
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_loops_vectorise(tmp_path, compiler, march):
+    """Each apply loop (and a GELU loop around erf) is vectorised under catenc's flags at its
+    default level -O2 for AVX2 and for AVX-512 (compiled only: any machine checks both), and no
+    call is left in the generated code. gcc needs the runtime's -fno-trapping-math to if-convert
+    the selects without AVX-512 masks, and -fvect-cost-model=dynamic to vectorise at -O2."""
+    require(compiler)
+    report, pattern = VECTORISE[compiler]
     source = tmp_path / "vec.c"
     source.write_text(harness_source())
-    command = [compiler, *flags, "-march=native", *STD, "-S", "-o", str(tmp_path / "vec.s"), str(source)]
+    command = [compiler, *runtime_flags(compiler, march), report, "-S", "-o", str(tmp_path / "vec.s"), str(source)]
     out = subprocess.run(command, check=True, capture_output=True, text=True)
     lines = source.read_text().splitlines()
     loops = {i + 1 for i, line in enumerate(lines) if line.startswith("    for (int64_t i = 0; i < n; i++)")}
