@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import count
 
-from catenc.dtypes import BOOL, F32, I64, DType
+from catenc.dtypes import BOOL, DTYPES, F32, I64, DType
 from catenc.frontend import typed as T
 from catenc.ir.nodes import (
     Binary,
@@ -33,6 +33,7 @@ from catenc.ir.nodes import (
 from catenc.symbolic import ONE, ZERO, Expr, Facts, simplify, sym
 
 Index = tuple[Expr, ...]
+U64 = DTYPES["u64"]
 
 
 def compute_dtype(dtype: DType) -> DType:
@@ -314,16 +315,20 @@ class _Builder:
         rank = len(indices.shape)
         dtype = compute_dtype(node.type.dtype)
         self.index_check(indices, size)
+        zero = Const(dtype, 0.0 if dtype.is_float else 0)
+        if size.is_const and size.value == 0:  # nothing to read: the index check fails the entry
+            return Lazy(node.type.dtype, node.type.shape, lambda idx: zero)
 
         def at(idx: Index) -> Value:
-            raw = indices.at(idx[axis : axis + rank])
-            position = Cast(I64, raw) if raw.dtype != I64 else raw
-            negative = Binary(BOOL, "lt", position, Const(I64, 0))
-            wrapped = Where(I64, negative, Binary(I64, "add", position, symint(size)), position)
+            position = index_position(indices.at(idx[axis : axis + rank]), size)
             top = Binary(I64, "sub", symint(size), Const(I64, 1))
-            clamped = Binary(I64, "max", Binary(I64, "min", wrapped, top), Const(I64, 0))
+            clamped = Binary(I64, "max", Binary(I64, "min", position, top), Const(I64, 0))
             load = arg.at(idx[:axis] + (ZERO,) + idx[axis + rank :])
-            return Gather(dtype, load.buffer, load.index, axis, clamped)
+            gather = Gather(dtype, load.buffer, load.index, axis, clamped)
+            if size.is_const:
+                return gather
+            # an empty axis has no row to clamp to (and the buffer may be NULL): never read it
+            return Where(dtype, Binary(BOOL, "lt", Const(I64, 0), symint(size)), gather, zero)
 
         return Lazy(node.type.dtype, node.type.shape, at)
 
@@ -337,15 +342,20 @@ class _Builder:
         return self.materialise(self.unique("gathered"), tensor, "temp")
 
     def index_check(self, indices: Lazy, size: Expr) -> None:
-        """A status compute counting the indices outside [-size, size): the entry returns
-        CATENC_E_INDEX when it is not zero."""
+        """A status compute counting the indices outside [-size, size) (outside [0, size) for
+        an unsigned index dtype): the entry returns CATENC_E_INDEX when it is not zero."""
         red = self.fresh_indices(indices.shape, "r")
         value = indices.at(self.index_of(red))
-        position = Cast(I64, value) if value.dtype != I64 else value
-        low = Binary(BOOL, "lt", position, symint(-size))
-        high = Binary(BOOL, "le", symint(size), position)
-        bad = Cast(I64, Binary(BOOL, "or", low, high))
-        body = Reduce(I64, "sum", red, bad) if red else bad
+        if value.dtype == U64:  # compared unsigned: 2**64 - 1 is not -1
+            bad = Binary(BOOL, "le", Cast(U64, symint(size)), value)
+        elif value.dtype.kind == "uint":
+            bad = Binary(BOOL, "le", symint(size), Cast(I64, value))
+        else:
+            position = Cast(I64, value) if value.dtype != I64 else value
+            low = Binary(BOOL, "lt", position, symint(-size))
+            high = Binary(BOOL, "le", symint(size), position)
+            bad = Binary(BOOL, "or", low, high)
+        body = Reduce(I64, "sum", red, Cast(I64, bad)) if red else Cast(I64, bad)
         name = self.unique("index_errors")
         self.computes.append(Compute(name, (), body))
         self.buffers.append(Buffer(name, I64, (), "status"))
@@ -416,6 +426,19 @@ def broadcast_index(idx: Index, shape: Index) -> Index:
     """numpy broadcasting: align right, size-1 dims read index 0."""
     tail = idx[len(idx) - len(shape) :] if shape else ()
     return tuple(ZERO if d == ONE else i for i, d in zip(tail, shape))
+
+
+def index_position(value: Value, size: Expr) -> Value:
+    """An index value as an i64 position along an axis of `size`: a negative signed index
+    wrapped once (numpy); an unsigned one never wraps, and a u64 one past the axis reads as
+    `size` (out of range) rather than as a negative number."""
+    if value.dtype.kind == "uint":
+        if value.dtype == U64:
+            value = Binary(U64, "min", value, Cast(U64, symint(size)))
+        return Cast(I64, value)
+    position = Cast(I64, value) if value.dtype != I64 else value
+    negative = Binary(BOOL, "lt", position, Const(I64, 0))
+    return Where(I64, negative, Binary(I64, "add", position, symint(size)), position)
 
 
 def symint(expr: Expr, dtype: DType = I64) -> Value:
