@@ -9,9 +9,12 @@ catenc emits for the composite before it and run.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,3 +117,42 @@ def test_abi_c_example_runs(tmp_path: Path):
     done = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().endswith("ok"), done.stdout
+
+
+MODEL = """
+include = ["part.toml"]
+[composite.model]
+inputs = ["x: f32[N]"]
+outputs = ["y: f32[N]"]
+body = "y = twice(x) + 1.0"
+"""
+PART = """
+[composite.twice]
+inputs = ["x: f32[N]"]
+outputs = ["y: f32[N]"]
+body = "y = x * 2.0"
+"""
+
+
+def test_cli_makefile_example_rebuilds_only_when_an_input_changes(tmp_path: Path):
+    """The first Makefile of docs/cli.md: its depfile names the included file, and a rebuild
+    whose outputs did not change still leaves them newer than the inputs, so Make settles."""
+    (makefile, *_) = examples("cli.md", ("make",))
+    (tmp_path / "Makefile").write_text(makefile.text)
+    (tmp_path / "model.toml").write_text(MODEL)
+    (tmp_path / "part.toml").write_text(PART)
+    catenc = f"CATENC={sys.executable} -m catenc"
+
+    def make(*args: str) -> int:
+        return subprocess.run(["make", catenc, *args], cwd=tmp_path, capture_output=True, timeout=300).returncode
+
+    assert make() == 0
+    assert (tmp_path / "build/model/libmodel.so").is_file()
+    assert make("-q") == 0, "nothing to do right after a build"
+    an_hour_ago = time.time() - 3600
+    for path in (tmp_path / "build/model").iterdir():
+        os.utime(path, (an_hour_ago, an_hour_ago))
+    os.utime(tmp_path / "part.toml", (an_hour_ago + 60, an_hour_ago + 60))
+    assert make("-q") == 1, "an included file newer than the library makes it out of date"
+    assert make() == 0
+    assert make("-q") == 0, "the rebuild (same content) leaves every output newer than its inputs"
