@@ -82,7 +82,14 @@ system-packages:
 	for probe in "clang -fopenmp -fPIC -shared $$tmp/omp.c -o $$tmp/omp.so" "sanitized clang" "sanitized gcc"; do \
 	  $$probe >/dev/null 2>&1 || { echo "error: still failing after setup: $$probe" >&2; exit 1; }; done
 
-demo: $(addprefix sample-,$(SAMPLES))
+# What every catenc build comes from besides its own file: catenc itself (its sources and
+# templates), the op library and the bundled runtimes. Builds are recorded by stamp files that
+# are touched only after a successful run, so a second `make demo` or `make gpt2` with nothing
+# changed compiles nothing, whatever catenc does with the mtimes of outputs it did not change.
+CATENC_DEPS := $(STAMP) $(sort $(shell find catenc ops runtimes -type f ! -path '*/__pycache__/*' 2>/dev/null))
+sample_file = $(firstword $(wildcard samples/$(1).toml samples/$(1).yaml))
+
+demo: $(SAMPLES:%=build/samples/%.tested)
 	$(MAKE) --no-print-directory -C samples/c CATENC=$(abspath $(CATENC))
 	@echo
 	@echo "==> built:"
@@ -91,28 +98,41 @@ demo: $(addprefix sample-,$(SAMPLES))
 	  for f in "$$d"*; do [ -f "$$f" ] && printf '    %-40s %8s bytes\n' "$$(basename "$$f")" "$$(wc -c < "$$f")"; done; \
 	done; true
 
-# Samples are found by stem: samples/<stem>.toml or samples/<stem>.yaml.
-$(addprefix sample-,$(SAMPLES)): sample-%: $(STAMP)
-	$(CATENC) compile $(firstword $(wildcard samples/$*.toml samples/$*.yaml)) \
-	  -o build/samples/$* --test "$(SIZES_$*)"
+# Samples are found by stem: samples/<stem>.toml or samples/<stem>.yaml. build/samples/<stem>.tested:
+# build/samples/<stem>/ is up to date and passed its --test.
+$(foreach s,$(SAMPLES),$(eval build/samples/$(s).tested: $(call sample_file,$(s)) $$(CATENC_DEPS)))
+build/samples/%.tested:
+	$(CATENC) compile $(call sample_file,$*) -o build/samples/$* --test "$(SIZES_$*)"
+	@touch $@
+
+$(addprefix sample-,$(SAMPLES)): sample-%: build/samples/%.tested
 
 test: $(STAMP)
 	$(PYBIN) -m pytest -q -p no:cacheprovider tests
 
 # GPT-2 small (samples/gpt2): compile the composite to build/gpt2, write deterministic random
-# weights there once (samples/gpt2/README.md: real ones), build samples/gpt2/main.c against
-# libgpt2.so (rpath $ORIGIN: it runs without LD_LIBRARY_PATH) and generate 32 tokens greedily,
-# printing the prefill time and the decoding speed. GPT2_ARGS for more, e.g. "-n 64 -p '464 2068'".
-gpt2: $(STAMP)
-	$(CATENC) compile samples/gpt2/gpt2.toml -o build/gpt2
-	@if [ ! -f build/gpt2/weights.safetensors ]; then \
-	  echo "$(PYBIN) samples/gpt2/weights.py build/gpt2/weights.safetensors"; \
-	  $(PYBIN) samples/gpt2/weights.py build/gpt2/weights.safetensors.tmp && \
-	  mv build/gpt2/weights.safetensors.tmp build/gpt2/weights.safetensors; \
-	fi
-	$(CC) -std=c99 -Wall -Wextra -O2 -Ibuild/gpt2 samples/gpt2/main.c -o build/gpt2/gpt2 \
-	  -Lbuild/gpt2 -lgpt2 -lm -Wl,-rpath,'$$ORIGIN'
-	build/gpt2/gpt2 build/gpt2/weights.safetensors -n 32 $(GPT2_ARGS)
+# weights there once (samples/gpt2/README.md: real ones; an existing file is never replaced), build
+# samples/gpt2/main.c against libgpt2.so (rpath $ORIGIN: it runs without LD_LIBRARY_PATH) and
+# generate 32 tokens greedily, printing the prefill time and the decoding speed. GPT2_ARGS for
+# more, e.g. "-n 64 -p '464 2068'". The compile and link steps run only when their inputs changed;
+# the generation runs every time (it is what `make gpt2` is for).
+GPT2 := build/gpt2
+
+gpt2: $(GPT2)/gpt2 | $(GPT2)/weights.safetensors
+	$(GPT2)/gpt2 $(GPT2)/weights.safetensors -n 32 $(GPT2_ARGS)
+
+build/gpt2.compiled: samples/gpt2/gpt2.toml $(CATENC_DEPS)
+	$(CATENC) compile samples/gpt2/gpt2.toml -o $(GPT2)
+	@touch $@
+
+$(GPT2)/gpt2: samples/gpt2/main.c build/gpt2.compiled
+	$(CC) -std=c99 -Wall -Wextra -O2 -I$(GPT2) samples/gpt2/main.c -o $@ \
+	  -L$(GPT2) -lgpt2 -lm -Wl,-rpath,'$$ORIGIN'
+
+$(GPT2)/weights.safetensors: | $(STAMP)
+	@mkdir -p $(GPT2)
+	$(PYBIN) samples/gpt2/weights.py $@.tmp
+	mv $@.tmp $@
 
 # Differential fuzzing (tests/fuzzing/run.py) for MINUTES (default 10) from SEED (default 1);
 # failing programs are written to build/fuzz/failures/.
