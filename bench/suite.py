@@ -33,7 +33,9 @@ from cases import Case, cases
 from ccall import BoundCall
 
 import catenc
+from catenc.diagnostics import CatencError
 from catenc.loader import Library, load
+from catenc.runtime import load_runtime
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -70,8 +72,14 @@ class Peaks:
     problems: list[str] = field(default_factory=list)
 
 
+def c_compiler() -> str:
+    """The compiler catenc's default runtime builds with here ($CC, else clang, gcc or cc)."""
+    return load_runtime("clang").compiler({})
+
+
 def _build_c(source: Path, binary: Path) -> str | None:
-    command = ["clang", "-O3", "-march=native", "-fopenmp", "-o", str(binary), str(source)]
+    """Built for this machine's widest vectors (-march=native; the probes choose their width from it)."""
+    command = [c_compiler(), "-O3", "-march=native", "-fopenmp", "-o", str(binary), str(source)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.SubprocessError) as error:
@@ -81,16 +89,17 @@ def _build_c(source: Path, binary: Path) -> str | None:
     return None
 
 
-def _run_peak(binary: Path, args: list[str], key: str) -> tuple[float, str | None]:
+def _run_peak(binary: Path, args: list[str], key: str) -> tuple[dict[str, str], str | None]:
+    """The probe's "name value" lines, or a problem when it failed or printed no `key`."""
     env = dict(os.environ, OMP_NUM_THREADS=str(THREADS), OMP_PROC_BIND="true")
     try:
         done = subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=300, env=env)
     except (OSError, subprocess.SubprocessError) as error:
-        return float("nan"), f"{binary.name}: {error}"
-    match = re.search(rf"^{key} ([0-9.eE+-]+)$", done.stdout, re.M)
-    if done.returncode or not match:
-        return float("nan"), f"{binary.name}: exit {done.returncode}\n{done.stdout}{done.stderr}".strip()
-    return float(match.group(1)), None
+        return {}, f"{binary.name}: {error}"
+    values = dict(re.findall(r"^(\w+) ([0-9.eE+-]+)$", done.stdout, re.M))
+    if done.returncode or key not in values:
+        return {}, f"{binary.name}: exit {done.returncode}\n{done.stdout}{done.stderr}".strip()
+    return values, None
 
 
 def measure_peaks(quick: bool) -> Peaks:
@@ -100,20 +109,23 @@ def measure_peaks(quick: bool) -> Peaks:
     triad = (256, 8) if quick else (TRIAD_MIB, TRIAD_PASSES)
     fma = (2_000_000, 10) if quick else (FMA_ITERATIONS, FMA_PASSES)
     peaks.triad_text = f"{THREADS} threads, 3 x {triad[0]} MiB f64 arrays, best of {triad[1]}; bench/peaks/triad.c"
-    peaks.fma_text = f"{THREADS} threads, 12 chains of 512-bit FMAs, best of {fma[1]}; bench/peaks/fma_peak.c"
     for source, key, args in [
         ("triad.c", "triad_gbs", [str(v) for v in triad]),
         ("fma_peak.c", "fma_gflops", [str(v) for v in fma]),
     ]:
         binary = BUILD / Path(source).stem
         problem = _build_c(PEAKS / source, binary)
-        value = float("nan")
+        values: dict[str, str] = {}
         if problem is None:
-            value, problem = _run_peak(binary, args, key)
+            values, problem = _run_peak(binary, args, key)
         if problem:
             peaks.problems.append(problem)
             log(f"  {source}: FAILED: {problem}")
-        setattr(peaks, key, value)
+        setattr(peaks, key, float(values.get(key, "nan")))
+        if source == "fma_peak.c":
+            op = "FMAs" if values.get("fma") == "1" else "multiplies and adds (no FMA)"
+            width = f"{values['vector_bits']}-bit" if "vector_bits" in values else "widest"
+            peaks.fma_text = f"{THREADS} threads, 12 chains of {width} {op}, best of {fma[1]}; bench/peaks/fma_peak.c"
     return peaks
 
 
@@ -460,9 +472,9 @@ def machine_info(peaks: Peaks, config: str) -> dict[str, str]:
             f"{b.get('num_threads')} threads ({b.get('threading_layer')})"
         )
     try:
-        clang = subprocess.run(["clang", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
-    except (OSError, IndexError):
-        clang = "unknown"
+        compiler = subprocess.run([c_compiler(), "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    except (OSError, IndexError, CatencError):
+        compiler = "unknown"
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
@@ -480,7 +492,7 @@ def machine_info(peaks: Peaks, config: str) -> dict[str, str]:
         "numpy": np.__version__,
         "torch": f"{torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}",
         "catenc": f"{catenc.__version__} ({commit}), --config {config or '(defaults)'}",
-        "C compiler": clang,
+        "C compiler": compiler,
         "STREAM triad": f"{peaks.triad_gbs:.1f} GB/s ({peaks.triad_text})",
         "fp32 FMA peak": f"{peaks.fma_gflops:.0f} GFLOP/s ({peaks.fma_text})",
         "environment": ", ".join(

@@ -1,28 +1,43 @@
-/* fp32 FMA peak: every thread runs ACC independent chains of fused multiply-adds on 512-bit
- * vectors (16 floats, GCC/clang vector extensions), enough chains to cover the FMA latency
- * on every FMA port.
+/* fp32 FMA peak: every thread runs ACC independent chains of fused multiply-adds on the widest
+ * vectors the build targets (GCC/clang vector extensions): 512-bit with AVX-512, 256-bit with
+ * AVX, else 128-bit (SSE); enough chains to cover the FMA latency on every FMA port. Without FMA
+ * instructions (__FMA__ undefined) each step is a multiply and an add, and "fma 0" says so.
  *
- *   clang -O3 -march=native -fopenmp fma_peak.c -o fma_peak && ./fma_peak [iterations] [repeats]
+ *   cc -O3 -march=native -fopenmp fma_peak.c -o fma_peak && ./fma_peak [iterations] [repeats]
  *
- * Prints the best rate as "fma_gflops <GFLOP/s>", counting 2 flops per lane per FMA. */
+ * Prints the vector width ("vector_bits"), then the best rate as "fma_gflops <GFLOP/s>",
+ * counting 2 flops per lane per step. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-typedef float v16 __attribute__((vector_size(64)));
+#if defined(__AVX512F__)
+#define LANES 16
+#elif defined(__AVX__)
+#define LANES 8
+#else
+#define LANES 4
+#endif
+#if defined(__FMA__)
+#define HAS_FMA 1
+#else
+#define HAS_FMA 0
+#endif
+
+typedef float vec __attribute__((vector_size(4 * LANES)));
 
 #define ACC 12
 
 static float chains(long iterations, float seed) {
-    v16 m, k;
-    for (int l = 0; l < 16; ++l) {
+    vec m, k;
+    for (int l = 0; l < LANES; ++l) {
         m[l] = 0.999999f;
         k[l] = 1e-7f * seed;
     }
     /* ACC = 12 chains held in named registers; the empty asm with every chain as an in-out
      * operand keeps the compiler from folding the loop, and costs nothing. */
-    v16 a0 = m * seed, a1 = a0 + k, a2 = a1 + k, a3 = a2 + k, a4 = a3 + k, a5 = a4 + k;
-    v16 a6 = a5 + k, a7 = a6 + k, a8 = a7 + k, a9 = a8 + k, a10 = a9 + k, a11 = a10 + k;
+    vec a0 = m * seed, a1 = a0 + k, a2 = a1 + k, a3 = a2 + k, a4 = a3 + k, a5 = a4 + k;
+    vec a6 = a5 + k, a7 = a6 + k, a8 = a7 + k, a9 = a8 + k, a10 = a9 + k, a11 = a10 + k;
     for (long i = 0; i < iterations; ++i) {
         a0 = a0 * m + k;
         a1 = a1 * m + k;
@@ -39,9 +54,9 @@ static float chains(long iterations, float seed) {
         __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7),
                          "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
     }
-    v16 total = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)) + ((a8 + a9) + (a10 + a11));
+    vec total = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)) + ((a8 + a9) + (a10 + a11));
     float sum = 0.0f;
-    for (int l = 0; l < 16; ++l) sum += total[l];
+    for (int l = 0; l < LANES; ++l) sum += total[l];
     return sum;
 }
 
@@ -62,8 +77,10 @@ int main(int argc, char** argv) {
         double t = omp_get_wtime() - t0;
         if (t < best) best = t;
     }
-    double flops = 2.0 * 16.0 * ACC * (double)iterations * threads;
+    double flops = 2.0 * LANES * ACC * (double)iterations * threads;
     printf("threads %d\n", threads);
+    printf("vector_bits %d\n", 32 * LANES);
+    printf("fma %d\n", HAS_FMA);
     printf("checksum %g\n", (double)sink);
     printf("best_s %.6f\n", best);
     printf("fma_gflops %.2f\n", flops / best / 1e9);
