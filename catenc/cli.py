@@ -10,6 +10,7 @@ import functools
 import os
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
 import traceback
@@ -19,14 +20,30 @@ from pathlib import Path
 import click
 
 from catenc import __version__
-from catenc.build import EMIT_KINDS, BuildRequest, build, default_emit, stage_dumps
+from catenc.build import EMIT_KINDS, BuildRequest, build, emit_kinds, stage_dumps, write_atomic
 from catenc.compiler import FilePlan, Options, plan_file
 from catenc.diagnostics import CatencError, format_diagnostic
 from catenc.dtypes import DTYPES
-from catenc.frontend.composites import load_composite_file
-from catenc.runtime import load_runtime
+from catenc.frontend.composites import closest, load_composite_file
+from catenc.runtime import bundled_runtime_names, load_runtime
+from catenc.symbolic import const
 
 EXIT_USER, EXIT_USAGE, EXIT_TEST, EXIT_INTERNAL = 1, 2, 3, 4
+EXIT_CODES = (
+    ("0", "success"),
+    ("1", "an error in the input, the options or the environment (a missing C compiler included)"),
+    ("2", "command-line usage"),
+    ("3", "a --test mismatch (test-runtime: a regression)"),
+    ("4", "an internal compiler error: a bug in catenc; a reproducer is saved"),
+)
+DEBUG_LEVELS = (
+    ("0", "nothing (the default)"),
+    ("1", "the kernels and why neighbours were not fused"),
+    ("2", "and the graph IR"),
+    ("3", "and the schedule and the loop IR"),
+    ("4", "and the generated source"),
+)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def parse_define(text: str) -> tuple[str, object]:
@@ -49,6 +66,17 @@ def parse_define(text: str) -> tuple[str, object]:
     return name, value
 
 
+def parse_defines(items: tuple[str, ...]) -> dict[str, object]:
+    """-D options; a name given twice must have one value."""
+    defines: dict[str, object] = {}
+    for item in items:
+        name, value = parse_define(item)
+        if name in defines and defines[name] != value:
+            raise CatencError(f"-D {name}: given twice with different values ({defines[name]} and {value})")
+        defines[name] = value
+    return defines
+
+
 def parse_config(items: tuple[str, ...]) -> dict[str, str]:
     config: dict[str, str] = {}
     for item in items:
@@ -64,6 +92,8 @@ def parse_emit(text: str | None) -> tuple[str, ...] | None:
     if text is None:
         return None
     kinds = tuple(filter(None, (k.strip() for k in text.split(","))))
+    if not kinds:
+        raise click.BadParameter("empty list", param_hint="--emit")
     for kind in kinds:
         if kind not in EMIT_KINDS:
             raise click.BadParameter(f"unknown kind '{kind}'; choose from {', '.join(EMIT_KINDS)}", param_hint="--emit")
@@ -71,7 +101,7 @@ def parse_emit(text: str | None) -> tuple[str, ...] | None:
 
 
 def debug_print(plan: FilePlan, level: int, source_text: str | None) -> None:
-    """--debug N: 1 kernels and fusion decisions, 2 graph IR, 3 schedule and loops, 4 source."""
+    """--debug N: what DEBUG_LEVELS lists."""
     dumps = stage_dumps(plan)
     if level >= 1:
         for entry in plan.entries:
@@ -124,16 +154,32 @@ def _included_files(files: list[str]) -> list[str]:
     return found
 
 
+class Stopped(BaseException):
+    """SIGINT or SIGTERM arrived: unwinds through every `finally`, which removes staging files."""
+
+
+def _stop(signum: int, frame: object) -> None:
+    for number in STOP_SIGNALS:  # a second signal must not cut the clean-up short
+        signal.signal(number, signal.SIG_IGN)
+    raise Stopped(signum)
+
+
 def guarded(files_of: Callable[[dict], list[str]]):
     """Run a command: user errors print a diagnostic and exit 1; anything unexpected is
-    catenc's fault: it says so, saves a reproducer and exits 4."""
+    catenc's fault: it says so, saves a reproducer and exits 4. SIGINT and SIGTERM clean up
+    and exit 128 + the signal's number."""
 
     def wrap(command):
         @functools.wraps(command)
         def run(**kw):
             argv = sys.argv[:]
+            previous = {number: signal.signal(number, _stop) for number in STOP_SIGNALS}
             try:
                 code = command(**kw)
+            except Stopped as stop:
+                number = stop.args[0]
+                click.echo(f"catenc: stopped by {signal.Signals(number).name}; no partial output left", err=True)
+                sys.exit(128 + number)
             except CatencError as err:
                 click.echo(format_diagnostic(err), err=True)
                 sys.exit(EXIT_USER)
@@ -150,6 +196,9 @@ def guarded(files_of: Callable[[dict], list[str]]):
                     err=True,
                 )
                 sys.exit(EXIT_INTERNAL)
+            finally:
+                for number, handler in previous.items():
+                    signal.signal(number, handler)
             sys.exit(code or 0)
 
         return run
@@ -160,13 +209,74 @@ def guarded(files_of: Callable[[dict], list[str]]):
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 8000))  # programs nest as deep as users write them
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Command(click.Command):
+    """A command whose line in `catenc --help` is its whole first sentence, never cut short."""
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        return self.short_help or click.utils.make_default_short_help(self.help or "", max_length=1000)
+
+
+class Group(click.Group):
+    command_class = Command
+
+
+class CompileCommand(Command):
+    """`compile --help` ends with the runtimes, the config keys of the runtime chosen (a
+    `--runtime` before `--help` chooses it), the --debug levels and the exit codes."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["catenc.args"] = list(args)  # --help is eager: it prints before --runtime is parsed
+        return super().parse_args(ctx, args)
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        default = next(p.default for p in self.params if p.name == "runtime_spec")
+        spec = _option_value(ctx.meta.get("catenc.args", []), "--runtime") or default
+        with formatter.section("Runtimes (--runtime NAME|PATH)"):
+            formatter.write_text(
+                f"Bundled: {', '.join(bundled_runtime_names())} (default: {default}). A path to a "
+                "descriptor file (.py) works too, as does NAME for a NAME.py in a directory of "
+                "CATENC_RUNTIME_PATH."
+            )
+        with formatter.section(f"Config keys of runtime '{spec}' (--config KEY=VALUE)"):
+            formatter.write_dl(_config_rows(spec))
+            formatter.write_paragraph()
+            formatter.write_text("`catenc compile --runtime NAME --help` shows those of runtime NAME.")
+        with formatter.section("Debug levels (--debug N, printed to stderr)"):
+            formatter.write_dl(DEBUG_LEVELS)
+        with formatter.section("Exit codes"):
+            formatter.write_dl(EXIT_CODES)
+
+
+def _option_value(args: list[str], option: str) -> str | None:
+    """The last value given to `option` in raw arguments (`--opt V` or `--opt=V`)."""
+    value = None
+    for n, arg in enumerate(args):
+        if arg == option and n + 1 < len(args):
+            value = args[n + 1]
+        elif arg.startswith(option + "="):
+            value = arg[len(option) + 1 :]
+    return value
+
+
+def _config_rows(spec: str) -> list[tuple[str, str]]:
+    try:
+        runtime = load_runtime(spec)
+    except CatencError as err:
+        return [("(none shown)", str(err))]
+    rows = []
+    for key, config_key in runtime.config_keys.items():
+        choices = f" (one of {', '.join(config_key.choices)})" if config_key.choices else ""
+        rows.append((f"{key}={config_key.default}", config_key.doc + choices))
+    return rows or [("(none)", f"runtime '{runtime.name}' takes no --config keys")]
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="catenc")
 def main() -> None:
     """catenc: compile tensor-program composites (TOML/YAML) to standalone C libraries."""
 
 
-@main.command("compile")
+@main.command("compile", cls=CompileCommand)
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("-o", "out_dir", default=".", show_default=True, help="Output directory (created if needed).")
 @click.option(
@@ -174,23 +284,26 @@ def main() -> None:
     "runtime_spec",
     default="clang",
     show_default=True,
-    help="Runtime name or descriptor file.",
+    help="Runtime name or descriptor file (see Runtimes below).",
 )
 @click.option(
     "-D",
     "defines",
     multiple=True,
     metavar="NAME=VALUE",
-    help="Fix a symbol, a param or a dtype variable.",
+    help="Fix a free symbol (it leaves the signature), a param or a dtype variable (repeatable).",
 )
 @click.option("-I", "include_dirs", multiple=True, metavar="DIR", help="Add a composite search directory.")
-@click.option("--config", "config_items", multiple=True, metavar="K=V[,K=V]", help="Runtime options.")
+@click.option(
+    "--config", "config_items", multiple=True, metavar="K=V[,K=V]", help="Runtime options (see Config keys below)."
+)
 @click.option(
     "-O",
     "opt",
     default="2",
+    show_default=True,
     type=click.Choice(["0", "1", "2", "3", "fast"]),
-    help="Optimisation level.",
+    help="Optimisation level: 0 plain loops; fast also -ffast-math (NaN and Inf handling not kept).",
 )
 @click.option(
     "--composite",
@@ -202,7 +315,14 @@ def main() -> None:
 @click.option("--prefix", default="", help="Prefix of every emitted C symbol.")
 @click.option("-S", "sources_only", is_flag=True, help="Emit sources, header and manifest only.")
 @click.option("-c", "object_only", is_flag=True, help="Stop at an object file.")
-@click.option("--emit", "emit_text", default=None, metavar="LIST", help=f"Any of {','.join(EMIT_KINDS)}.")
+@click.option(
+    "--emit",
+    "emit_text",
+    default=None,
+    metavar="LIST",
+    help=f"Any of {','.join(EMIT_KINDS)}. The dumps (ir, schedule, loops) are written beside the default "
+    "outputs; naming any of c,h,manifest,so,o,a writes exactly those outputs instead of the defaults.",
+)
 @click.option(
     "--test",
     "test_sizes",
@@ -215,13 +335,13 @@ def main() -> None:
     "debug_level",
     default=0,
     type=click.IntRange(0, 4),
-    help="Print stages to stderr (0-4).",
+    help="Print the stages to stderr (see Debug levels below).",
 )
 @click.option("-MD", "make_deps", is_flag=True, help="Write a Make depfile.")
 @click.option("-MF", "depfile", default=None, metavar="FILE", help="Depfile path.")
 @click.option("-MT", "dep_target", default=None, metavar="TARGET", help="Depfile target.")
 @click.option("-MP", "dep_phony", is_flag=True, help="Add phony targets for dependencies.")
-@click.option("-v", "verbose", is_flag=True, help="Say what is written.")
+@click.option("-v", "verbose", is_flag=True, help="Name each output: wrote (changed) or unchanged.")
 @click.option("-q", "quiet", is_flag=True, help="Print only errors.")
 @guarded(lambda kw: [kw["file"]] + ([kw["runtime_spec"]] if kw["runtime_spec"].endswith(".py") else []))
 def compile_command(**kw) -> int:
@@ -238,10 +358,16 @@ def compile_command(**kw) -> int:
 @click.option("-k", "pattern", default=None, metavar="PATTERN", help="Only ops whose name matches.")
 @click.option("--config", "config_items", multiple=True, metavar="K=V[,K=V]", help="Runtime options.")
 @click.option("--no-primitives", is_flag=True, help="Skip the rows of the language's own functions.")
+@click.option("--compile-only", is_flag=True, help="Build every op but run none (cells say `compiled`).")
 @guarded(lambda kw: [kw["runtime_spec"]] if kw["runtime_spec"].endswith(".py") else [])
-def test_runtime_command(runtime_spec, report, json_path, ops_dirs, dtypes, pattern, config_items, no_primitives):
-    """Run the op library through a runtime and write the op-coverage report."""
-    from catenc.coverage import progress_printer, render_json, render_markdown, run_coverage, summary_line
+def test_runtime_command(
+    runtime_spec, report, json_path, ops_dirs, dtypes, pattern, config_items, no_primitives, compile_only
+):
+    """Run the op library through a runtime and write the op-coverage report.
+
+    Exits 3 on a fail, error or xpass cell, and 1 when cells could not even be built here (`not
+    run`: e.g. opencl without pyopencl or an OpenCL driver; the message says what to install)."""
+    from catenc.coverage import not_run_note, progress_printer, render_json, render_markdown, run_coverage, summary_line
 
     runtime = load_runtime(runtime_spec)
     config = runtime.validate_config(parse_config(config_items))
@@ -252,7 +378,11 @@ def test_runtime_command(runtime_spec, report, json_path, ops_dirs, dtypes, patt
     for directory in ops_dirs:
         if not Path(directory).is_dir():
             raise CatencError(f"--ops {directory}: no such directory")
-    coverage = run_coverage(runtime, config, tuple(ops_dirs), wanted, pattern, progress_printer(), not no_primitives)
+        if not any(p.suffix in (".toml", ".yaml", ".yml") for p in Path(directory).iterdir()):
+            raise CatencError(f"--ops {directory}: no op file (.toml, .yaml) in it")
+    coverage = run_coverage(
+        runtime, config, tuple(ops_dirs), wanted, pattern, progress_printer(), not no_primitives, compile_only
+    )
     if sys.stdout.isatty():
         click.echo()
     write_text_atomic(Path(report), render_markdown(coverage))
@@ -260,15 +390,15 @@ def test_runtime_command(runtime_spec, report, json_path, ops_dirs, dtypes, patt
         write_text_atomic(Path(json_path), render_json(coverage))
     click.echo(summary_line(coverage))
     click.echo(f"catenc: wrote {report}" + (f" and {json_path}" if json_path else ""))
-    return EXIT_TEST if coverage.regressed else 0
+    counts = coverage.counts()
+    if counts["not_run"]:
+        cells = sum(counts.values())
+        click.echo(f"catenc: error: {counts['not_run']} of {cells} cells not run: {not_run_note(coverage)}", err=True)
+    return EXIT_TEST if coverage.regressed else EXIT_USER if counts["not_run"] else 0
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".catenc-", dir=path.parent)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    write_atomic(path, text)
 
 
 def _compile(
@@ -306,11 +436,11 @@ def _compile(
         config=config,
         opt=opt,
         prefix=prefix,
-        defines=dict(parse_define(d) for d in defines),
+        defines=parse_defines(defines),
         include_dirs=tuple(include_dirs),
         composites=tuple(composites),
     )
-    emit = parse_emit(emit_text) or default_emit(sources_only, object_only)
+    emit = emit_kinds(parse_emit(emit_text) or (), sources_only, object_only)
     if test_sizes is not None and "so" not in emit:
         if sources_only or object_only:
             raise click.UsageError("--test needs the shared library; drop -S/-c")
@@ -322,7 +452,8 @@ def _compile(
     plan = plan_file(file, options)
     if not plan.entries:
         raise CatencError(f"{file}: no composite to compile (rank-polymorphic ones have no entry)")
-    _check_defines(plan, options)
+    if test_sizes is not None:
+        _check_test_sizes(plan, test_sizes)
     if debug_level:
         debug_print(plan, debug_level, None)
     if make_deps and depfile is None:
@@ -332,21 +463,41 @@ def _compile(
     if debug_level >= 4 and "c" in written:
         click.echo(Path(written["c"]).read_text(), err=True)
     if verbose and not quiet:
-        for kind, path in written.items():
-            click.echo(f"catenc: wrote {path} ({kind})")
+        for path in written.values():
+            click.echo(f"catenc: {'wrote' if path in request.written else 'unchanged'} {path}")
     if test_sizes is None:
         return 0
     return _run_test(plan, written, test_sizes, quiet)
 
 
-def _check_defines(plan: FilePlan, options: Options) -> None:
-    known = set()
-    for entry in plan.entries:
-        comp = entry.composite
-        known |= set(comp.symbols()) | set(comp.params) | set(comp.types)
-    for name in options.defines:
-        if name not in known:
-            raise CatencError(f"-D {name}: no composite compiled here has a symbol, param or type variable '{name}'")
+def _check_test_sizes(plan: FilePlan, sizes_text: str) -> None:
+    """Each --test size names a symbol of a tested composite, and one that `where` derives or -D
+    fixes only with the value it has there."""
+    from catenc.testing import entry_sizes, parse_sizes  # numpy: only when testing
+
+    given = parse_sizes(sizes_text)
+    free = list(dict.fromkeys(dim for entry in plan.entries for dim in entry.dims))
+    for name, value in given.items():
+        holders = [entry for entry in plan.entries if name in entry.composite.symbols()]
+        if not holders:
+            raise CatencError(
+                f"--test {name}={value}: no composite tested here has a symbol '{name}'{closest(name, free)}; "
+                f"the sizes to give are {', '.join(free) or 'none'}"
+            )
+        for entry in holders:
+            fixed = entry.specialized.get(name)
+            if fixed is not None and fixed != value:
+                raise CatencError(f"--test {name}={value}: '{name}' is fixed to {fixed} by -D")
+            if name in entry.derived:
+                sizes = {k: const(v) for k, v in entry_sizes(entry, given).items()}
+                derived = entry.derived[name].substitute(sizes)
+                if derived != const(value):
+                    comp = entry.composite
+                    raise CatencError(
+                        f"--test {name}={value}: '{name}' is derived by 'where' ({name} = {comp.derived[name]}), "
+                        f"which gives {derived} at these sizes",
+                        comp.derived_locs[name],
+                    )
 
 
 def _run_test(plan: FilePlan, written: dict[str, str], sizes_text: str, quiet: bool) -> int:

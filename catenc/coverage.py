@@ -5,11 +5,16 @@ type variable, and per batch rank 0-2 when it is rank-polymorphic, as a wrapper 
 concrete shapes. The wrappers of one op file and dtype compile into one library; each runs at
 several size bindings (all ones, the op's test sizes, and those plus two) against the op's
 `test.reference`. Elementwise functions and operators of the body language get rows of their own.
+
+A runtime whose toolchain builds binaries but whose target this machine lacks (cuda without a
+GPU) reports `compiled` cells; one whose source only a driver compiles, at load time (opencl),
+reports `not run` cells when the driver or pyopencl is missing: nothing checked them.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import importlib
 import json
 import sys
 import tempfile
@@ -34,7 +39,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-STATUSES = ("pass", "fail", "error", "compiled", "unsupported", "xfail", "xpass")
+STATUSES = ("pass", "fail", "error", "compiled", "not_run", "unsupported", "xfail", "xpass")
 BATCH_SIZES = (3, 2)
 
 
@@ -50,6 +55,14 @@ class OpRow:
     name: str
     family: str
     cells: dict[str, Cell] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NotRun:
+    """Why nothing of a runtime could be checked on this machine, and what to install."""
+
+    reason: str
+    advice: str
 
 
 @dataclass(frozen=True)
@@ -190,12 +203,31 @@ def run_entry(entry: EntryPlan, op: Composite, function, seed: int) -> tuple[boo
     return all(c.ok for c in checks), max((c.max_rel for c in checks), default=0.0)
 
 
+def not_run(runtime: Runtime, config: dict[str, str]) -> NotRun | None:
+    """None when the runtime runs here, or when its own toolchain builds what it emits (its cells
+    then say `compiled`); else why its cells are not run at all."""
+    if runtime.binary_kinds or runtime.runnable(config):
+        return None
+    if runtime.language != "opencl":
+        return NotRun(f"runtime '{runtime.name}' cannot run on this machine", "")
+    driver = (
+        "an OpenCL driver (Debian/Ubuntu: apt-get install pocl-opencl-icd, which runs the kernels on the "
+        "CPU, or your GPU vendor's OpenCL driver)"
+    )
+    try:
+        importlib.import_module("pyopencl")
+    except ImportError:
+        return NotRun("pyopencl missing", f"pip install 'catenc[opencl]' and {driver}")
+    return NotRun("no OpenCL device", f"install {driver}")
+
+
 @dataclass
 class Coverage:
     runtime: Runtime
     config: dict[str, str]
     toolchain: str
     rows: list[OpRow]
+    not_run: NotRun | None = None
 
     def counts(self) -> dict[str, int]:
         counts = dict.fromkeys(STATUSES, 0)
@@ -218,8 +250,13 @@ def run_coverage(
     pattern: str | None = None,
     progress: Callable[[int, int, str], None] = lambda done, total, line: None,
     primitives: bool = True,
+    compile_only: bool = False,
 ) -> Coverage:
+    """Every op case through the runtime; compile_only builds them and runs none."""
     cases = make_cases(library_ops(ops_dirs, primitives), dtypes, pattern)
+    if not cases:
+        what = f"no op matches '{pattern}'" if pattern else "no op to test"
+        raise CatencError(what + (f" with dtypes {', '.join(sorted(dtypes))}" if dtypes else ""))
     expectations = load_expectations(runtime)
     rows: dict[str, OpRow] = {}
     for case in cases:
@@ -231,20 +268,22 @@ def run_coverage(
             continue
         groups.setdefault((case.family, case.dtype), []).append(case)
     options = Options(runtime, config, opt="2", include_dirs=ops_dirs + (str(BUILTIN_ROWS),))
-    runnable = runtime.runnable(config)
+    runnable = runtime.runnable(config) and not compile_only
+    blocked = not_run(runtime, config)
     with tempfile.TemporaryDirectory(prefix="catenc-coverage-") as scratch:
         jobs = [(Path(scratch) / f"{family}_{dtype}", group) for (family, dtype), group in groups.items()]
         with ThreadPoolExecutor(max_workers=2) as pool:
             built = pool.map(lambda job: _build_group(job[0], job[1], options), jobs)  # runs as groups finish
             for done, ((_, group), (plans, library, errors)) in enumerate(zip(jobs, built), 1):
                 for case in group:
-                    cell = _run_case(case, plans, library, errors, runnable)
+                    cell = _run_case(case, plans, library, errors, runnable, blocked)
                     cell = _apply_expectation(cell, expectations.get((case.op.name, case.dtype)))
                     rows[case.op.name].cells[case.dtype] = cell
-                statuses = ", ".join(f"{c.op.name} {rows[c.op.name].cells[c.dtype].status}" for c in group)
+                statuses = ", ".join(f"{c.op.name} {_cell_text(rows[c.op.name].cells[c.dtype])}" for c in group)
                 progress(done, len(jobs), f"{group[0].family} {group[0].dtype}: {statuses}")
     toolchain = runtime.toolchain_version(config)
-    return Coverage(runtime, config, toolchain, sorted(rows.values(), key=lambda r: (r.family, r.name)))
+    ordered = sorted(rows.values(), key=lambda r: (r.family, r.name))
+    return Coverage(runtime, config, toolchain, ordered, blocked)
 
 
 def _build_group(directory: Path, cases: list[Case], options: Options):
@@ -305,10 +344,12 @@ def _build_one_by_one(directory, root, library, plans, options, errors):
     return good, libs, errors
 
 
-def _run_case(case: Case, plans, library, errors, runnable: bool) -> Cell:
+def _run_case(case: Case, plans, library, errors, runnable: bool, blocked: NotRun | None) -> Cell:
     failed = [errors[w] for w in case.wrappers if w in errors]
     if failed:
         return Cell("error", reason=failed[0])
+    if blocked is not None:
+        return Cell("not_run", reason=blocked.reason)
     if not runnable:
         return Cell("compiled")
     worst, ok = 0.0, True
@@ -343,6 +384,8 @@ def _cell_text(cell: Cell | None) -> str:
         return ""
     if cell.status in ("pass", "fail", "xpass") and cell.max_rel_error is not None:
         return f"{cell.status} ({cell.max_rel_error:.1e})"
+    if cell.status == "not_run":
+        return f"not run: {cell.reason}"
     return cell.status
 
 
@@ -351,7 +394,16 @@ def summary_line(coverage: Coverage) -> str:
     return (
         f"{c['pass']} passed, {c['fail']} failed, {c['error']} error, {c['unsupported']} unsupported, "
         f"{c['xfail']} xfail, {c['xpass']} xpass, {c['compiled']} compiled"
+        + (f", {c['not_run']} not run ({coverage.not_run.reason})" if coverage.not_run and c["not_run"] else "")
     )
+
+
+def not_run_note(coverage: Coverage) -> str:
+    """Why cells were not run and what to install ("" when none was left out)."""
+    blocked = coverage.not_run
+    if blocked is None or not coverage.counts()["not_run"]:
+        return ""
+    return blocked.reason + (f"; to run them, {blocked.advice}" if blocked.advice else "")
 
 
 def render_markdown(coverage: Coverage) -> str:
@@ -367,8 +419,10 @@ def render_markdown(coverage: Coverage) -> str:
         "",
         f"**{summary_line(coverage)}**",
         "",
+        *([f"Not run: {not_run_note(coverage)}.", ""] if not_run_note(coverage) else []),
         "Cells: `pass (max relative error)`, `fail` (wrong values), `error` (compile or run failure), "
-        "`compiled` (built, not runnable here), `unsupported` (declared by the runtime), `xfail` "
+        "`compiled` (built, not runnable here), `not run` (nothing could build or run it here: see the "
+        "summary), `unsupported` (declared by the runtime), `xfail` "
         "(expected, see below); empty: the op does not declare that dtype.",
         "",
     ]
@@ -384,7 +438,7 @@ def render_markdown(coverage: Coverage) -> str:
         (row.name, d, c)
         for row in coverage.rows
         for d, c in row.cells.items()
-        if c.reason and c.status != "unsupported"
+        if c.reason and c.status not in ("unsupported", "not_run")
     ]
     if notes:
         lines += ["## Notes", ""]

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import os
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -11,27 +15,39 @@ import numpy as np
 from catenc.compiler import EntryPlan, FilePlan
 from catenc.diagnostics import CatencError
 from catenc.dtypes import DType, from_storage, to_storage
+from catenc.frontend import typed as T
 from catenc.frontend.check import decide
 from catenc.frontend.composites import Composite
 from catenc.loader import STATUS_NAMES, CatencStatusError, Library
-from catenc.reference import run_program
+from catenc.reference import compute_dtype, run_program
 from catenc.symbolic import Facts, const, parse_expr
 
+# (rtol, atol) of an output computed without a long reduction: a few elementwise roundings
+# (and the library math functions' error) in the output's precision.
 DEFAULT_TOLERANCE = {
     "f64": (1e-9, 1e-9),
     "f32": (2e-4, 2e-5),
     "f16": (2e-2, 2e-2),
     "bf16": (6e-2, 6e-2),
 }
+# How many typical rounding errors of a long reduction the default tolerance allows (see
+# `reduction_rounding`): a sum with one accumulator has an error of about 0.2·ε·√K·rms.
+ROUNDING_MARGIN = 2.0
+# A --test run holds each tensor about this many times: its storage, its values widened for
+# the reference, the reference's result and the float64 copies the comparison makes.
+COPIES_PER_TENSOR = 4
 
 
-@dataclass
+@dataclass(frozen=True)
 class OutputCheck:
     entry: str
     output: str
     max_abs: float
     max_rel: float
     ok: bool
+    rtol: float = 0.0  # the tolerance it was checked against: |got - want| <= atol + rtol·|want|
+    atol: float = 0.0
+    exact: bool = False  # integers and booleans are compared for equality
 
 
 def parse_sizes(text: str) -> dict[str, int]:
@@ -119,14 +135,189 @@ def run_reference(
         return [outputs[name] for name, _ in entry.program.outputs]
     symbols = {k: v for k, v in env.items() if not k.startswith("batch")}
     namespace: dict = {"np": np, "numpy": np}
+    where = composite.source.loc(composite.keypath + ("test", "reference"))
     try:
         exec(compile(source, f"<test.reference of {composite.name}>", "exec"), namespace)
-        result = namespace["reference"](**values, **symbols, **dict(entry.program.params))
-    except Exception as err:  # the reference is the user's code
+        function = namespace.get("reference")
+        if not callable(function):
+            raise CatencError(f"test.reference of '{composite.name}' defines no function 'reference'", where)
+        result = function(**values, **symbols, **dict(entry.program.params))
+    except (CatencError, KeyboardInterrupt, MemoryError):
+        raise
+    except BaseException as err:  # the reference is the user's code: even SystemExit is its failure
+        raise CatencError(f"test.reference of '{composite.name}' failed: {type(err).__name__}: {err}", where) from None
+    return reference_arrays(entry, composite, result, env, where)
+
+
+def reference_arrays(entry: EntryPlan, composite: Composite, result, env: dict[str, int], where) -> list[np.ndarray]:
+    """A reference's result as one array of numbers per output, each of the output's shape."""
+    outputs = entry.program.outputs
+    many = isinstance(result, tuple) or (isinstance(result, list) and len(outputs) > 1)
+    items = list(result) if many else [result]
+    names = ", ".join(name for name, _ in outputs)
+    if len(items) != len(outputs):
         raise CatencError(
-            f"test.reference of '{composite.name}' failed: {type(err).__name__}: {err}", composite.loc
-        ) from None
-    return list(result) if isinstance(result, tuple) else [result]
+            f"test.reference of '{composite.name}' returned {len(items)} value(s); expected {len(outputs)}, "
+            f"one per output ({names})",
+            where,
+        )
+    arrays = []
+    for (name, ttype), item in zip(outputs, items):
+        shape = tuple(int(d.evaluate(env)) for d in ttype.shape)
+        expected = f"{ttype.dtype.name} values of shape {shape}"
+        try:
+            array = np.asarray(item)
+        except ValueError:  # ragged nested lists
+            array = np.asarray(None)
+        if array.dtype.kind not in "biuf":
+            what = f"a {type(item).__name__}" if array.ndim == 0 or array.dtype.kind == "O" else f"{array.dtype} values"
+            raise CatencError(
+                f"test.reference of '{composite.name}' returned {what} for output '{name}'; expected {expected}",
+                where,
+            )
+        if array.shape != shape:
+            raise CatencError(
+                f"test.reference of '{composite.name}' returned shape {array.shape} for output '{name}'; "
+                f"expected {expected}",
+                where,
+            )
+        arrays.append(array)
+    return arrays
+
+
+def reduction_rounding(program: T.Program, env: dict[str, int]) -> float:
+    """ε·√K of the program's worst floating-point reduction of K terms (sum, mean, prod, matmul
+    and index-form sums, callees included), ε of the precision it accumulates in; 0 if none.
+
+    The compiled code and the reference accumulate in the same precision (f32 for f32, f16 and
+    bf16; f64 for f64) in different orders (vector lanes, blocks, work-group trees against
+    numpy's pairwise sums and BLAS). Each rounding error is at most ε/2 of a partial sum, and on
+    random inputs the K of them add like a random walk: about ε·√K relative to the outputs'
+    magnitude (K·ε is the worst case, reached only by adversarial data)."""
+    worst = 0.0
+    for node in _typed_items(program.statements):
+        terms = _reduced_terms(node, env)
+        if terms > 1 and node.type.dtype.is_float:
+            worst = max(worst, float(np.finfo(compute_dtype(node.type.dtype)).eps) * math.sqrt(terms))
+    return worst
+
+
+def _typed_items(roots) -> Iterator[object]:
+    """Every statement, node and callee program reachable from these, each once."""
+    seen: set[int] = set()
+    stack: list[object] = list(roots)
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        yield item
+        if isinstance(item, T.Program):
+            stack += item.statements
+            continue
+        for part in dataclasses.fields(item):
+            value = getattr(item, part.name)
+            stack += [v for v in (value if isinstance(value, tuple) else (value,)) if _walkable(v)]
+
+
+def _walkable(value: object) -> bool:
+    return isinstance(value, (T.Node, T.Program, T.Assign, T.IndexAssign))
+
+
+def _reduced_terms(node: object, env: dict[str, int]) -> int:
+    """How many terms one result of this node accumulates (0 for a node that is no reduction)."""
+    if isinstance(node, T.Reduce) and node.op in ("sum", "mean", "prod"):
+        return math.prod(int(node.arg.type.shape[a].evaluate(env)) for a in node.axes)
+    if isinstance(node, T.IndexReduce) and node.op in ("sum", "mean", "prod"):
+        return math.prod(int(extent.evaluate(env)) for _, extent in node.indices)
+    if isinstance(node, T.MatMul) and node.a.type.shape:
+        return int(node.a.type.shape[-1].evaluate(env))
+    return 0
+
+
+def tolerance(composite: Composite, dtype: DType, rounding: float, want: np.ndarray) -> tuple[float, float]:
+    """(rtol, atol) of one output: test.rtol and test.atol when given, else the dtype's default
+    widened by the reductions' rounding, atol in proportion to the reference's RMS value."""
+    base_rtol, base_atol = DEFAULT_TOLERANCE.get(dtype.name, (0.0, 0.0))
+    rms = 0.0
+    if rounding:
+        with np.errstate(all="ignore"):
+            finite = np.asarray(want, dtype=np.float64)
+            finite = finite[np.isfinite(finite)]
+            rms = float(np.sqrt(np.mean(np.square(finite)))) if finite.size else 0.0
+    rtol = float(composite.test.get("rtol", base_rtol + ROUNDING_MARGIN * rounding))
+    atol = float(composite.test.get("atol", base_atol + ROUNDING_MARGIN * rounding * rms))
+    return rtol, atol
+
+
+def check_memory(entry: EntryPlan, sizes: dict[str, int], env: dict[str, int]) -> None:
+    """A user error, before anything is allocated, when the sizes need more than this machine's
+    memory: the inputs and outputs, plus the largest value the reference interpreter computes."""
+    memory = _physical_memory()
+    tensors = [(f"input '{name}'", ttype) for name, ttype in entry.program.inputs]
+    tensors += [(f"output '{name}'", ttype) for name, ttype in entry.program.outputs]
+    need = [(_nbytes(ttype.dtype, ttype.shape, env, storage=True), what, ttype, None) for what, ttype in tensors]
+    total = COPIES_PER_TENSOR * sum(n for n, *_ in need)
+    if entry.composite.test.get("reference") is None:
+        largest = max(_reference_values(entry.program, env), key=_size_then_first, default=None)
+        if largest is not None:
+            need.append(largest)
+            total += largest[0]
+    if memory is None or total <= memory:
+        return
+    nbytes, what, ttype, loc = max(need, key=lambda item: item[0])
+    dims = ", ".join(str(int(d.evaluate(env))) for d in ttype.shape)
+    shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
+    raise CatencError(
+        f"--test at {shown}: {what} of '{entry.name}' ({ttype.dtype.name}[{dims}]) takes {_bytes(nbytes)}; the "
+        f"test needs about {_bytes(total)}, more than this machine's {_bytes(memory)} of memory; give smaller sizes",
+        loc,
+    )
+
+
+def _reference_values(program: T.Program, env: dict[str, int]) -> Iterator[tuple[int, str, T.TType, object]]:
+    """(bytes, what, type, loc) of each value the reference interpreter materialises: every node's
+    value, and for an index-form statement its grid over all its indices, reductions' included."""
+    for item in _typed_items(program.statements):
+        if isinstance(item, T.IndexAssign):
+            extents = [e for _, e in item.indices]
+            extents += [
+                e for node in _typed_items([item.body]) if isinstance(node, T.IndexReduce) for _, e in node.indices
+            ]
+            grid = T.TType(item.type.dtype, tuple(extents))
+            yield _nbytes(grid.dtype, grid.shape, env), f"the reference's grid for '{item.target}'", grid, item.loc
+        elif isinstance(item, T.Node) and not isinstance(item, _VIEWS) and item.type.shape:
+            yield _nbytes(item.type.dtype, item.type.shape, env), "a value the reference computes", item.type, item.loc
+
+
+_VIEWS = (T.Ref, T.Expand, T.Reshape, T.Permute)  # the interpreter allocates nothing for these
+
+
+def _size_then_first(item: tuple) -> tuple:
+    """Order by size, then the earliest in the source first (where a large value is made)."""
+    loc = item[3]
+    return (item[0], -loc.line, -loc.col) if loc is not None else (item[0], 0, 0)
+
+
+def _nbytes(dtype: DType, shape, env: dict[str, int], storage: bool = False) -> int:
+    """Bytes of a tensor as stored (storage) or as the reference holds it."""
+    itemsize = max(dtype.bits // 8, 1) if storage else compute_dtype(dtype).itemsize
+    return math.prod(int(d.evaluate(env)) for d in shape) * itemsize
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows)
+        return None
+
+
+def _bytes(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n} bytes" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
 
 
 def run_once(
@@ -134,9 +325,22 @@ def run_once(
 ) -> tuple[list[OutputCheck], list[np.ndarray]]:
     """Call an entry on random inputs (within the composite's test.ranges) at these sizes and
     compare every output with the reference; returns the checks and the inputs used."""
-    rng = np.random.default_rng(seed)
     env = {**entry.specialized, **sizes}  # symbols fixed with -D are sizes too
     env.update({k: int(v.evaluate(env)) for k, v in entry.derived.items()})
+    check_memory(entry, sizes, env)
+    try:
+        return _run_once(entry, composite, function, sizes, env, seed)
+    except MemoryError as err:  # an intermediate of the reference or the workspace
+        shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
+        raise CatencError(
+            f"--test ran out of memory running '{entry.name}' at {shown} ({err}); give smaller sizes", composite.loc
+        ) from None
+
+
+def _run_once(
+    entry: EntryPlan, composite: Composite, function, sizes: dict[str, int], env: dict[str, int], seed: int
+) -> tuple[list[OutputCheck], list[np.ndarray]]:
+    rng = np.random.default_rng(seed)
     values, storage = {}, []
     for name, ttype in entry.program.inputs:
         shape = tuple(int(d.evaluate(env)) for d in ttype.shape)
@@ -153,15 +357,15 @@ def run_once(
         ) from None
     outputs = result if isinstance(result, tuple) else (result,)
     reference = run_reference(entry, composite, values, env)
+    rounding = reduction_rounding(entry.program, env)
     checks = []
     for (name, ttype), got, want in zip(entry.program.outputs, outputs, reference):
-        rtol, atol = DEFAULT_TOLERANCE.get(ttype.dtype.name, (0.0, 0.0))
-        rtol = float(composite.test.get("rtol", rtol))
-        atol = float(composite.test.get("atol", atol))
+        exact = not ttype.dtype.is_float
+        rtol, atol = (0.0, 0.0) if exact else tolerance(composite, ttype.dtype, rounding, want)
         max_abs, max_rel, ok = compare(
             stored_values(np.asarray(got), ttype.dtype), np.asarray(want), ttype.dtype, rtol, atol
         )
-        checks.append(OutputCheck(entry.name, name, max_abs, max_rel, ok))
+        checks.append(OutputCheck(entry.name, name, max_abs, max_rel, ok, rtol, atol, exact))
     return checks, storage
 
 
@@ -211,11 +415,18 @@ def check_entries(
         for check in results:
             verdict = "ok" if check.ok else "MISMATCH"
             lines.append(
-                f"{entry.name}: {check.output}  max abs err {check.max_abs:.3g}  max rel err {check.max_rel:.3g}  "
-                f"[{shown}]  {elapsed * 1e3:.3f} ms  {verdict}"
+                f"{entry.name}: {check.output}  {_errors_text(check)}  [{shown}]  {elapsed * 1e3:.3f} ms  {verdict}"
             )
         checks += results
     return checks, lines
+
+
+def _errors_text(check: OutputCheck) -> str:
+    """The errors measured beside the tolerance they were held to."""
+    if check.exact:
+        return f"max abs err {check.max_abs:.3g} (exact)"
+    measured = f"max abs err {check.max_abs:.2e} (atol {check.atol:.2e})"
+    return f"{measured}  max rel err {check.max_rel:.2e} (rtol {check.rtol:.2e})"
 
 
 def _time(function, args, kwargs, budget: float = 0.2, runs: int = 20) -> float:

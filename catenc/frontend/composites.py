@@ -320,7 +320,28 @@ def parse_composite(source: SourceFile, name: str, definition: object) -> Compos
             value = params.get(used)
             if used in params and (isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_CONSTANT):
                 raise CatencError(f"param '{used}' appears in a shape, so it must be an integer within 2^62", decl.loc)
+    _check_test_ranges(reader, comp)
     return comp
+
+
+def _check_test_ranges(reader: _Reader, comp: Composite) -> None:
+    """Each test.ranges key names an input, and its bounds use only the composite's symbols."""
+    inputs = [d.name for d in comp.inputs]
+    known = set(comp.symbols()) | set(comp.derived)
+    for key, bounds in comp.test.get("ranges", {}).items():
+        if key not in inputs:
+            raise CatencError(
+                f"test.ranges: '{key}' is not an input of '{comp.name}'{closest(key, inputs)}",
+                reader.loc("test", "ranges", key),
+            )
+        for index, bound in enumerate(bounds):
+            unknown = sorted(parse_expr(bound).free_symbols() - known) if isinstance(bound, str) else []
+            if unknown:
+                symbols = ", ".join(sorted(known)) or "none"
+                raise CatencError(
+                    f"test range of '{key}': '{unknown[0]}' is not a symbol of '{comp.name}' (symbols: {symbols})",
+                    reader.loc("test", "ranges", key, index),
+                )
 
 
 def _read_types(reader: _Reader, definition: dict) -> dict[str, list[str]]:
