@@ -119,7 +119,7 @@ def _plan_file(path: str, options: Options) -> FilePlan:
     for inc_name, comp in library.local.items():
         own.setdefault(inc_name, comp)
     names = list(options.composites) or [n for n, c in root.composites.items() if not c.is_batched]
-    entries = []
+    comps = []
     for name in names:
         comp = library.local.get(name)
         if comp is None:
@@ -130,9 +130,32 @@ def _plan_file(path: str, options: Options) -> FilePlan:
                 "call it from a composite with concrete shapes",
                 comp.loc,
             )
-        entries.append(plan_entry(comp, library, options))
+        comps.append(comp)
+    check_defines(comps, options.defines)
+    entries = [plan_entry(comp, library, options) for comp in comps]
     _check_unique_symbols(entries)
     return FilePlan(root, library, tuple(entries))
+
+
+def check_defines(comps: list[Composite], defines: dict[str, object]) -> None:
+    """Each -D names a free symbol, a param or a dtype variable of a compiled composite; a symbol
+    that `where` derives cannot be fixed (docs/cli.md)."""
+    known: list[str] = []
+    for comp in comps:
+        known += [n for n in [*comp.symbols(), *comp.params, *comp.types] if n not in known]
+    for name, value in defines.items():
+        if name not in known:
+            raise CatencError(
+                f"-D {name}={value}: no composite compiled here has a symbol, param or dtype variable "
+                f"'{name}'{closest(name, known)}"
+            )
+        for comp in comps:
+            if name in comp.derived:
+                raise CatencError(
+                    f"-D {name}={value}: '{name}' is derived by 'where' ({name} = {comp.derived[name]}); "
+                    "fix the symbols it is derived from instead",
+                    comp.derived_locs[name],
+                )
 
 
 def plan_entry(comp: Composite, library: Library, options: Options) -> EntryPlan:

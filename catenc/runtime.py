@@ -28,12 +28,13 @@ import re
 import shutil
 import subprocess
 import tempfile
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from catenc.codegen.c import CRenderer
-from catenc.diagnostics import CatencError
+from catenc.diagnostics import CatencError, Loc
 from catenc.dtypes import DTYPES
 from catenc.frontend.composites import closest
 from catenc.resources import package_path
@@ -321,7 +322,7 @@ def find_runtime(spec: str) -> tuple[Path, str]:
         candidate = Path(directory) / f"{spec}.py"
         if candidate.is_file():
             return candidate, str(candidate)
-    names = sorted(p.stem for p in bundled_runtimes_dir().glob("*.py") if not p.name.startswith("_"))
+    names = bundled_runtime_names()
     raise CatencError(f"unknown runtime '{spec}'{closest(spec, names)}; bundled runtimes: {', '.join(names)}")
 
 
@@ -334,9 +335,19 @@ def load_runtime(spec: str) -> Runtime:
     module = importlib.util.module_from_spec(loader_spec)
     try:
         loader_spec.loader.exec_module(module)
-    except Exception as err:  # a descriptor is user code: report, don't crash
-        raise CatencError(f"runtime descriptor '{display}' failed to load: {type(err).__name__}: {err}") from None
+    except (Exception, SystemExit, KeyboardInterrupt) as err:  # user code: even an exit is an error here
+        shown = f"SyntaxError({err.msg!r})" if isinstance(err, SyntaxError) else repr(err)
+        raise CatencError(f"runtime descriptor raised {shown} while loading", _raised_at(err, path, display)) from None
     runtime = getattr(module, "RUNTIME", None)
     if not isinstance(runtime, Runtime):
         raise CatencError(f"runtime descriptor '{display}' must define RUNTIME, an instance of catenc.runtime.Runtime")
     return replace(runtime, path=display, source_file=str(path))
+
+
+def _raised_at(err: BaseException, path: Path, display: str) -> Loc:
+    """Where in the descriptor err arose: its syntax error, else its last line in the traceback."""
+    if isinstance(err, SyntaxError) and err.filename and Path(err.filename).resolve() == path.resolve():
+        return Loc(display, err.lineno or 1, err.offset or 1)
+    frames = traceback.extract_tb(err.__traceback__)
+    lines = [f.lineno for f in frames if f.lineno and Path(f.filename).resolve() == path.resolve()]
+    return Loc(display, lines[-1] if lines else 1, 1)

@@ -161,6 +161,44 @@ def test_compile_help_lists_the_options(tmp_path: Path) -> None:
         assert re.search(rf"(^|[\s,]){re.escape(option)}\b", text), option
 
 
+def test_help_shows_each_command_description_whole(tmp_path: Path) -> None:
+    from catenc.cli import main
+
+    text = " ".join(ok(catenc_run(tmp_path, "--help", script=True)).stdout.split())
+    commands = text.split("Commands:", 1)[1]
+    assert "..." not in commands, commands
+    assert "compile Compile FILE (.toml, .yaml) into C sources, a header, a manifest and a shared library." in commands
+    for name, command in main.commands.items():
+        first_sentence = " ".join(re.split(r"\.\s", command.help)[0].split())
+        assert f"{name} {first_sentence}" in commands, (name, commands)
+
+
+def test_compile_help_says_the_defaults_runtimes_config_keys_debug_levels_and_exit_codes(tmp_path: Path) -> None:
+    text = ok(catenc_run(tmp_path, "compile", "--help")).stdout
+    flat = " ".join(text.split())
+    assert re.search(r"-O \[0\|1\|2\|3\|fast\] .*\[default: 2\]", flat), text
+    assert "Bundled: clang, cuda, opencl (default: clang)" in flat and "descriptor file" in flat, text
+    for key in ("OMP=1", "MARCH=native", "VECTOR_WIDTH=auto", "CFLAGS="):
+        assert re.search(rf"^\s+{re.escape(key)}\s", text, re.M), (key, text)
+    assert "--runtime NAME --help" in flat
+    debug = text.split("Debug levels (--debug N", 1)[1].split("Exit codes", 1)[0]
+    assert [line.split()[0] for line in debug.splitlines()[1:] if line.strip()] == ["0", "1", "2", "3", "4"], debug
+    codes = text.split("Exit codes", 1)[1]
+    assert [line.split()[0] for line in codes.splitlines()[1:] if line.strip() and line[2] != " "] == list("01234")
+    assert "--test mismatch" in codes and "internal compiler error" in codes
+
+
+@pytest.mark.parametrize("runtime", ["opencl", "cuda"])
+def test_compile_help_shows_the_config_keys_of_the_runtime_named(tmp_path: Path, runtime: str) -> None:
+    from catenc.runtime import load_runtime
+
+    text = ok(catenc_run(tmp_path, "compile", "--runtime", runtime, "--help")).stdout
+    section = text.split(f"Config keys of runtime '{runtime}'", 1)[1].split("Debug levels (", 1)[0]
+    for key, spec in load_runtime(runtime).config_keys.items():
+        assert f"{key}={spec.default}" in section, (key, section)
+    assert "OMP=" not in section
+
+
 def test_python_m_catenc_without_arguments_shows_usage(tmp_path: Path) -> None:
     result = catenc_run(tmp_path)
     assert result.returncode in (0, 2), result
@@ -229,6 +267,20 @@ def test_emit_dumps(dumps: Path) -> None:
                 assert kernel in text, (kind, kernel, text)
         if kind == "loops":
             assert re.search(r"\bfor\b", text), text
+
+
+def test_emit_dumps_come_beside_the_default_outputs(work: Path) -> None:
+    ok(catenc_run(work, "compile", "model.toml", "-o", "out", "--emit", "ir,loops"))
+    assert files_in(work / "out") == DEFAULT_FILES | {"model.ir.txt", "model.loops.txt"}
+    ok(catenc_run(work, "compile", "model.toml", "-o", "src", "-S", "--emit", "schedule"))
+    assert files_in(work / "src") == SOURCE_FILES | {"model.schedule.txt"}
+
+
+def test_emit_artifact_kinds_replace_the_defaults(work: Path) -> None:
+    ok(catenc_run(work, "compile", "model.toml", "-o", "out", "--emit", "c,h"))
+    assert files_in(work / "out") == {"model.c", "model.h"}
+    ok(catenc_run(work, "compile", "model.toml", "-o", "both", "--emit", "h,loops"))
+    assert files_in(work / "both") == {"model.h", "model.loops.txt"}
 
 
 def test_emit_archive_and_object(work: Path) -> None:
@@ -350,6 +402,41 @@ def test_runtime_descriptor_that_fails_to_load(work: Path) -> None:
     assert "boom in descriptor" in err
 
 
+@pytest.mark.parametrize(
+    "body, raised",
+    [
+        ("import sys\nsys.exit(0)\n", "SystemExit(0)"),
+        ("raise SystemExit\n", "SystemExit()"),
+        ("raise KeyboardInterrupt\n", "KeyboardInterrupt()"),
+    ],
+    ids=["sys.exit(0)", "SystemExit", "KeyboardInterrupt"],
+)
+def test_runtime_descriptor_that_exits_is_an_error(work: Path, body: str, raised: str) -> None:
+    (work / "quits.py").write_text(body)
+    err = user_error(catenc_run(work, "compile", "model.toml", "-o", "out", "--runtime", "quits.py"))
+    line = body.count("\n")
+    assert err.startswith(f"quits.py:{line}:1: error: runtime descriptor raised {raised} while loading"), err
+    assert files_in(work / "out") == set()
+
+
+def test_c_compiler_killed_by_a_signal_is_a_user_error(work: Path) -> None:
+    script = work / "killed-cc"
+    real = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    script.write_text(f'#!/bin/sh\ncase " $* " in *" -shared "*) kill -KILL $$;; esac\nexec {real} "$@"\n')
+    script.chmod(0o755)
+    args = ("--config", "OMP=0")
+    err = user_error(catenc_run(work, "compile", "model.toml", "-o", "out", *args, env={"CC": str(script)}))
+    assert "killed by SIGKILL" in err, err
+    assert files_in(work / "out") == set()
+
+
+def test_output_directory_that_is_a_file(work: Path) -> None:
+    (work / "taken").write_text("not a directory\n")
+    err = user_error(catenc_run(work, "compile", "model.toml", "-o", "taken", "-S"))
+    assert err.strip() == "catenc: error: -o taken: not a directory", err
+    assert (work / "taken").read_text() == "not a directory\n"
+
+
 def test_runtime_from_catenc_runtime_path(work: Path) -> None:
     (work / "rts").mkdir()
     (work / "rts" / "mygcc.py").write_text(
@@ -391,6 +478,59 @@ def test_define_fixes_a_symbol(work: Path) -> None:
     assert [a["name"] for a in entry["args"] if a["role"] == "dim"] == ["M", "K"]
     b = next(a for a in entry["args"] if a["name"] == "B")
     assert b["shape"] == ["K", 64]
+
+
+MLP = """\
+composite:
+  mlp:
+    inputs: ["x: f32[B, D]", "w1: f32[D, H]", "w2: f32[H, D]"]
+    outputs: ["y: f32[B, D]"]
+    where:
+      - "D % 4 == 0"
+      - "H = 4*D"
+    body: |
+      y = relu(x @ w1) @ w2
+"""
+
+
+def test_define_of_a_derived_symbol_names_the_where_line(tmp_path: Path) -> None:
+    (tmp_path / "mlp.yaml").write_text(MLP)
+    err = user_error(catenc_run(tmp_path, "compile", "mlp.yaml", "-o", "out", "-S", "-D", "H=100"))
+    first = err.splitlines()[0]
+    assert re.fullmatch(r"mlp\.yaml:7:\d+: error: -D H=100: 'H' is derived by 'where' \(H = 4\*D\).*", first), err
+    assert '"H = 4*D"' in err.splitlines()[1]
+    assert files_in(tmp_path / "out") == set()
+
+
+def test_define_of_an_unknown_name_suggests_the_closest(tmp_path: Path) -> None:
+    (tmp_path / "mlp.yaml").write_text(MLP)
+    err = user_error(catenc_run(tmp_path, "compile", "mlp.yaml", "-o", "out", "-S", "-D", "BB=4"))
+    assert "-D BB=4" in err and "did you mean 'B'?" in err, err
+
+
+def test_define_given_twice(tmp_path: Path) -> None:
+    (tmp_path / "mlp.yaml").write_text(MLP)
+    err = user_error(catenc_run(tmp_path, "compile", "mlp.yaml", "-o", "out", "-S", "-D", "D=64", "-D", "D=32"))
+    assert "-D D" in err and "64" in err and "32" in err, err
+    ok(catenc_run(tmp_path, "compile", "mlp.yaml", "-o", "out", "-S", "-D", "D=64", "-D", "D=64"))
+    assert json.loads((tmp_path / "out" / "mlp.manifest.json").read_text())["entries"][0]["specialized"] == {"D": 64}
+
+
+def test_test_sizes_must_name_symbols_of_the_tested_composites(tmp_path: Path) -> None:
+    (tmp_path / "mlp.yaml").write_text(MLP)
+    err = user_error(catenc_run(tmp_path, "compile", "mlp.yaml", "-o", "out", "--test", "B=4,D=8,Q=3"))
+    assert "--test Q=3" in err and "B, D" in err, err
+    assert files_in(tmp_path / "out") == set(), "a bad --test is found before anything is built"
+
+
+def test_test_sizes_agree_with_where_and_defines(tmp_path: Path) -> None:
+    (tmp_path / "mlp.yaml").write_text(MLP)
+    err = user_error(catenc_run(tmp_path, "compile", "mlp.yaml", "-o", "out", "--test", "B=4,D=8,H=33"))
+    assert re.match(r"mlp\.yaml:7:\d+: error: --test H=33: 'H' is derived by 'where' \(H = 4\*D\)", err), err
+    assert "32" in err
+    err = user_error(catenc_run(tmp_path, "compile", "mlp.yaml", "-o", "out", "-D", "D=8", "--test", "B=4,D=12"))
+    assert "--test D=12" in err and "fixed to 8 by -D" in err, err
+    ok(catenc_run(tmp_path, "compile", "mlp.yaml", "-o", "out", "-D", "D=8", "--test", "B=4,D=8,H=32"))
 
 
 def test_define_picks_a_dtype_variable(tmp_path: Path) -> None:
