@@ -17,10 +17,13 @@ loadable there. What works (clang 14, Linux x86-64), and what this file uses:
   `ASAN_OPTIONS=detect_leaks=0` (the Python interpreter itself is not leak-clean at exit).
   `--config` splits on commas, so the two sanitizers are two flags, not `-fsanitize=a,u`.
 
-`CC=clang` is set for the subprocesses so the flags above meet the compiler they are for.
+gcc 12 needs neither trick for UBSan (it links its shared runtime, libubsan.so.1, into a shared
+library); its ASan runtime (`gcc -print-file-name=libasan.so`) goes in `LD_PRELOAD` likewise.
+`make setup` installs both compilers' runtimes (libclang-rt-N-dev, libgcc-N-dev).
 
-Each `-k` pattern of a representative subset runs once (two at a time) with both sanitizers
-(UBSan alone where the ASan runtime is missing); its JSON report must have no `fail` or `error`
+`--config CC=...` makes each subprocess build with the compiler the flags are for. Everything
+here runs once per compiler (tests/toolchains.py): each `-k` pattern of a representative subset
+runs once (two at a time) with both sanitizers; its JSON report must have no `fail` or `error`
 cell, the exit code must be 0, and the output must hold no sanitizer report. Two positive
 controls prove the set-up catches what it should: a runtime descriptor whose renderer spells
 integer `+` as plain C `+` (signed overflow: UBSan must report it) and one whose loads read one
@@ -31,7 +34,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -39,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from toolchains import COMPILERS, require
 
 PATTERNS = [
     # contractions run through the packed gemm driver (packing, edge tiles, epilogues)
@@ -68,36 +71,38 @@ SANITIZER_REPORTS = (
 )
 TIMEOUT = 300
 
-CLANG = shutil.which("clang")  # `make setup` installs it: its absence fails these tests, never skips them
-
-
-def _runtime_file(name: str) -> Path | None:
-    out = subprocess.run([CLANG, f"-print-file-name={name}"], capture_output=True, text=True).stdout.strip()
-    path = Path(out)
-    return path if path.is_absolute() and path.is_file() else None
-
-
-UBSAN_RT = _runtime_file("libclang_rt.ubsan_standalone-x86_64.so") if CLANG else None
-ASAN_RT = _runtime_file("libclang_rt.asan-x86_64.so") if CLANG else None
-
-UBSAN_FLAGS = "-fsanitize=undefined -fno-sanitize-recover=all -shared-libsan"
+UBSAN_FLAGS = {
+    "clang": "-fsanitize=undefined -fno-sanitize-recover=all -shared-libsan",
+    "gcc": "-fsanitize=undefined -fno-sanitize-recover=all",
+}
 ASAN_FLAGS = "-fsanitize=address -fno-omit-frame-pointer"
+# compiler -> (its shared UBSan runtime, when a library must be told where it is; its ASan runtime)
+RUNTIMES = {
+    "clang": ("libclang_rt.ubsan_standalone-x86_64.so", "libclang_rt.asan-x86_64.so"),
+    "gcc": (None, "libasan.so"),
+}
 
 
-def sanitizer_setup(address: bool) -> tuple[str, dict[str, str]]:
-    """(CFLAGS, environment) for a test-runtime subprocess."""
-    assert UBSAN_RT is not None, "clang's shared UBSan runtime (libclang_rt.ubsan_standalone) is not installed"
-    env = dict(os.environ)
-    env["CC"] = "clang"
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(UBSAN_RT.parent), env.get("LD_LIBRARY_PATH")]))
-    env["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
-    flags = UBSAN_FLAGS
+def _runtime_file(compiler: str, name: str) -> Path:
+    out = subprocess.run([require(compiler), f"-print-file-name={name}"], capture_output=True, text=True)
+    path = Path(out.stdout.strip())
+    assert path.is_absolute() and path.is_file(), f"{compiler}'s sanitizer runtime {name} is not installed (make setup)"
+    return path.resolve()
+
+
+def sanitizer_setup(compiler: str, address: bool) -> tuple[str, dict[str, str]]:
+    """(--config value, environment) for a test-runtime subprocess."""
+    ubsan, asan = RUNTIMES[compiler]
+    env = dict(os.environ, UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
+    if ubsan is not None:
+        directory = str(_runtime_file(compiler, ubsan).parent)
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [directory, env.get("LD_LIBRARY_PATH")]))
+    flags = UBSAN_FLAGS[compiler]
     if address:
-        assert ASAN_RT is not None, "clang's shared ASan runtime is not installed"
-        env["LD_PRELOAD"] = str(ASAN_RT)
+        env["LD_PRELOAD"] = str(_runtime_file(compiler, asan))
         env["ASAN_OPTIONS"] = "detect_leaks=0:abort_on_error=1"
-        flags = f"{ASAN_FLAGS} {UBSAN_FLAGS}"
-    return flags, env
+        flags = f"{ASAN_FLAGS} {flags}"
+    return f"CC={compiler},CFLAGS={flags}", env
 
 
 def run_test_runtime(directory: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
@@ -112,20 +117,19 @@ def run_test_runtime(directory: Path, env: dict[str, str], *args: str) -> subpro
     )
 
 
-@pytest.fixture(scope="module")
-def sanitized_runs(tmp_path_factory) -> dict[str, tuple[str, Path, subprocess.CompletedProcess]]:
+@pytest.fixture(scope="module", params=COMPILERS)
+def sanitized_runs(request, tmp_path_factory) -> dict[str, tuple[str, Path, subprocess.CompletedProcess]]:
     """pattern -> (sanitizers used, run directory, finished test-runtime), two runs at a time."""
-    address = ASAN_RT is not None
-    flags, env = sanitizer_setup(address)
-    base = tmp_path_factory.mktemp("sanitized")
-    used = "address+undefined" if address else "undefined"
+    config, env = sanitizer_setup(request.param, address=True)
+    base = tmp_path_factory.mktemp(f"sanitized-{request.param}")
+    used = f"{request.param} address+undefined"
 
     def one(index: int, pattern: str):
         directory = base / f"run{index}"
         return pattern, (
             used,
             directory,
-            run_test_runtime(directory, env, "-k", pattern, "--config", f"CFLAGS={flags}"),
+            run_test_runtime(directory, env, "-k", pattern, "--config", config),
         )
 
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -202,26 +206,28 @@ RUNTIME = CRuntime(name="oobcontrol", renderer=OffByOne)
 """
 
 
-def _control(tmp_path: Path, runtime_text: str, address: bool) -> subprocess.CompletedProcess:
-    flags, env = sanitizer_setup(address)
+def _control(tmp_path: Path, runtime_text: str, compiler: str, address: bool) -> subprocess.CompletedProcess:
+    config, env = sanitizer_setup(compiler, address)
     ops = tmp_path / "ops"
     ops.mkdir()
     (ops / "control.toml").write_text(textwrap.dedent(CONTROL_OPS))
     runtime = tmp_path / "control_rt.py"
     runtime.write_text(textwrap.dedent(runtime_text))
     args = ("--runtime", str(runtime), "--ops", str(ops), "-k", "zz_control", "--no-primitives")
-    return run_test_runtime(tmp_path / "run", env, *args, "--config", f"CFLAGS={flags}")
+    return run_test_runtime(tmp_path / "run", env, *args, "--config", config)
 
 
-def test_control_ubsan_reports_signed_overflow(tmp_path):
-    result = _control(tmp_path, UB_RUNTIME, address=False)
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_control_ubsan_reports_signed_overflow(tmp_path, compiler):
+    result = _control(tmp_path, UB_RUNTIME, compiler, address=False)
     output = result.stdout + result.stderr
     assert "runtime error:" in output and "signed integer overflow" in output, _report(result)
     assert result.returncode != 0
 
 
-def test_control_asan_reports_out_of_bounds_read(tmp_path):
-    result = _control(tmp_path, OOB_RUNTIME, address=True)
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_control_asan_reports_out_of_bounds_read(tmp_path, compiler):
+    result = _control(tmp_path, OOB_RUNTIME, compiler, address=True)
     output = result.stdout + result.stderr
     assert "ERROR: AddressSanitizer" in output, _report(result)
     assert result.returncode != 0
