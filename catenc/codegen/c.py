@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from catenc.codegen.names import C_LOCALS, C_NAMES, CXX_KEYWORDS, Reserved
 from catenc.dtypes import DTYPES, DType
 from catenc.ir.nodes import Binary, Buffer, Cast, Const, Gather, Load, Local, SymInt, Unary, Value, Where, walk
 from catenc.lower.loops import Assign, Declare, For, Gemm, If, LaneReduce, LoopKernel, Stmt, Store, identity
@@ -37,6 +38,10 @@ class CRenderer:
     """Renders kernels as C99 functions. Subclasses change spellings, not structure."""
 
     language = "c"
+    # user names the generated code renames (codegen/names.py), and names an entry cannot take
+    # (model.h is C and C++)
+    reserved = Reserved(C_NAMES | C_LOCALS)
+    entry_reserved = C_NAMES | CXX_KEYWORDS
     indent = "    "
     kernel_qualifier = "static void"
     restrict = "restrict"

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from catenc import __version__
 from catenc.codegen.c import CRenderer, buffer_args, prelude_tables
 from catenc.codegen.gemm import GemmTiles, render_gemm_support
-from catenc.codegen.gpu import GpuRenderer, launch_plan, status_offsets, temp_offsets
+from catenc.codegen.gpu import CudaRenderer, GpuRenderer, launch_plan, status_offsets, temp_offsets
 from catenc.codegen.jinja import environment
+from catenc.codegen.names import CXX_KEYWORDS, Reserved, fresh_names, rename_entry, rename_signature
 from catenc.compiler import EntryPlan
+from catenc.diagnostics import CatencError
 from catenc.frontend.typed import TType
 from catenc.symbolic import product
 
@@ -41,12 +43,33 @@ def parameters(entry: EntryPlan) -> list[Parameter]:
     return params
 
 
+def header_names(entry: EntryPlan) -> dict[str, str]:
+    """How model.h names the entry's arguments: the user's names, each that C or C++ (and, for
+    CUDA, CUDA) reserves renamed, so that C and C++ compile it (parameter names are no part of
+    the ABI; the manifest's `prototype` is this declaration)."""
+    renderer = CudaRenderer if entry.convention == "cuda" else CRenderer
+    params = parameters(entry)
+    user = [p.name for p in params if p.role in ("input", "output", "dim")]
+    return fresh_names(user, Reserved(renderer.reserved.names | CXX_KEYWORDS), [p.name for p in params])
+
+
 def prototype(entry: EntryPlan) -> str:
+    """The entry's declaration in model.h."""
+    return signature(rename_signature(entry, header_names(entry)))
+
+
+def workspace_prototype(entry: EntryPlan) -> str:
+    """The workspace query's declaration in model.h (without its return type)."""
+    return workspace_signature(rename_signature(entry, header_names(entry)))
+
+
+def signature(entry: EntryPlan) -> str:
+    """The entry's C signature, in the names its parameters have in entry."""
     args = ", ".join(f"{p.ctype} {p.name}" for p in parameters(entry))
     return f"int {entry.symbol}({args})"
 
 
-def workspace_prototype(entry: EntryPlan) -> str:
+def workspace_signature(entry: EntryPlan) -> str:
     args = ", ".join(f"int64_t {d}" for d in entry.dims) or "void"
     return f"{entry.workspace_symbol}({args})"
 
@@ -67,6 +90,9 @@ def doc_lines(entry: EntryPlan) -> list[str]:
         lines.append(f"  input  {name}: {ttype}")
     for name, ttype in entry.program.outputs:
         lines.append(f"  output {name}: {ttype}")
+    languages = "C, C++ or CUDA" if entry.convention == "cuda" else "C or C++"
+    for name, renamed in header_names(entry).items():
+        lines.append(f"  (argument {name} is declared as {renamed}: {languages} reserves '{name}')")
     for name, expr in entry.derived.items():
         lines.append(f"  where  {name} = {expr}")
     for name, value in entry.specialized.items():
@@ -113,6 +139,7 @@ def render_source(
     suffix: str = ".c",
     tiles: dict[str, GemmTiles] | None = None,
 ) -> str:
+    check_entry_names(entries, renderer)
     if isinstance(renderer, GpuRenderer):
         return render_gpu_source(entries, stem, source, renderer, suffix)
     prelude = _ENV.get_template("prelude.c.j2").render(**prelude_tables())
@@ -120,7 +147,7 @@ def render_source(
     used = {k.contraction.dtype.name for e in entries for k in e.schedule.kernels if k.contraction is not None}
     if used:
         prelude += "\n" + render_gemm_support({dtype: tiles[dtype] for dtype in sorted(used)})
-    context = [_entry_context(e, renderer, parallel) for e in entries]
+    context = [_entry_context(e, renderer, parallel) for e, _ in renamed_entries(entries, renderer)]
     return _ENV.get_template("model.c.j2").render(
         source_name=f"{stem}{suffix}",
         header_name=f"{stem}.h",
@@ -138,12 +165,14 @@ def render_gpu_source(
     the renderer has one, its host entry (CUDA's launches on a stream)."""
     prelude = _ENV.get_template("prelude.c.j2").render(**prelude_tables(renderer.math_suffix, renderer.device_inline))
     context = []
-    for entry in entries:
+    for entry, names in renamed_entries(entries, renderer):
+        original = {new: old for old, new in names.items()}
         buffers, temps = buffer_args(entry.schedule.graph.buffers), temp_offsets(entry.schedule)
-        kernels = [renderer.gpu_kernel(k, buffers, temps) for k in entry.gpu]
+        kernels = [renderer.gpu_kernel(k, buffers, temps, original) for k in entry.gpu]
         host = ""
         if renderer.host_template:
-            host = _ENV.get_template(renderer.host_template).render(**_gpu_host_context(entry, buffers, temps))
+            host_context = _gpu_host_context(entry, buffers, temps, original)
+            host = _ENV.get_template(renderer.host_template).render(**host_context)
         context.append({"name": entry.name, "kernels": kernels, "host": host})
     return _ENV.get_template("model.gpu.j2").render(
         source_name=f"{stem}{suffix}",
@@ -156,9 +185,31 @@ def render_gpu_source(
     )
 
 
-def _gpu_host_context(entry: EntryPlan, buffers, temps) -> dict:
+def check_entry_names(entries: tuple[EntryPlan, ...], renderer: CRenderer) -> None:
+    """An entry's name is the user's (its callers link to it), so one the backend reserves is an
+    error rather than renamed."""
+    for entry in entries:
+        if entry.symbol in renderer.entry_reserved:
+            what = f"composite name '{entry.name}'"
+            if entry.symbol != entry.name:
+                what = f"entry name '{entry.symbol}' (--prefix and the composite name)"
+            raise CatencError(
+                f"{what} is reserved in {renderer.language} (a keyword, built-in or library name) or in C++, "
+                "where model.h is also used; rename the composite or give --prefix",
+                entry.composite.loc,
+            )
+
+
+def renamed_entries(entries: tuple[EntryPlan, ...], renderer: CRenderer) -> list[tuple[EntryPlan, dict[str, str]]]:
+    """Each entry with the user names the renderer reserves, or that collide with a function of
+    the file, renamed (codegen/names.py), and its renaming."""
+    reserved = renderer.reserved.with_symbols(e.symbol for e in entries)
+    return [rename_entry(entry, reserved) for entry in entries]
+
+
+def _gpu_host_context(entry: EntryPlan, buffers, temps, original: dict[str, str]) -> dict:
     launches = []
-    for launch in launch_plan(entry, buffers, temps):
+    for launch in launch_plan(entry, buffers, temps, original):
         actuals = []
         for arg in launch.args:
             actuals.append("(unsigned char*)workspace" if arg.kind == "workspace" else arg.name)
@@ -166,8 +217,8 @@ def _gpu_host_context(entry: EntryPlan, buffers, temps) -> dict:
             {"kernel": launch.kernel, "groups": launch.groups.to_c(), "block": launch.block, "args": actuals}
         )
     return {
-        "prototype": prototype(entry),
-        "workspace_prototype": workspace_prototype(entry),
+        "prototype": signature(entry),
+        "workspace_prototype": workspace_signature(entry),
         "workspace_bytes": entry.schedule.workspace_bytes.to_c(),
         "workspace_call": f"{entry.workspace_symbol}({', '.join(entry.dims)})",
         "dims": entry.dims,
@@ -201,8 +252,8 @@ def _entry_context(entry: EntryPlan, renderer: CRenderer, parallel: bool) -> dic
     return {
         "name": entry.name,
         "kernels": kernels,
-        "prototype": prototype(entry),
-        "workspace_prototype": workspace_prototype(entry),
+        "prototype": signature(entry),
+        "workspace_prototype": workspace_signature(entry),
         "workspace_bytes": entry.schedule.workspace_bytes.to_c(),
         "workspace_call": f"{entry.workspace_symbol}({', '.join(entry.dims)})",
         "dims": entry.dims,

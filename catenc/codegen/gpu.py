@@ -7,8 +7,10 @@ renderer's subclasses are meant to be. Values and statements render through `CRe
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from catenc.codegen.names import C_LOCALS, C_NAMES, CUDA_LOCALS, CUDA_NAMES, CXX_KEYWORDS, OPENCL_NAMES, Reserved
 from catenc.dtypes import DType
 from catenc.ir.nodes import Binary, Local
 from catenc.lower.gpu import Barrier, BlockReduce, FirstItem, GpuKernel, ThreadLoop, TiledGemm
@@ -34,9 +36,12 @@ class KernelArg:
     dtype: DType | None = None
 
 
-def kernel_args(kernel: GpuKernel, buffers: dict[str, BufferArg], temps: dict[str, Expr]) -> list[KernelArg]:
+def kernel_args(
+    kernel: GpuKernel, buffers: dict[str, BufferArg], temps: dict[str, Expr], original: Mapping[str, str] = {}
+) -> list[KernelArg]:
     """The kernel's arguments in order: its own buffers, the workspace when it uses temps
-    (each at its byte offset in `temps`), then every symbol the kernel or an offset needs."""
+    (each at its byte offset in `temps`), then every symbol the kernel or an offset needs, in the
+    order of the user's names (`original` maps a renamed symbol back: codegen/names.py)."""
     args, symbols, uses_workspace = [], set(kernel.symbols), False
     for name in kernel.buffers:
         buf = buffers[name]
@@ -49,7 +54,7 @@ def kernel_args(kernel: GpuKernel, buffers: dict[str, BufferArg], temps: dict[st
             args.append(KernelArg(name, "buffer", buf.dtype))
     if uses_workspace:
         args.append(KernelArg(WORKSPACE, "workspace"))
-    return args + [KernelArg(s, "dim") for s in sorted(symbols)]
+    return args + [KernelArg(s, "dim") for s in sorted(symbols, key=lambda s: original.get(s, s))]
 
 
 @dataclass(frozen=True)
@@ -74,9 +79,11 @@ def status_offsets(schedule: Schedule) -> list[Expr]:
     return [offsets[b.name] for b in schedule.graph.buffers if b.role == "status"]
 
 
-def launch_plan(entry, buffers: dict[str, BufferArg], temps: dict[str, Expr]) -> list[Launch]:
+def launch_plan(
+    entry, buffers: dict[str, BufferArg], temps: dict[str, Expr], original: Mapping[str, str] = {}
+) -> list[Launch]:
     """The launches of an entry's GPU kernels, in order."""
-    return [Launch(k.name, k.groups, k.block, tuple(kernel_args(k, buffers, temps))) for k in entry.gpu]
+    return [Launch(k.name, k.groups, k.block, tuple(kernel_args(k, buffers, temps, original))) for k in entry.gpu]
 
 
 class GpuRenderer(CRenderer):
@@ -98,12 +105,14 @@ class GpuRenderer(CRenderer):
     vector_math_f32: dict[str, str] = {}  # the device's math library is already fast
 
     # ---- kernels ----
-    def gpu_kernel(self, kernel: GpuKernel, buffers: dict[str, BufferArg], temps: dict[str, Expr]) -> str:
+    def gpu_kernel(
+        self, kernel: GpuKernel, buffers: dict[str, BufferArg], temps: dict[str, Expr], original: Mapping[str, str] = {}
+    ) -> str:
         """The kernel function: its parameters, views of its temps and scalar inputs, the
         grid mapping, and the body."""
         self.start_kernel(kernel, buffers)
         i = self.indent
-        args = kernel_args(kernel, buffers, temps)
+        args = kernel_args(kernel, buffers, temps, original)
         params, views = [], []
         for arg in args:
             if arg.kind == "buffer":
@@ -335,6 +344,8 @@ class GpuRenderer(CRenderer):
 
 class CudaRenderer(GpuRenderer):
     language = "cuda"
+    reserved = Reserved(C_NAMES | C_LOCALS | CXX_KEYWORDS | CUDA_NAMES | CUDA_LOCALS)
+    entry_reserved = C_NAMES | CXX_KEYWORDS | CUDA_NAMES
     kernel_qualifier = 'extern "C" __global__ void'
     device_inline = "static __host__ __device__ inline __attribute__((unused))"
     restrict = "__restrict__"
@@ -350,6 +361,8 @@ class CudaRenderer(GpuRenderer):
 
 class OpenCLRenderer(GpuRenderer):
     language = "opencl"
+    reserved = Reserved(C_NAMES | C_LOCALS | OPENCL_NAMES)
+    entry_reserved = frozenset()  # the kernels are NAME_k0, ...; the entry is the manifest's
     kernel_qualifier = "__kernel void"
     device_inline = "static inline"
     math_suffix = {"f32": "", "f64": ""}  # OpenCL C's math functions are overloaded

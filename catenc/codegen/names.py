@@ -1,0 +1,391 @@
+"""Names generated code may not give to a user's tensor or symbol, and the renaming that keeps
+the user's names out of their way.
+
+Each backend's renderer declares `reserved`: the keywords of its language, the built-ins, library
+functions, macros and types its emitted code or the headers it includes may use, and the locals
+and parameters of catenc's own scaffolding. A user name (input, output, intermediate or symbol)
+found there is renamed in the generated code, `name_1` (or the first `name_k` that is free); the
+manifest, the loader and the entry's name keep the user's name (docs/abi.md). The header, which
+C++ includes through `extern "C"`, also keeps its parameters clear of C++'s keywords.
+
+The frontend rejects some of these names outright (its tables in `catenc.frontend.composites`:
+C keywords and C library names, for composites, tensors and symbols alike); the C table here
+starts from those. A composite's name is the entry's and is never renamed: one a backend reserves
+is an error (codegen/emit.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields, is_dataclass, replace
+from typing import TYPE_CHECKING
+
+from catenc.diagnostics import Loc
+from catenc.dtypes import DType
+from catenc.frontend.composites import C_LIBRARY_VARIANTS, C_RESERVED, C_TYPES_AND_MACROS
+from catenc.ir.nodes import Buffer, Compute
+from catenc.symbolic import Atom, Call, Expr, Sym
+
+if TYPE_CHECKING:
+    from catenc.compiler import EntryPlan
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+def _variants(functions: str, suffixes: tuple[str, ...]) -> frozenset[str]:
+    """Every function of the list with every suffix (`exp`, `expf`, `expl`)."""
+    return frozenset(f + s for f in functions.split() for s in suffixes)
+
+
+_BITS = (8, 16, 32, 64)
+
+C_KEYWORDS = _words(
+    """auto break case char const continue default do double else enum extern float for goto if inline int
+    long register restrict return short signed sizeof static struct switch typedef union unsigned void volatile
+    while _Bool _Complex _Imaginary _Alignas _Alignof _Atomic _Generic _Noreturn _Static_assert _Thread_local
+    alignas alignof bool constexpr false nullptr static_assert thread_local true typeof typeof_unqual _BitInt
+    _Decimal32 _Decimal64 _Decimal128"""
+)
+
+# The functions of <math.h> (C99 and glibc's extensions), each in its double, float and long
+# double spelling: the kernels call some, <math.h> declares them all.
+_MATH = """acos acosh asin asinh atan atan2 atanh cbrt ceil copysign cos cosh drem erf erfc exp exp10 exp2 expm1
+fabs fdim finite floor fma fmax fmin fmod frexp gamma hypot ilogb j0 j1 jn ldexp lgamma llrint llround log log10
+log1p log2 logb lrint lround modf nan nearbyint nextafter nexttoward pow pow10 remainder remquo rint round
+scalb scalbln scalbn significand sin sincos sinh sqrt tan tanh tgamma trunc y0 y1 yn"""
+# Macros and types of the C headers the emitted files include (<math.h>, <stdint.h>, <stddef.h>,
+# <omp.h>) and of those a program including model.h has likely included before it (<float.h>,
+# <limits.h>, <stdio.h>, <stdlib.h>, <errno.h>, <assert.h>, <stdbool.h>, <complex.h>); gcc's
+# predefined `linux` and `unix` (GNU modes).
+_M_CONSTANTS = "M_E M_LOG2E M_LOG10E M_LN2 M_LN10 M_PI M_PI_2 M_PI_4 M_1_PI M_2_PI M_2_SQRTPI M_SQRT2 M_SQRT1_2"
+C_MACROS_AND_TYPES = (
+    _variants(_M_CONSTANTS, ("", "f", "l", "f32", "f32x", "f64", "f64x", "f128"))
+    | frozenset(f"{kind}{b}_{what}" for b in _BITS for kind in ("INT", "UINT") for what in ("MAX", "WIDTH", "C"))
+    | frozenset(f"INT{b}_MIN" for b in _BITS)
+    | frozenset(
+        f"{kind}_{speed}{b}_{what}"
+        for b in _BITS
+        for kind in ("INT", "UINT")
+        for speed in ("LEAST", "FAST")
+        for what in ("MIN", "MAX", "WIDTH")
+    )
+    | frozenset(f"{u}int{speed}{b}_t" for b in _BITS for u in ("", "u") for speed in ("", "_least", "_fast"))
+    | _words(
+        """NAN INFINITY HUGE_VAL HUGE_VALF HUGE_VALL MAXFLOAT SNAN SNANF SNANL FP_NAN FP_INFINITE FP_ZERO
+        FP_SUBNORMAL FP_NORMAL FP_ILOGB0 FP_ILOGBNAN FP_LLOGB0 FP_LLOGBNAN FP_FAST_FMA FP_FAST_FMAF FP_FAST_FMAL
+        FP_INT_UPWARD FP_INT_DOWNWARD FP_INT_TOWARDZERO FP_INT_TONEARESTFROMZERO FP_INT_TONEAREST MATH_ERRNO
+        MATH_ERREXCEPT math_errhandling float_t double_t fpclassify isfinite isinf isnan isnormal signbit
+        issignaling issubnormal iszero iscanonical isgreater isgreaterequal isless islessequal islessgreater
+        isunordered signgam
+        INTMAX_MIN INTMAX_MAX UINTMAX_MAX INTMAX_C UINTMAX_C INTMAX_WIDTH UINTMAX_WIDTH INTPTR_MIN INTPTR_MAX
+        UINTPTR_MAX INTPTR_WIDTH UINTPTR_WIDTH PTRDIFF_MIN PTRDIFF_MAX PTRDIFF_WIDTH SIZE_MAX SIZE_WIDTH
+        SIG_ATOMIC_MIN SIG_ATOMIC_MAX SIG_ATOMIC_WIDTH WCHAR_MIN WCHAR_MAX WCHAR_WIDTH WINT_MIN WINT_MAX
+        WINT_WIDTH intmax_t uintmax_t intptr_t uintptr_t size_t ptrdiff_t wchar_t wint_t max_align_t nullptr_t
+        NULL offsetof unreachable
+        FLT_RADIX FLT_ROUNDS FLT_EVAL_METHOD DECIMAL_DIG FLT_MANT_DIG FLT_DIG FLT_DECIMAL_DIG FLT_MIN_EXP
+        FLT_MIN_10_EXP FLT_MAX_EXP FLT_MAX_10_EXP FLT_MAX FLT_MIN FLT_EPSILON FLT_TRUE_MIN FLT_HAS_SUBNORM
+        DBL_MANT_DIG DBL_DIG DBL_DECIMAL_DIG DBL_MIN_EXP DBL_MIN_10_EXP DBL_MAX_EXP DBL_MAX_10_EXP DBL_MAX DBL_MIN
+        DBL_EPSILON DBL_TRUE_MIN DBL_HAS_SUBNORM LDBL_MANT_DIG LDBL_DIG LDBL_DECIMAL_DIG LDBL_MIN_EXP
+        LDBL_MIN_10_EXP LDBL_MAX_EXP LDBL_MAX_10_EXP LDBL_MAX LDBL_MIN LDBL_EPSILON LDBL_TRUE_MIN LDBL_HAS_SUBNORM
+        CHAR_BIT CHAR_MIN CHAR_MAX SCHAR_MIN SCHAR_MAX UCHAR_MAX SHRT_MIN SHRT_MAX USHRT_MAX INT_MIN INT_MAX
+        UINT_MAX LONG_MIN LONG_MAX ULONG_MAX LLONG_MIN LLONG_MAX ULLONG_MAX MB_LEN_MAX LONG_BIT WORD_BIT SSIZE_MAX
+        PATH_MAX NAME_MAX
+        EOF BUFSIZ FILENAME_MAX FOPEN_MAX L_tmpnam TMP_MAX SEEK_SET SEEK_CUR SEEK_END FILE fpos_t stdin stdout
+        stderr EXIT_SUCCESS EXIT_FAILURE RAND_MAX MB_CUR_MAX div_t ldiv_t lldiv_t alloca errno EDOM ERANGE
+        EILSEQ assert complex imaginary I CMPLX CMPLXF CMPLXL va_list clock_t time_t CLOCKS_PER_SEC
+        omp_lock_t omp_nest_lock_t omp_sched_t omp_proc_bind_t omp_get_thread_num omp_get_num_threads
+        omp_get_max_threads omp_in_parallel linux unix i386"""
+    )
+)
+# Locals and parameters of the entry function catenc writes (templates/model.c.j2).
+C_LOCALS = _words("workspace workspace_bytes need")
+
+C_NAMES = C_RESERVED | C_TYPES_AND_MACROS | C_LIBRARY_VARIANTS | C_KEYWORDS | C_MACROS_AND_TYPES
+C_NAMES |= _variants(_MATH, ("", "f", "l"))
+
+CXX_KEYWORDS = _words(
+    """alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t char32_t
+    class compl concept const consteval constexpr constinit const_cast continue co_await co_return co_yield
+    decltype default delete do double dynamic_cast else enum explicit export extern false float for friend goto
+    if inline int long mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected
+    public register reinterpret_cast requires return short signed sizeof static static_assert static_cast
+    struct switch template this thread_local throw true try typedef typeid typename union unsigned using virtual
+    void volatile wchar_t while xor xor_eq"""
+)
+
+_CUDA_VECTORS = "char uchar short ushort int uint long ulong longlong ulonglong float double"
+# CUDA's built-in variables and types, the device functions (math, intrinsics) the CUDA headers
+# declare at global scope, the runtime API the host entry calls (templates/cuda_host.cu.j2) with
+# its macros.
+CUDA_NAMES = (
+    _words(
+        """threadIdx blockIdx blockDim gridDim warpSize clusterDim clusterIdx dim3 uint3 half half2 nv_bfloat16
+        __syncthreads __shfl_down_sync __launch_bounds__ __global__ __device__ __host__ __shared__ __restrict__
+        min max umin umax llmin llmax ullmin ullmax rsqrt rcbrt rhypot norm norm3d norm4d rnorm rnorm3d rnorm4d
+        normcdf normcdfinv erfinv erfcinv erfcx cospi sinpi sincospi cyl_bessel_i0 cyl_bessel_i1 fdivide fdividef
+        saturate atomicAdd atomicSub atomicExch atomicMin atomicMax atomicInc atomicDec atomicCAS atomicAnd
+        atomicOr atomicXor clock clock64 printf malloc free memcpy memset assert
+        cudaPeekAtLastError cudaGetLastError cudaSuccess cudaError_t cudaError cudaMemcpyAsync cudaMemcpy
+        cudaMemcpyDeviceToHost cudaMemcpyHostToDevice cudaMemcpyKind cudaStream_t cudaStreamSynchronize
+        cudaStreamLegacy cudaStreamPerThread cudaStreamDefault cudaStreamNonBlocking cudaCpuDeviceId
+        cudaInvalidDeviceId CUstream_st CUDART_VERSION CUDA_VERSION CUDART_CB CUDARTAPI CUDART_DEVICE"""
+    )
+    | frozenset(f"{t}{n}" for t in _CUDA_VECTORS.split() for n in (1, 2, 3, 4))
+    | frozenset(f"make_{t}{n}" for t in _CUDA_VECTORS.split() for n in (1, 2, 3, 4))
+    | _variants(
+        "rsqrt rcbrt rhypot norm3d norm4d rnorm3d rnorm4d normcdf normcdfinv erfinv erfcinv erfcx cospi sinpi "
+        "sincospi cyl_bessel_i0 cyl_bessel_i1 exp10",
+        ("", "f"),
+    )
+)
+
+# Parameters and locals of the CUDA host entry (templates/cuda_host.cu.j2).
+CUDA_LOCALS = _words("stream groups count")
+
+_CL_SCALARS = "char uchar short ushort int uint long ulong float double half"
+_CL_ROUNDING = ("", "_rte", "_rtz", "_rtp", "_rtn")
+# OpenCL C's keywords, types and built-in functions and macros (OpenCL C 1.2 to 3.0), and the
+# typedefs and macros of catenc's OpenCL preamble (codegen/gpu.py).
+OPENCL_NAMES = (
+    _words(
+        """kernel __kernel global __global local __local constant __constant private __private generic
+        __generic read_only __read_only write_only __write_only read_write __read_write uniform pipe
+        bool char uchar short ushort int uint long ulong float double half quad size_t ptrdiff_t intptr_t
+        uintptr_t void image1d_t image1d_array_t image1d_buffer_t image2d_t image2d_array_t image3d_t
+        image2d_depth_t image2d_array_depth_t image2d_msaa_t image2d_array_msaa_t image2d_msaa_depth_t
+        image2d_array_msaa_depth_t sampler_t event_t queue_t ndrange_t clk_event_t reserve_id_t
+        cl_mem_fence_flags memory_scope memory_order atomic_int atomic_uint atomic_long atomic_ulong
+        atomic_float atomic_double atomic_intptr_t atomic_uintptr_t atomic_size_t atomic_ptrdiff_t atomic_flag
+        complex imaginary
+        get_work_dim get_global_size get_global_id get_local_size get_enqueued_local_size get_local_id
+        get_num_groups get_group_id get_global_offset get_global_linear_id get_local_linear_id get_sub_group_size
+        get_max_sub_group_size get_num_sub_groups get_enqueued_num_sub_groups get_sub_group_id
+        get_sub_group_local_id barrier work_group_barrier sub_group_barrier mem_fence read_mem_fence
+        write_mem_fence atomic_work_item_fence async_work_group_copy async_work_group_strided_copy
+        wait_group_events prefetch printf vec_step shuffle shuffle2 vload_half vstore_half
+        acos acosh acospi asin asinh asinpi atan atan2 atanh atanpi atan2pi cbrt ceil copysign cos cosh cospi
+        erfc erf exp exp2 exp10 expm1 fabs fdim floor fma fmax fmin fmod fract frexp hypot ilogb ldexp lgamma
+        lgamma_r log log2 log10 log1p logb mad maxmag minmag modf nan nextafter pow pown powr remainder remquo
+        rint rootn round rsqrt sin sincos sinh sinpi sqrt tan tanh tanpi tgamma trunc
+        abs abs_diff add_sat hadd rhadd clamp clz ctz mad_hi mad_sat max min mul_hi rotate sub_sat upsample
+        popcount mad24 mul24 degrees mix radians step smoothstep sign cross dot distance length normalize
+        fast_distance fast_length fast_normalize isequal isnotequal isgreater isgreaterequal isless islessequal
+        islessgreater isfinite isinf isnan isnormal isordered isunordered signbit any all bitselect select
+        read_imagef read_imagei read_imageui read_imageh write_imagef write_imagei write_imageui write_imageh
+        get_image_width get_image_height get_image_depth get_image_dim get_image_channel_data_type
+        get_image_channel_order get_image_array_size
+        atomic_add atomic_sub atomic_xchg atomic_inc atomic_dec atomic_cmpxchg atomic_min atomic_max atomic_and
+        atomic_or atomic_xor atomic_init atomic_store atomic_load atomic_exchange atomic_fetch_add
+        atomic_fetch_sub atomic_fetch_or atomic_fetch_xor atomic_fetch_and atomic_fetch_min atomic_fetch_max
+        atom_add atom_sub atom_xchg atom_inc atom_dec atom_cmpxchg atom_min atom_max atom_and atom_or atom_xor
+        CLK_LOCAL_MEM_FENCE CLK_GLOBAL_MEM_FENCE CLK_IMAGE_MEM_FENCE CLK_NORMALIZED_COORDS_TRUE
+        CLK_NORMALIZED_COORDS_FALSE CLK_ADDRESS_NONE CLK_ADDRESS_CLAMP CLK_ADDRESS_CLAMP_TO_EDGE
+        CLK_ADDRESS_REPEAT CLK_ADDRESS_MIRRORED_REPEAT CLK_FILTER_NEAREST CLK_FILTER_LINEAR
+        MAXFLOAT HUGE_VALF HUGE_VAL INFINITY NAN FLT_DIG FLT_MANT_DIG FLT_MAX_10_EXP FLT_MAX_EXP FLT_MIN_10_EXP
+        FLT_MIN_EXP FLT_RADIX FLT_MAX FLT_MIN FLT_EPSILON DBL_DIG DBL_MANT_DIG DBL_MAX_10_EXP DBL_MAX_EXP
+        DBL_MIN_10_EXP DBL_MIN_EXP DBL_MAX DBL_MIN DBL_EPSILON CHAR_BIT CHAR_MAX CHAR_MIN INT_MAX INT_MIN
+        LONG_MAX LONG_MIN SCHAR_MAX SCHAR_MIN SHRT_MAX SHRT_MIN UCHAR_MAX USHRT_MAX UINT_MAX ULONG_MAX
+        FP_FAST_FMA FP_FAST_FMAF FP_FAST_FMA_HALF CL_VERSION_1_0 CL_VERSION_1_1 CL_VERSION_1_2 CL_VERSION_2_0
+        CL_VERSION_3_0 FLT_EVAL_METHOD ENDIAN_LITTLE"""
+    )
+    | frozenset(f"{t}{n}" for t in _CL_SCALARS.split() for n in (2, 3, 4, 8, 16))
+    | frozenset(f"as_{t}{n}" for t in _CL_SCALARS.split() for n in ("", 2, 3, 4, 8, 16))
+    | frozenset(
+        f"convert_{t}{n}{sat}{r}"
+        for t in _CL_SCALARS.split()
+        for n in ("", 2, 3, 4, 8, 16)
+        for sat in ("", "_sat")
+        for r in _CL_ROUNDING
+    )
+    | frozenset(
+        f"{op}{n}" for op in ("vload", "vstore", "vload_half", "vstore_half", "vloada_half") for n in (2, 3, 4, 8, 16)
+    )
+    | frozenset(
+        f"{p}_{f}"
+        for p in ("half", "native")
+        for f in "cos divide exp exp2 exp10 log log2 log10 powr recip rsqrt sin sqrt tan".split()
+    )
+    | _variants(_M_CONSTANTS, ("", "_F", "_H"))
+)
+
+
+@dataclass(frozen=True)
+class Reserved:
+    """A set of reserved names, plus the file's own functions: each entry's symbol with the
+    suffixes catenc gives its workspace query, kernels and their helpers."""
+
+    names: frozenset[str]
+    symbols: tuple[str, ...] = ()
+
+    def __contains__(self, name: object) -> bool:
+        if name in self.names:
+            return True
+        return bool(self.symbols) and _file_scope(self.symbols).fullmatch(str(name)) is not None
+
+    def with_symbols(self, symbols: Iterable[str]) -> Reserved:
+        return Reserved(self.names, tuple(sorted(set(symbols))))
+
+
+_HELPERS = r"(?:_workspace_bytes|_k\d+(?:_row\d+|_g\d+(?:_pack_a|_pack_b|_epilogue)?)?)?"
+
+
+@functools.cache
+def _file_scope(symbols: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile(f"(?:{'|'.join(re.escape(s) for s in symbols)}){_HELPERS}")
+
+
+def fresh_names(names: Iterable[str], reserved: Reserved, taken: Iterable[str]) -> dict[str, str]:
+    """A new name for each of `names` that is reserved: `name_1`, or the first `name_k` that is
+    neither reserved, nor taken, nor given to another name (in sorted order: deterministic)."""
+    used = set(taken)
+    out: dict[str, str] = {}
+    for name in sorted(set(names)):
+        if name not in reserved:
+            continue
+        k = 1
+        while f"{name}_{k}" in used or f"{name}_{k}" in reserved:
+            k += 1
+        out[name] = f"{name}_{k}"
+        used.add(out[name])
+    return out
+
+
+# ---- renaming an entry's user names in what codegen renders ------------------------------------
+
+_NAME_FIELDS = frozenset({"buffer", "buffers", "output", "pack", "symbols", "scalars"})  # hold buffer names
+_PAIR_FIELDS = frozenset({"store", "view_of"})  # (buffer name, ...)
+_RENDERED = ("schedule", "kernels", "gpu", "checks")  # the parts of an EntryPlan codegen renders
+
+
+def user_names(entry: EntryPlan) -> list[str]:
+    """The names of the entry that come from the user and reach generated code: its buffers
+    (inputs, outputs, intermediates) and its symbols."""
+    names = {b.name for b in entry.schedule.graph.buffers} | set(entry.dims)
+    for buf in entry.schedule.graph.buffers:
+        for dim in buf.shape:
+            names |= dim.free_symbols()
+    for kernel in entry.kernels:
+        names |= set(kernel.symbols)
+    return sorted(names)
+
+
+def rename_signature(entry: EntryPlan, names: Mapping[str, str]) -> EntryPlan:
+    """The entry with its arguments (inputs, outputs, dims) renamed: what its C signature shows."""
+    if not names:
+        return entry
+    renamer = _Renamer(names)
+    program = entry.program
+    signature = {
+        part: renamer.visit(tuple((names.get(n, n), t) for n, t in getattr(program, part)))
+        for part in ("inputs", "outputs")
+    }
+    return replace(entry, program=replace(program, **signature), dims=renamer.name(entry.dims))
+
+
+def rename_entry(entry: EntryPlan, reserved: Reserved) -> tuple[EntryPlan, dict[str, str]]:
+    """The entry with each user name that is reserved renamed wherever codegen renders it, and
+    the renaming; the composite, derived symbols and the pre-schedule graph keep the user's names."""
+    users = user_names(entry)
+    clashes = [name for name in users if name in reserved]
+    if not clashes:
+        return entry, {}
+    taken = set(users)
+    for part in _RENDERED:
+        _collect(getattr(entry, part), taken)
+    names = fresh_names(clashes, reserved, taken)
+    renamer = _Renamer(names)
+    entry = replace(entry, **{part: renamer.visit(getattr(entry, part)) for part in _RENDERED})
+    return rename_signature(entry, names), names
+
+
+def _collect(obj: object, out: set[str]) -> None:
+    """Every string and symbol in obj (what a fresh name must not be)."""
+    stack, seen = [obj], set()
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, str):
+            out.add(item)
+        elif isinstance(item, Expr):
+            out |= item.free_symbols()
+        elif isinstance(item, (tuple, list, frozenset, set)):
+            stack.extend(item)
+        elif is_dataclass(item) and not isinstance(item, (DType, Loc, type)):
+            stack.extend(getattr(item, name) for name in _field_names(type(item)))
+
+
+class _Renamer:
+    """Rebuilds frozen dataclasses with buffer names and symbols renamed; what holds no renamed
+    name is kept as it is, and a subtree shared by several parents is rebuilt once."""
+
+    def __init__(self, names: Mapping[str, str]):
+        self.names = names
+        self.memo: dict[int, tuple[object, object]] = {}
+
+    def name(self, value):
+        """A name, or a tuple or frozenset of names, renamed (a Graph's `buffers` are Buffers)."""
+        if isinstance(value, str):
+            return self.names.get(value, value)
+        if not isinstance(value, (tuple, frozenset)):
+            return self.visit(value)
+        return _same_or(value, type(value)(self.name(v) for v in value))
+
+    def expr(self, expr: Expr) -> Expr:
+        """expr over the renamed symbols: the same polynomial (a renaming merges no terms), its
+        monomials and terms put back in canonical order."""
+        terms = {}
+        for monomial, coef in expr.terms:
+            atoms = [(self.atom(atom), power) for atom, power in monomial]
+            terms[tuple(sorted(atoms, key=lambda item: item[0].key))] = coef
+        renamed = Expr.from_dict(terms)
+        return expr if renamed == expr else renamed
+
+    def atom(self, atom: Atom) -> Atom:
+        if isinstance(atom, Sym):
+            return Sym(self.names.get(atom.name, atom.name))
+        assert isinstance(atom, Call)
+        return Call(atom.func, tuple(self.visit(arg) for arg in atom.args))
+
+    def visit(self, obj):
+        key = id(obj)
+        if key not in self.memo:
+            self.memo[key] = (obj, self._visit(obj))  # obj kept alive, so its id stays its own
+        return self.memo[key][1]
+
+    def _visit(self, obj):
+        if isinstance(obj, Expr):
+            return self.expr(obj)
+        if isinstance(obj, (tuple, list)):
+            return _same_or(obj, type(obj)(self.visit(v) for v in obj))
+        if not is_dataclass(obj) or isinstance(obj, (DType, Loc, type)):
+            return obj
+        changes = {}
+        for field in _field_names(type(obj)):
+            value = getattr(obj, field)
+            if value is None:
+                continue
+            if field in _NAME_FIELDS or (field == "name" and isinstance(obj, (Buffer, Compute))):
+                new = self.name(value)
+            elif field in _PAIR_FIELDS:
+                new = _same_or(value, (self.name(value[0]), *(self.visit(v) for v in value[1:])))
+            else:
+                new = self.visit(value)
+            if new is not value:
+                changes[field] = new
+        return replace(obj, **changes) if changes else obj
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+def _same_or(old, new):
+    """old when new holds the very same items (so that nothing unchanged is rebuilt), else new."""
+    return old if len(old) == len(new) and all(a is b for a, b in zip(old, new)) else new
