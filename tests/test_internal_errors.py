@@ -237,7 +237,8 @@ def test_user_errors_are_not_internal_errors(work: Path) -> None:
     (work / "broken.py").write_text("raise ImportError('no such thing')\n")
     result = catenc(work, "compile", "model.toml", "-o", "out", "--runtime", "broken.py")
     assert result.returncode == 1, result.stderr
-    assert result.stderr.startswith("catenc: error: ") and "internal" not in result.stderr
+    assert result.stderr.startswith("broken.py:1:1: error: runtime descriptor raised ImportError")
+    assert "internal" not in result.stderr
     (work / "bad.toml").write_text('[composite.c]\ninputs = ["x: f32[N]"]\noutputs = ["y: f32[N]"]\nbody = "y = "\n')
     result = catenc(work, "compile", "bad.toml", "-o", "out")
     assert result.returncode == 1, result.stderr
