@@ -10,7 +10,7 @@ broadcast are folded into these maps, never copied), `Unary`, `Binary`, `Where`,
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from catenc.dtypes import DType
 from catenc.symbolic import Expr
@@ -37,26 +37,99 @@ class Value:
             return self
         return replace(self, **dict(zip(self.child_fields, children)))
 
+    @property
+    def summary(self) -> Summary:
+        """What the tree holds, computed once per node from its children's (passes ask it of
+        growing trees again and again: walking them each time is quadratic)."""
+        found = self.__dict__.get("_summary")
+        return found if found is not None else _summarise(self)
+
+    def __hash__(self) -> int:
+        """Computed once per node: trees are deep, and dicts of values hash them often."""
+        found = self.__dict__.get("_hash")
+        if found is None:
+            found = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", found)
+        return found
+
+
+def value_node(cls: type) -> type:
+    """A frozen dataclass node of a value tree, hashed once (dataclass would hash it afresh)."""
+    cls = dataclass(frozen=True)(cls)
+    cls.__hash__ = Value.__hash__
+    return cls
+
 
 @dataclass(frozen=True)
+class Summary:
+    """Facts about a value tree, each counted over every position (as `walk` visits them)."""
+
+    size: int  # nodes
+    depth: int  # nodes on the longest path from the root down
+    ops: int  # Unary, Binary, Where and Cast nodes
+    op_names: frozenset[str]  # the ops of those nodes and of the Reduces
+    has_reduce: bool
+    symbols: frozenset[str]  # what `value_symbols` gives
+
+
+def _summarise(value: Value) -> Summary:
+    """Fills in the summary of value and of every node under it that lacks one, in post-order
+    and without recursion (trees nest as deep as the program is long)."""
+    stack: list[tuple[Value, bool]] = [(value, False)]
+    seen: set[int] = set()  # a subtree shared by several parents is summarised once
+    while stack:
+        node, children_done = stack.pop()
+        if not children_done:
+            if "_summary" not in node.__dict__ and id(node) not in seen:
+                seen.add(id(node))
+                stack.append((node, True))
+                stack.extend((child, False) for child in node.children())
+            continue
+        parts = [child.__dict__["_summary"] for child in node.children()]
+        op = getattr(node, "op", None)
+        symbols = frozenset(_own_symbols(node)).union(*(p.symbols for p in parts))
+        summary = Summary(
+            size=1 + sum(p.size for p in parts),
+            depth=1 + max((p.depth for p in parts), default=0),
+            ops=int(isinstance(node, (Unary, Binary, Where, Cast))) + sum(p.ops for p in parts),
+            op_names=frozenset(() if op is None else (op,)).union(*(p.op_names for p in parts)),
+            has_reduce=isinstance(node, Reduce) or any(p.has_reduce for p in parts),
+            symbols=symbols,
+        )
+        object.__setattr__(node, "_summary", summary)
+    return value.__dict__["_summary"]
+
+
+def _own_symbols(node: Value) -> set[str]:
+    """The names a node's own index expressions and reduction ranges mention."""
+    if isinstance(node, Load):
+        return set().union(*(e.free_symbols() for e in node.index))
+    if isinstance(node, SymInt):
+        return node.expr.free_symbols()
+    if isinstance(node, Reduce):
+        return set().union(*(e.free_symbols() for _, e in node.indices))
+    return set()
+
+
+@value_node
 class Const(Value):
     value: bool | int | float
 
 
-@dataclass(frozen=True)
+@value_node
 class SymInt(Value):
     """An integer expression of loop indices and symbols, as a value of `dtype`."""
 
     expr: Expr
 
 
-@dataclass(frozen=True)
+@value_node
 class Load(Value):
     buffer: str
     index: tuple[Expr, ...]
 
 
-@dataclass(frozen=True)
+@value_node
 class Gather(Load):
     """A load whose index along `axis` is a computed value (take); `index[axis]` is unused.
     The position is already wrapped and clamped into the axis, so the read is in bounds."""
@@ -66,14 +139,14 @@ class Gather(Load):
     child_fields = ("position",)
 
 
-@dataclass(frozen=True)
+@value_node
 class Unary(Value):
     op: str
     x: Value
     child_fields = ("x",)
 
 
-@dataclass(frozen=True)
+@value_node
 class Binary(Value):
     op: str
     a: Value
@@ -81,7 +154,7 @@ class Binary(Value):
     child_fields = ("a", "b")
 
 
-@dataclass(frozen=True)
+@value_node
 class Where(Value):
     """`cond ? a : b`; only the chosen side is evaluated (guarded loads rely on it)."""
 
@@ -91,13 +164,13 @@ class Where(Value):
     child_fields = ("cond", "a", "b")
 
 
-@dataclass(frozen=True)
+@value_node
 class Cast(Value):
     x: Value
     child_fields = ("x",)
 
 
-@dataclass(frozen=True)
+@value_node
 class Reduce(Value):
     """`op` of body over every value of the bound indices (argmax/argmin give the i64 position
     of the first extreme along a single index)."""
@@ -108,7 +181,7 @@ class Reduce(Value):
     child_fields = ("body",)
 
 
-@dataclass(frozen=True)
+@value_node
 class Local(Value):
     """A scalar local variable (introduced by lowering: accumulators, per-row values)."""
 
@@ -159,10 +232,12 @@ class Graph:
 
 
 def walk(value: Value) -> Iterator[Value]:
-    """Every node of an expression tree, parents before children."""
-    yield value
-    for child in value.children():
-        yield from walk(child)
+    """Every node of an expression tree, parents before children (left to right)."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(node.children()))
 
 
 def loads(value: Value) -> Iterator[Load]:
@@ -171,17 +246,7 @@ def loads(value: Value) -> Iterator[Load]:
 
 def value_symbols(value: Value) -> set[str]:
     """Every index or symbol name a value's index expressions and reduction ranges mention."""
-    out: set[str] = set()
-    for node in walk(value):
-        if isinstance(node, Load):
-            for e in node.index:
-                out |= e.free_symbols()
-        elif isinstance(node, SymInt):
-            out |= node.expr.free_symbols()
-        elif isinstance(node, Reduce):
-            for _, e in node.indices:
-                out |= e.free_symbols()
-    return out
+    return set(value.summary.symbols)
 
 
 # ---- printing ----------------------------------------------------------------------------------

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from heapq import heapify, heappop, heappush
 from itertools import count
 
 from catenc.ir.nodes import (
     Binary,
     Buffer,
-    Cast,
     Compute,
     Const,
     Gather,
@@ -27,22 +27,37 @@ from catenc.symbolic import Expr, sym
 EXPENSIVE_OPS = frozenset(
     "exp exp2 log log2 log1p expm1 sin cos tan tanh sinh cosh asin acos atan erf pow atan2 sqrt div recip".split()
 )
+# A producer this deep stays materialised: a long chain of statements would otherwise become one
+# expression nested as deep as the chain is long, which every later pass and the C compiler recurse on.
+MAX_INLINED_DEPTH = 500
 
 
 def substitute(value: Value, mapping: dict[str, Expr]) -> Value:
-    """Replace index names in every index expression of a value tree."""
+    """Replace index names in every index expression of a value tree (a subtree that mentions
+    none of them is kept as it is)."""
+    mapping = {name: e for name, e in mapping.items() if e != sym(name)}
+    return _substitute(value, mapping) if mapping else value
+
+
+def _substitute(value: Value, mapping: dict[str, Expr]) -> Value:
+    if value.summary.symbols.isdisjoint(mapping):
+        return value
     if isinstance(value, Load):
         value = replace(value, index=tuple(e.substitute(mapping) for e in value.index))
     elif isinstance(value, SymInt):
         return SymInt(value.dtype, value.expr.substitute(mapping))
-    return value.with_children(tuple(substitute(c, mapping) for c in value.children()))
+    return value.with_children(tuple(_substitute(c, mapping) for c in value.children()))
 
 
 def rename_reductions(value: Value, suffix: str) -> Value:
     """Give every index bound by a Reduce in the tree a new name (name + suffix)."""
+    if not value.summary.has_reduce:
+        return value
     mapping = {name: sym(name + suffix) for node in walk(value) if isinstance(node, Reduce) for name, _ in node.indices}
 
     def rename(v: Value) -> Value:
+        if not v.summary.has_reduce:
+            return v
         v = v.with_children(tuple(rename(c) for c in v.children()))
         if isinstance(v, Reduce):
             return replace(v, indices=tuple((name + suffix, extent) for name, extent in v.indices))
@@ -92,7 +107,7 @@ def split_constant_slices(graph: Graph) -> Graph:
     computes = []
     for c in graph.computes:
         body = c.body
-        for name in {ld.buffer for ld in loads(c.body)} & set(inputs):
+        for name in dict.fromkeys(ld.buffer for ld in loads(c.body) if ld.buffer in inputs):  # first-read order
             body = replace_loads(body, name, view)
         computes.append(replace(c, body=body))
     return replace(graph, buffers=graph.buffers + tuple(views.values()), computes=tuple(computes))
@@ -141,7 +156,7 @@ def is_reuse_free(compute: Compute, load: Load, enclosing: tuple) -> bool:
 
 def calls_expensive(value: Value) -> bool:
     """Whether the value calls a transcendental, a division or a power somewhere."""
-    return any(getattr(node, "op", None) in EXPENSIVE_OPS for node in walk(value))
+    return not value.summary.op_names.isdisjoint(EXPENSIVE_OPS)
 
 
 def replace_node(value: Value, old: Value, new: Value) -> Value:
@@ -153,13 +168,8 @@ def replace_node(value: Value, old: Value, new: Value) -> Value:
 
 def is_cheap(value: Value) -> bool:
     """A few arithmetic ops and no reduction: recomputing it costs less than a store and a load."""
-    ops = 0
-    for node in walk(value):
-        if isinstance(node, Reduce) or getattr(node, "op", None) in EXPENSIVE_OPS:
-            return False
-        if isinstance(node, (Unary, Binary, Where, Cast)):
-            ops += 1
-    return ops <= 3
+    summary = value.summary
+    return not summary.has_reduce and summary.op_names.isdisjoint(EXPENSIVE_OPS) and summary.ops <= 3
 
 
 def inline_decision(graph: Graph, producer: Compute, consumers: list[Compute] | None = None) -> tuple[bool, str]:
@@ -170,9 +180,10 @@ def inline_decision(graph: Graph, producer: Compute, consumers: list[Compute] | 
         return False, "unused"
     if any(isinstance(load, Gather) for _, load, _ in sites):
         return False, "read at computed positions (take)"
+    if producer.body.summary.depth >= MAX_INLINED_DEPTH:
+        return False, f"an expression {producer.body.summary.depth} deep (inlining stops at {MAX_INLINED_DEPTH})"
     reuse_free = all(is_reuse_free(c, load, enc) for c, load, enc in sites)
-    has_reduce = any(isinstance(v, Reduce) for v in walk(producer.body))
-    if has_reduce:
+    if producer.body.summary.has_reduce:
         if len(sites) == 1 and reuse_free:
             return True, "reduction read once per element of its single consumer"
         return False, "reduction whose result is read many times (broadcast or several consumers)"
@@ -199,46 +210,84 @@ def _expander(producer: Compute, names: list[str], serial):
 
 def inline_computes(graph: Graph) -> tuple[Graph, list[str]]:
     """Inline temp computes into their consumers where that costs no extra work; returns the
-    new graph and one note per producer kept materialised."""
+    new graph and one note per producer kept materialised.
+
+    Producers are decided in graph order, the first undecided one first; inlining one reopens
+    its consumers and what it reads (their sites or bodies changed). The work per inlining is
+    in proportion to the consumer, not to the growing producer, so a chain of n statements
+    takes time linear in n."""
     serial = count(1)
-    notes: list[str] = []
     computes = {c.name: c for c in graph.computes}  # in graph order
+    position = {c.name: k for k, c in enumerate(graph.computes)}
+    temps = {b.name for b in graph.buffers if b.role == "temp"}
+    reads = {c.name: dict.fromkeys(ld.buffer for ld in loads(c.body)) for c in graph.computes}
     readers: dict[str, set[str]] = {}  # buffer -> the computes that load it
     for c in graph.computes:
-        for name in {ld.buffer for ld in loads(c.body)}:
+        for name in reads[c.name]:
             readers.setdefault(name, set()).add(c.name)
-    kept: set[str] = set()  # producers decided against, until their sites or body change
-    changed = True
-    while changed:
-        changed = False
-        for producer in list(computes.values()):
-            if graph.buffer(producer.name).role != "temp" or producer.name in kept:
-                continue
-            consumers = [c for name, c in computes.items() if name in readers.get(producer.name, ())]
-            inline, _ = inline_decision(graph, producer, consumers)
-            if not inline:
-                kept.add(producer.name)
-                continue
-            names = [n for n, _ in producer.indices]
-            for c in consumers:
-                expand = _expander(producer, names, serial)
-                computes[c.name] = replace(c, body=replace_loads(c.body, producer.name, expand))
-            del computes[producer.name]
-            readers.pop(producer.name, None)
-            # what the producer reads gains its consumers as sites, and they gain its body
-            reads = {ld.buffer for ld in loads(producer.body)}
-            for name in reads:
-                readers.setdefault(name, set()).discard(producer.name)
-                readers[name] |= {c.name for c in consumers}
-            kept -= {c.name for c in consumers} | reads
-            changed = True
-            break
-    computes = list(computes.values())
-    result = remove_dead_computes(replace(graph, computes=tuple(computes)))
+    own_indices: dict[str, tuple] = {}  # a compute running under a producer's index names -> its own
+    undecided = [position[name] for name in computes if name in temps]  # a heap: the first one first
+    heapify(undecided)
+    queued = set(undecided)
+    while undecided:
+        k = heappop(undecided)
+        queued.discard(k)
+        producer = computes[graph.computes[k].name]
+        consumers = [computes[name] for name in sorted(readers.get(producer.name, ()), key=position.__getitem__)]
+        if not inline_decision(graph, producer, consumers)[0]:
+            continue  # decided against, until its sites or body change
+        for c in consumers:
+            c = _adopt_indices(c, producer, own_indices)
+            expand = _expander(producer, [n for n, _ in producer.indices], serial)
+            computes[c.name] = replace(c, body=replace_loads(c.body, producer.name, expand))
+            reads[c.name].pop(producer.name, None)
+            reads[c.name].update(reads[producer.name])
+        del computes[producer.name]
+        readers.pop(producer.name, None)
+        # what the producer reads gains its consumers as sites, and they gain its body
+        for name in reads[producer.name]:
+            readers.setdefault(name, set()).discard(producer.name)
+            readers[name] |= {c.name for c in consumers}
+        for name in [c.name for c in consumers] + list(reads[producer.name]):
+            if name in computes and name in temps and position[name] not in queued:
+                heappush(undecided, position[name])
+                queued.add(position[name])
+    for name, indices in own_indices.items():
+        if name in computes:
+            computes[name] = _with_indices(computes[name], indices)
+    result = remove_dead_computes(replace(graph, computes=tuple(computes.values())))
+    result_readers: dict[str, list[Compute]] = {}
+    for c in result.computes:
+        for name in dict.fromkeys(ld.buffer for ld in loads(c.body)):
+            result_readers.setdefault(name, []).append(c)
+    notes = []
     for producer in result.computes:
-        if result.buffer(producer.name).role == "temp":
-            notes.append(f"{producer.name}: materialised ({inline_decision(result, producer)[1]})")
+        if producer.name in temps:
+            why = inline_decision(result, producer, result_readers.get(producer.name, []))[1]
+            notes.append(f"{producer.name}: materialised ({why})")
     return result, notes
+
+
+def _adopt_indices(consumer: Compute, producer: Compute, own_indices: dict[str, tuple]) -> Compute:
+    """The consumer, its indices renamed to the producer's when it reads the producer at exactly
+    its own indices and the producer's body is the larger: the body then goes in as it is,
+    unrenamed (`own_indices` keeps the consumer's names, which it gets back at the end)."""
+    identity = tuple(sym(name) for name, _ in consumer.indices)
+    if len(producer.indices) != len(identity) or identity == tuple(sym(name) for name, _ in producer.indices):
+        return consumer
+    if producer.body.summary.size <= consumer.body.summary.size:
+        return consumer
+    if not any(ld.buffer == producer.name and ld.index == identity for ld in loads(consumer.body)):
+        return consumer
+    own_indices.setdefault(consumer.name, consumer.indices)
+    names = tuple(name for name, _ in producer.indices)
+    return _with_indices(consumer, tuple((name, extent) for name, (_, extent) in zip(names, consumer.indices)))
+
+
+def _with_indices(compute: Compute, indices: tuple[tuple[str, Expr], ...]) -> Compute:
+    """The compute over indices of other names (in the same order)."""
+    mapping = {old: sym(new) for (old, _), (new, _) in zip(compute.indices, indices)}
+    return replace(compute, indices=indices, body=substitute(compute.body, mapping))
 
 
 def _wrap(value: int, dtype) -> int:
