@@ -237,11 +237,17 @@ class IndexScope:
 def is_weak(node: T.Node) -> bool:
     if isinstance(node, (T.Lit, T.SymVal)):
         return node.weak
-    if isinstance(node, T.Apply) and node.op == "where":
-        return is_weak(node.args[1]) and is_weak(node.args[2])
-    if isinstance(node, T.Apply) and node.op != "cast" and node.args:
-        return all(is_weak(a) for a in node.args) and node.type.dtype != BOOL
-    return False
+    if not isinstance(node, T.Apply) or node.op == "cast" or not node.args:
+        return False
+    # asked of every operand of every operator: once per node, or a long expression is quadratic
+    weak = node.__dict__.get("_weak")
+    if weak is None:
+        if node.op == "where":
+            weak = is_weak(node.args[1]) and is_weak(node.args[2])
+        else:
+            weak = all(is_weak(a) for a in node.args) and node.type.dtype != BOOL
+        object.__setattr__(node, "_weak", weak)
+    return weak
 
 
 class BodyChecker:
