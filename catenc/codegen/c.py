@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from catenc.codegen.names import C_LOCALS, C_NAMES, CXX_KEYWORDS, Reserved
+from catenc.codegen.names import C_KEYWORDS, C_LOCALS, C_MACROS_AND_TYPES, C_NAMES, CXX_KEYWORDS, Reserved
 from catenc.dtypes import DTYPES, DType
 from catenc.ir.nodes import Binary, Buffer, Cast, Const, Gather, Load, Local, SymInt, Unary, Value, Where, walk
 from catenc.lower.loops import Assign, Declare, For, Gemm, If, LaneReduce, LoopKernel, Stmt, Store, identity
@@ -38,10 +38,12 @@ class CRenderer:
     """Renders kernels as C99 functions. Subclasses change spellings, not structure."""
 
     language = "c"
-    # user names the generated code renames (codegen/names.py), and names an entry cannot take
-    # (model.h is C and C++)
+    # Names (codegen/names.py): the user names the generated code renames; those model.h, which
+    # is C and C++, renames in its declarations (where only keywords, macros and types break a
+    # parameter's name); and those an entry, a function of the file, cannot take.
     reserved = Reserved(C_NAMES | C_LOCALS)
-    entry_reserved = C_NAMES | CXX_KEYWORDS
+    header_reserved = Reserved(C_KEYWORDS | C_MACROS_AND_TYPES | CXX_KEYWORDS)
+    entry_reserved = Reserved(C_NAMES | CXX_KEYWORDS)
     indent = "    "
     kernel_qualifier = "static void"
     restrict = "restrict"

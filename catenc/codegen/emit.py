@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from catenc import __version__
 from catenc.codegen.c import CRenderer, buffer_args, prelude_tables
 from catenc.codegen.gemm import GemmTiles, render_gemm_support
 from catenc.codegen.gpu import CudaRenderer, GpuRenderer, launch_plan, status_offsets, temp_offsets
 from catenc.codegen.jinja import environment
-from catenc.codegen.names import CXX_KEYWORDS, Reserved, fresh_names, rename_entry, rename_signature
+from catenc.codegen.names import fresh_names, rename_entry, rename_signature
 from catenc.compiler import EntryPlan
 from catenc.diagnostics import CatencError
 from catenc.frontend.typed import TType
@@ -44,13 +44,15 @@ def parameters(entry: EntryPlan) -> list[Parameter]:
 
 
 def header_names(entry: EntryPlan) -> dict[str, str]:
-    """How model.h names the entry's arguments: the user's names, each that C or C++ (and, for
-    CUDA, CUDA) reserves renamed, so that C and C++ compile it (parameter names are no part of
-    the ABI; the manifest's `prototype` is this declaration)."""
+    """How model.h names the entry's arguments: the user's names, each that is a keyword, macro or
+    type of C or C++ (or, for CUDA, of CUDA's headers) renamed, so that C and C++ compile it
+    (parameter names are no part of the ABI; the manifest's `prototype` is this declaration)."""
     renderer = CudaRenderer if entry.convention == "cuda" else CRenderer
     params = parameters(entry)
     user = [p.name for p in params if p.role in ("input", "output", "dim")]
-    return fresh_names(user, Reserved(renderer.reserved.names | CXX_KEYWORDS), [p.name for p in params])
+    own = frozenset(p.name for p in params if p.role not in ("input", "output", "dim"))  # workspace, stream
+    reserved = replace(renderer.header_reserved, names=renderer.header_reserved.names | own)
+    return fresh_names(user, reserved, [p.name for p in params])
 
 
 def prototype(entry: EntryPlan) -> str:

@@ -10,7 +10,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from catenc.codegen.names import C_LOCALS, C_NAMES, CUDA_LOCALS, CUDA_NAMES, CXX_KEYWORDS, OPENCL_NAMES, Reserved
+from catenc.codegen.names import (
+    C_KEYWORDS,
+    C_LOCALS,
+    C_MACROS_AND_TYPES,
+    C_NAMES,
+    CUDA_API,
+    CUDA_LOCALS,
+    CUDA_MACROS_AND_TYPES,
+    CUDA_NAMES,
+    CXX_KEYWORDS,
+    OPENCL_NAMES,
+    Reserved,
+)
 from catenc.dtypes import DType
 from catenc.ir.nodes import Binary, Local
 from catenc.lower.gpu import Barrier, BlockReduce, FirstItem, GpuKernel, ThreadLoop, TiledGemm
@@ -344,8 +356,9 @@ class GpuRenderer(CRenderer):
 
 class CudaRenderer(GpuRenderer):
     language = "cuda"
-    reserved = Reserved(C_NAMES | C_LOCALS | CXX_KEYWORDS | CUDA_NAMES | CUDA_LOCALS)
-    entry_reserved = C_NAMES | CXX_KEYWORDS | CUDA_NAMES
+    reserved = Reserved(C_NAMES | C_LOCALS | CXX_KEYWORDS | CUDA_NAMES | CUDA_LOCALS, CUDA_API)
+    header_reserved = Reserved(C_KEYWORDS | C_MACROS_AND_TYPES | CXX_KEYWORDS | CUDA_MACROS_AND_TYPES, CUDA_API)
+    entry_reserved = Reserved(C_NAMES | CXX_KEYWORDS | CUDA_NAMES, CUDA_API)
     kernel_qualifier = 'extern "C" __global__ void'
     device_inline = "static __host__ __device__ inline __attribute__((unused))"
     restrict = "__restrict__"
@@ -361,8 +374,8 @@ class CudaRenderer(GpuRenderer):
 
 class OpenCLRenderer(GpuRenderer):
     language = "opencl"
-    reserved = Reserved(C_NAMES | C_LOCALS | OPENCL_NAMES)
-    entry_reserved = frozenset()  # the kernels are NAME_k0, ...; the entry is the manifest's
+    reserved = Reserved(OPENCL_NAMES)
+    entry_reserved = Reserved(frozenset())  # the kernels are NAME_k0, ...; the entry is the manifest's
     kernel_qualifier = "__kernel void"
     device_inline = "static inline"
     math_suffix = {"f32": "", "f64": ""}  # OpenCL C's math functions are overloaded

@@ -51,19 +51,15 @@ C_KEYWORDS = _words(
     _Decimal32 _Decimal64 _Decimal128"""
 )
 
-# The functions of <math.h> (C99 and glibc's extensions), each in its double, float and long
-# double spelling: the kernels call some, <math.h> declares them all.
-_MATH = """acos acosh asin asinh atan atan2 atanh cbrt ceil copysign cos cosh drem erf erfc exp exp10 exp2 expm1
-fabs fdim finite floor fma fmax fmin fmod frexp gamma hypot ilogb j0 j1 jn ldexp lgamma llrint llround log log10
-log1p log2 logb lrint lround modf nan nearbyint nextafter nexttoward pow pow10 remainder remquo rint round
-scalb scalbln scalbn significand sin sincos sinh sqrt tan tanh tgamma trunc y0 y1 yn"""
 # Macros and types of the C headers the emitted files include (<math.h>, <stdint.h>, <stddef.h>,
 # <omp.h>) and of those a program including model.h has likely included before it (<float.h>,
-# <limits.h>, <stdio.h>, <stdlib.h>, <errno.h>, <assert.h>, <stdbool.h>, <complex.h>); gcc's
-# predefined `linux` and `unix` (GNU modes).
+# <limits.h>, <stdio.h>, <stdlib.h>, <errno.h>, <assert.h>, <stdbool.h>, <complex.h>, glibc's
+# extensions to them); gcc's predefined `linux` and `unix` (GNU modes). A macro or a type name
+# cannot even name a parameter in a declaration.
 _M_CONSTANTS = "M_E M_LOG2E M_LOG10E M_LN2 M_LN10 M_PI M_PI_2 M_PI_4 M_1_PI M_2_PI M_2_SQRTPI M_SQRT2 M_SQRT1_2"
 C_MACROS_AND_TYPES = (
-    _variants(_M_CONSTANTS, ("", "f", "l", "f32", "f32x", "f64", "f64x", "f128"))
+    C_TYPES_AND_MACROS
+    | _variants(_M_CONSTANTS, ("", "f", "l", "f32", "f32x", "f64", "f64x", "f128"))
     | frozenset(f"{kind}{b}_{what}" for b in _BITS for kind in ("INT", "UINT") for what in ("MAX", "WIDTH", "C"))
     | frozenset(f"INT{b}_MIN" for b in _BITS)
     | frozenset(
@@ -75,12 +71,12 @@ C_MACROS_AND_TYPES = (
     )
     | frozenset(f"{u}int{speed}{b}_t" for b in _BITS for u in ("", "u") for speed in ("", "_least", "_fast"))
     | _words(
-        """NAN INFINITY HUGE_VAL HUGE_VALF HUGE_VALL MAXFLOAT SNAN SNANF SNANL FP_NAN FP_INFINITE FP_ZERO
-        FP_SUBNORMAL FP_NORMAL FP_ILOGB0 FP_ILOGBNAN FP_LLOGB0 FP_LLOGBNAN FP_FAST_FMA FP_FAST_FMAF FP_FAST_FMAL
-        FP_INT_UPWARD FP_INT_DOWNWARD FP_INT_TOWARDZERO FP_INT_TONEARESTFROMZERO FP_INT_TONEAREST MATH_ERRNO
-        MATH_ERREXCEPT math_errhandling float_t double_t fpclassify isfinite isinf isnan isnormal signbit
-        issignaling issubnormal iszero iscanonical isgreater isgreaterequal isless islessequal islessgreater
-        isunordered signgam
+        """NAN INFINITY HUGE_VAL HUGE_VALF HUGE_VALL HUGE_VAL_F32 HUGE_VAL_F32X HUGE_VAL_F64 HUGE_VAL_F64X MAXFLOAT
+        SNAN SNANF SNANL SNANF32 SNANF32X SNANF64 SNANF64X FP_NAN FP_INFINITE FP_ZERO FP_SUBNORMAL FP_NORMAL
+        FP_ILOGB0 FP_ILOGBNAN FP_LLOGB0 FP_LLOGBNAN FP_FAST_FMA FP_FAST_FMAF FP_FAST_FMAL FP_INT_UPWARD
+        FP_INT_DOWNWARD FP_INT_TOWARDZERO FP_INT_TONEARESTFROMZERO FP_INT_TONEAREST MATH_ERRNO MATH_ERREXCEPT
+        math_errhandling float_t double_t fpclassify isfinite isinf isnan isnormal signbit issignaling
+        issubnormal iszero iscanonical isgreater isgreaterequal isless islessequal islessgreater isunordered
         INTMAX_MIN INTMAX_MAX UINTMAX_MAX INTMAX_C UINTMAX_C INTMAX_WIDTH UINTMAX_WIDTH INTPTR_MIN INTPTR_MAX
         UINTPTR_MAX INTPTR_WIDTH UINTPTR_WIDTH PTRDIFF_MIN PTRDIFF_MAX PTRDIFF_WIDTH SIZE_MAX SIZE_WIDTH
         SIG_ATOMIC_MIN SIG_ATOMIC_MAX SIG_ATOMIC_WIDTH WCHAR_MIN WCHAR_MAX WCHAR_WIDTH WINT_MIN WINT_MAX
@@ -92,20 +88,49 @@ C_MACROS_AND_TYPES = (
         DBL_EPSILON DBL_TRUE_MIN DBL_HAS_SUBNORM LDBL_MANT_DIG LDBL_DIG LDBL_DECIMAL_DIG LDBL_MIN_EXP
         LDBL_MIN_10_EXP LDBL_MAX_EXP LDBL_MAX_10_EXP LDBL_MAX LDBL_MIN LDBL_EPSILON LDBL_TRUE_MIN LDBL_HAS_SUBNORM
         CHAR_BIT CHAR_MIN CHAR_MAX SCHAR_MIN SCHAR_MAX UCHAR_MAX SHRT_MIN SHRT_MAX USHRT_MAX INT_MIN INT_MAX
-        UINT_MAX LONG_MIN LONG_MAX ULONG_MAX LLONG_MIN LLONG_MAX ULLONG_MAX MB_LEN_MAX LONG_BIT WORD_BIT SSIZE_MAX
-        PATH_MAX NAME_MAX
-        EOF BUFSIZ FILENAME_MAX FOPEN_MAX L_tmpnam TMP_MAX SEEK_SET SEEK_CUR SEEK_END FILE fpos_t stdin stdout
-        stderr EXIT_SUCCESS EXIT_FAILURE RAND_MAX MB_CUR_MAX div_t ldiv_t lldiv_t alloca errno EDOM ERANGE
-        EILSEQ assert complex imaginary I CMPLX CMPLXF CMPLXL va_list clock_t time_t CLOCKS_PER_SEC
-        omp_lock_t omp_nest_lock_t omp_sched_t omp_proc_bind_t omp_get_thread_num omp_get_num_threads
-        omp_get_max_threads omp_in_parallel linux unix i386"""
+        UINT_MAX LONG_MIN LONG_MAX ULONG_MAX LLONG_MIN LLONG_MAX ULLONG_MAX LONG_LONG_MIN LONG_LONG_MAX
+        ULONG_LONG_MAX MB_LEN_MAX LONG_BIT WORD_BIT SSIZE_MAX BOOL_MAX BOOL_WIDTH CHAR_WIDTH SCHAR_WIDTH
+        UCHAR_WIDTH SHRT_WIDTH USHRT_WIDTH INT_WIDTH UINT_WIDTH LONG_WIDTH ULONG_WIDTH LLONG_WIDTH ULLONG_WIDTH
+        EOF BUFSIZ FILENAME_MAX FOPEN_MAX L_tmpnam L_ctermid L_cuserid P_tmpdir TMP_MAX SEEK_SET SEEK_CUR
+        SEEK_END SEEK_DATA SEEK_HOLE FILE fpos_t stdin stdout stderr EXIT_SUCCESS EXIT_FAILURE RAND_MAX MB_CUR_MAX
+        div_t ldiv_t lldiv_t alloca errno EDOM ERANGE EILSEQ assert assert_perror complex imaginary I CMPLX
+        CMPLXF CMPLXL va_list clock_t time_t CLOCKS_PER_SEC omp_lock_t omp_nest_lock_t omp_sched_t
+        omp_proc_bind_t linux unix i386
+        AIO_PRIO_DELTA_MAX ARG_MAX BC_BASE_MAX BC_DIM_MAX BC_SCALE_MAX BC_STRING_MAX CHARCLASS_NAME_MAX
+        COLL_WEIGHTS_MAX DELAYTIMER_MAX EXPR_NEST_MAX HOST_NAME_MAX IOV_MAX LINE_MAX LOGIN_NAME_MAX MAX_CANON
+        MAX_INPUT MQ_PRIO_MAX NAME_MAX NGROUPS_MAX NL_ARGMAX NL_LANGMAX NL_MSGMAX NL_NMAX NL_SETMAX NL_TEXTMAX
+        NZERO PATH_MAX PIPE_BUF PTHREAD_DESTRUCTOR_ITERATIONS PTHREAD_KEYS_MAX PTHREAD_STACK_MIN RE_DUP_MAX
+        RTSIG_MAX SEM_VALUE_MAX TTY_NAME_MAX XATTR_LIST_MAX XATTR_NAME_MAX XATTR_SIZE_MAX BIG_ENDIAN
+        LITTLE_ENDIAN PDP_ENDIAN BYTE_ORDER be16toh be32toh be64toh le16toh le32toh le64toh htobe16 htobe32
+        htobe64 htole16 htole32 htole64 FD_CLR FD_ISSET FD_SET FD_SETSIZE FD_ZERO NFDBITS RENAME_EXCHANGE
+        RENAME_NOREPLACE RENAME_WHITEOUT WCONTINUED WEXITED WEXITSTATUS WIFCONTINUED WIFEXITED WIFSIGNALED
+        WIFSTOPPED WNOHANG WNOWAIT WSTOPPED WSTOPSIG WTERMSIG WUNTRACED TIMER_ABSTIME TIME_UTC CLOCK_REALTIME
+        CLOCK_MONOTONIC CLOCK_PROCESS_CPUTIME_ID CLOCK_THREAD_CPUTIME_ID CLOCK_MONOTONIC_RAW
+        CLOCK_REALTIME_COARSE CLOCK_MONOTONIC_COARSE CLOCK_BOOTTIME CLOCK_REALTIME_ALARM CLOCK_BOOTTIME_ALARM
+        CLOCK_TAI ADJ_OFFSET ADJ_FREQUENCY ADJ_MAXERROR ADJ_ESTERROR ADJ_STATUS ADJ_TIMECONST ADJ_TAI
+        ADJ_SETOFFSET ADJ_MICRO ADJ_NANO ADJ_TICK ADJ_OFFSET_SINGLESHOT ADJ_OFFSET_SS_READ MOD_OFFSET
+        MOD_FREQUENCY MOD_MAXERROR MOD_ESTERROR MOD_STATUS MOD_TIMECONST MOD_TAI MOD_MICRO MOD_NANO MOD_CLKB
+        MOD_CLKA STA_PLL STA_PPSFREQ STA_PPSTIME STA_FLL STA_INS STA_DEL STA_UNSYNC STA_FREQHOLD STA_PPSSIGNAL
+        STA_PPSJITTER STA_PPSWANDER STA_PPSERROR STA_CLOCKERR STA_NANO STA_MODE STA_CLK STA_RONLY isascii
+        toascii isalnum_l isalpha_l isascii_l isblank_l iscntrl_l isdigit_l isgraph_l islower_l isprint_l
+        ispunct_l isspace_l isupper_l isxdigit_l toascii_l strdupa strndupa"""
     )
 )
+# The functions and variables of <math.h> (C99 and glibc's extensions: each in its double, float
+# and long double spelling) and <omp.h>, and the C library functions the frontend knows: a
+# parameter of such a name hides the function in the kernel that would call it.
+_MATH = """acos acosh asin asinh atan atan2 atanh cbrt ceil copysign cos cosh drem erf erfc exp exp10 exp2 expm1
+fabs fdim finite floor fma fmax fmin fmod frexp gamma hypot ilogb j0 j1 jn ldexp lgamma llrint llround log log10
+log1p log2 logb lrint lround modf nan nearbyint nextafter nexttoward pow pow10 remainder remquo rint round
+scalb scalbln scalbn significand sin sincos sinh sqrt tan tanh tgamma trunc y0 y1 yn"""
+C_FUNCTIONS = (
+    _variants(_MATH, ("", "f", "l"))
+    | C_LIBRARY_VARIANTS
+    | _words("signgam omp_get_thread_num omp_get_num_threads omp_get_max_threads omp_in_parallel")
+)
+C_NAMES = C_RESERVED | C_KEYWORDS | C_MACROS_AND_TYPES | C_FUNCTIONS
 # Locals and parameters of the entry function catenc writes (templates/model.c.j2).
 C_LOCALS = _words("workspace workspace_bytes need")
-
-C_NAMES = C_RESERVED | C_TYPES_AND_MACROS | C_LIBRARY_VARIANTS | C_KEYWORDS | C_MACROS_AND_TYPES
-C_NAMES |= _variants(_MATH, ("", "f", "l"))
 
 CXX_KEYWORDS = _words(
     """alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t char32_t
@@ -118,23 +143,27 @@ CXX_KEYWORDS = _words(
 )
 
 _CUDA_VECTORS = "char uchar short ushort int uint long ulong longlong ulonglong float double"
-# CUDA's built-in variables and types, the device functions (math, intrinsics) the CUDA headers
-# declare at global scope, the runtime API the host entry calls (templates/cuda_host.cu.j2) with
-# its macros.
-CUDA_NAMES = (
+# CUDA's built-in types, and the macros of the CUDA runtime headers the .cu includes; besides
+# these, every `cudaXxx` without an underscore is the runtime API's (a function, enum value or
+# macro: CUDA_API, below).
+CUDA_MACROS_AND_TYPES = _words(
+    """dim3 uint3 half half2 nv_bfloat16 nv_bfloat162 cudaStream_t cudaError_t cudaEvent_t CUstream_st
+        CUDART_VERSION CUDA_VERSION CUDART_CB CUDARTAPI CUDARTAPI_CDECL CUDART_DEVICE CUDA_DOUBLE_MATH_FUNCTIONS
+        CUDA_IPC_HANDLE_SIZE CU_UUID_HAS_BEEN_DEFINED"""
+) | frozenset(f"{t}{n}" for t in _CUDA_VECTORS.split() for n in (1, 2, 3, 4))
+CUDA_API = re.compile(r"cuda[A-Z][A-Za-z0-9]*")
+# CUDA's built-in variables, the device functions (math, atomics, intrinsics) its headers declare
+# at global scope, and the runtime API the host entry calls (templates/cuda_host.cu.j2).
+CUDA_FUNCTIONS = (
     _words(
-        """threadIdx blockIdx blockDim gridDim warpSize clusterDim clusterIdx dim3 uint3 half half2 nv_bfloat16
-        __syncthreads __shfl_down_sync __launch_bounds__ __global__ __device__ __host__ __shared__ __restrict__
-        min max umin umax llmin llmax ullmin ullmax rsqrt rcbrt rhypot norm norm3d norm4d rnorm rnorm3d rnorm4d
-        normcdf normcdfinv erfinv erfcinv erfcx cospi sinpi sincospi cyl_bessel_i0 cyl_bessel_i1 fdivide fdividef
-        saturate atomicAdd atomicSub atomicExch atomicMin atomicMax atomicInc atomicDec atomicCAS atomicAnd
-        atomicOr atomicXor clock clock64 printf malloc free memcpy memset assert
-        cudaPeekAtLastError cudaGetLastError cudaSuccess cudaError_t cudaError cudaMemcpyAsync cudaMemcpy
-        cudaMemcpyDeviceToHost cudaMemcpyHostToDevice cudaMemcpyKind cudaStream_t cudaStreamSynchronize
-        cudaStreamLegacy cudaStreamPerThread cudaStreamDefault cudaStreamNonBlocking cudaCpuDeviceId
-        cudaInvalidDeviceId CUstream_st CUDART_VERSION CUDA_VERSION CUDART_CB CUDARTAPI CUDART_DEVICE"""
+        """threadIdx blockIdx blockDim gridDim warpSize clusterDim clusterIdx __syncthreads __shfl_down_sync
+        __launch_bounds__ __global__ __device__ __host__ __shared__ __restrict__
+        min max umin umax llmin llmax ullmin ullmax norm rnorm fdivide fdividef saturate atomicAdd atomicSub
+        atomicExch atomicMin atomicMax atomicInc atomicDec atomicCAS atomicAnd atomicOr atomicXor clock clock64
+        printf malloc free memcpy memset cudaPeekAtLastError cudaGetLastError cudaSuccess cudaMemcpyAsync
+        cudaMemcpy cudaMemcpyDeviceToHost cudaMemcpyHostToDevice cudaStreamSynchronize cudaStreamLegacy
+        cudaStreamPerThread"""
     )
-    | frozenset(f"{t}{n}" for t in _CUDA_VECTORS.split() for n in (1, 2, 3, 4))
     | frozenset(f"make_{t}{n}" for t in _CUDA_VECTORS.split() for n in (1, 2, 3, 4))
     | _variants(
         "rsqrt rcbrt rhypot norm3d norm4d rnorm3d rnorm4d normcdf normcdfinv erfinv erfcinv erfcx cospi sinpi "
@@ -142,16 +171,21 @@ CUDA_NAMES = (
         ("", "f"),
     )
 )
+CUDA_NAMES = CUDA_MACROS_AND_TYPES | CUDA_FUNCTIONS
 
 # Parameters and locals of the CUDA host entry (templates/cuda_host.cu.j2).
 CUDA_LOCALS = _words("stream groups count")
 
 _CL_SCALARS = "char uchar short ushort int uint long ulong float double half"
 _CL_ROUNDING = ("", "_rte", "_rtz", "_rtp", "_rtn")
-# OpenCL C's keywords, types and built-in functions and macros (OpenCL C 1.2 to 3.0), and the
-# typedefs and macros of catenc's OpenCL preamble (codegen/gpu.py).
+# OpenCL C's keywords, types and built-in functions and macros (OpenCL C 1.2 to 3.0), C's keywords,
+# and the typedefs and macros of catenc's OpenCL preamble (codegen/gpu.py).
 OPENCL_NAMES = (
-    _words(
+    C_KEYWORDS
+    | frozenset(f"{u}int{b}_t" for b in _BITS for u in ("", "u"))
+    | frozenset(f"INT{b}_{what}" for b in _BITS for what in ("MIN", "MAX"))
+    | frozenset(f"UINT{b}_MAX" for b in _BITS)
+    | _words(
         """kernel __kernel global __global local __local constant __constant private __private generic
         __generic read_only __read_only write_only __write_only read_write __read_write uniform pipe
         bool char uchar short ushort int uint long ulong float double half quad size_t ptrdiff_t intptr_t
@@ -190,7 +224,10 @@ OPENCL_NAMES = (
         DBL_MIN_10_EXP DBL_MIN_EXP DBL_MAX DBL_MIN DBL_EPSILON CHAR_BIT CHAR_MAX CHAR_MIN INT_MAX INT_MIN
         LONG_MAX LONG_MIN SCHAR_MAX SCHAR_MIN SHRT_MAX SHRT_MIN UCHAR_MAX USHRT_MAX UINT_MAX ULONG_MAX
         FP_FAST_FMA FP_FAST_FMAF FP_FAST_FMA_HALF CL_VERSION_1_0 CL_VERSION_1_1 CL_VERSION_1_2 CL_VERSION_2_0
-        CL_VERSION_3_0 FLT_EVAL_METHOD ENDIAN_LITTLE"""
+        CL_VERSION_3_0 FLT_EVAL_METHOD ENDIAN_LITTLE cl_khr_fp64 cl_khr_fp16 cl_khr_int64_base_atomics
+        cl_khr_int64_extended_atomics cl_khr_global_int32_base_atomics cl_khr_global_int32_extended_atomics
+        cl_khr_local_int32_base_atomics cl_khr_local_int32_extended_atomics cl_khr_byte_addressable_store
+        cl_khr_3d_image_writes cl_khr_depth_images cl_khr_subgroups cl_khr_spir cl_khr_il_program"""
     )
     | frozenset(f"{t}{n}" for t in _CL_SCALARS.split() for n in (2, 3, 4, 8, 16))
     | frozenset(f"as_{t}{n}" for t in _CL_SCALARS.split() for n in ("", 2, 3, 4, 8, 16))
@@ -215,19 +252,23 @@ OPENCL_NAMES = (
 
 @dataclass(frozen=True)
 class Reserved:
-    """A set of reserved names, plus the file's own functions: each entry's symbol with the
+    """Reserved names: a set, the names a pattern matches in full (none with an underscore, so
+    that `name_k` always escapes it), and the file's own functions: each entry's symbol with the
     suffixes catenc gives its workspace query, kernels and their helpers."""
 
     names: frozenset[str]
+    pattern: re.Pattern[str] | None = None
     symbols: tuple[str, ...] = ()
 
     def __contains__(self, name: object) -> bool:
         if name in self.names:
             return True
+        if self.pattern is not None and self.pattern.fullmatch(str(name)):
+            return True
         return bool(self.symbols) and _file_scope(self.symbols).fullmatch(str(name)) is not None
 
     def with_symbols(self, symbols: Iterable[str]) -> Reserved:
-        return Reserved(self.names, tuple(sorted(set(symbols))))
+        return replace(self, symbols=tuple(sorted(set(symbols))))
 
 
 _HELPERS = r"(?:_workspace_bytes|_k\d+(?:_row\d+|_g\d+(?:_pack_a|_pack_b|_epilogue)?)?)?"
