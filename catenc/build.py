@@ -30,7 +30,7 @@ from pathlib import Path
 
 from catenc import __version__
 from catenc.codegen.c import buffer_args
-from catenc.codegen.emit import parameters, prototype, render_header, render_source
+from catenc.codegen.emit import parameters, prototype, render_header, render_source, size_exprs
 from catenc.codegen.gpu import KernelArg, launch_plan, status_offsets, temp_offsets
 from catenc.compiler import EntryPlan, FilePlan, Options
 from catenc.diagnostics import CatencError
@@ -367,6 +367,7 @@ def _entry_manifest(entry: EntryPlan) -> dict:
         host["host"] = {
             "checks": [f"{c.lhs} {c.op} {c.rhs}" for c in entry.checks],
             "statuses": [_shape(offset) for offset in status_offsets(entry.schedule)],
+            "sizes": [_shape(size) for size in size_exprs(entry)],  # each must fit in int64_t
         }
     return {
         **host,

@@ -14,7 +14,9 @@ from catenc.codegen.names import fresh_names, rename_entry, rename_signature
 from catenc.compiler import EntryPlan
 from catenc.diagnostics import CatencError
 from catenc.frontend.typed import TType
-from catenc.symbolic import product
+from catenc.lower.loops import iter_stmts
+from catenc.symbolic import C as C_STYLE
+from catenc.symbolic import Call, Expr, Sym, product
 
 _ENV = environment()
 
@@ -218,16 +220,17 @@ def _gpu_host_context(entry: EntryPlan, buffers, temps, original: dict[str, str]
         launches.append(
             {"kernel": launch.kernel, "groups": launch.groups.to_c(), "block": launch.block, "args": actuals}
         )
-    return {
+    host = {
         "prototype": signature(entry),
         "workspace_prototype": workspace_signature(entry),
-        "workspace_bytes": entry.schedule.workspace_bytes.to_c(),
         "workspace_call": f"{entry.workspace_symbol}({', '.join(entry.dims)})",
         "dims": entry.dims,
         "checks": [_render_check(c.lhs, c.op, c.rhs) for c in entry.checks],
         "launches": launches,
         "statuses": [offset.to_c() for offset in status_offsets(entry.schedule)],
+        **_size_context(entry),
     }
+    return {**host, "host": host}
 
 
 def _entry_context(entry: EntryPlan, renderer: CRenderer, parallel: bool) -> dict:
@@ -256,13 +259,85 @@ def _entry_context(entry: EntryPlan, renderer: CRenderer, parallel: bool) -> dic
         "kernels": kernels,
         "prototype": signature(entry),
         "workspace_prototype": workspace_signature(entry),
-        "workspace_bytes": entry.schedule.workspace_bytes.to_c(),
         "workspace_call": f"{entry.workspace_symbol}({', '.join(entry.dims)})",
         "dims": entry.dims,
         "checks": checks,
         "temps": temps,
         "calls": calls,
         "statuses": statuses,
+        **_size_context(entry),
+    }
+
+
+def size_exprs(entry: EntryPlan) -> tuple[Expr, ...]:
+    """Every size the entry's code computes from its dims, in a fixed order without repeats:
+    the bytes of each buffer, the workspace, the offsets in it, loop extents, kernel work,
+    gemm extents, GPU launch sizes and both sides of each run-time check. A bare symbol or
+    constant cannot overflow and is left out."""
+    graph, schedule = entry.schedule.graph, entry.schedule
+    found: dict[str, Expr] = {}
+
+    def add(expr: Expr) -> None:
+        if not expr.is_const and expr.as_symbol() is None:
+            found.setdefault(str(expr), expr)
+
+    for buf in graph.buffers:
+        add(product(buf.shape) * buf.dtype.itemsize)
+        if buf.view_of is not None:
+            add(buf.view_of[1] * product(buf.shape))
+    add(schedule.workspace_bytes)
+    for slot in schedule.slots:
+        add(slot.offset)
+    for check in entry.checks:
+        add(check.lhs)
+        add(check.rhs)
+    for kernel in entry.kernels:
+        add(kernel.work)
+    for gpu in entry.gpu:
+        add(gpu.groups)
+        add(gpu.groups * gpu.block)
+    for kernel in entry.kernels + entry.gpu:
+        for stmt in iter_stmts(kernel.body):
+            extent = getattr(stmt, "extent", None)
+            if isinstance(extent, Expr):
+                add(extent)
+            contraction = getattr(stmt, "contraction", None)
+            if contraction is not None:
+                for axes in (contraction.batch, contraction.rows, contraction.cols, contraction.depth):
+                    add(product(e for _, e in axes))
+                add(product(e for _, e in contraction.rows + contraction.cols))
+    return tuple(found.values())
+
+
+def checked_c(expr: Expr, overflow: str) -> str:
+    """expr in C, evaluated in the order `Expr.to_c` evaluates it, with every product, sum and
+    difference checked (catenc_size_mul/add/sub of the prelude set *overflow)."""
+
+    def atom(a) -> str:
+        if isinstance(a, Sym):
+            return a.name
+        assert isinstance(a, Call)
+        return C_STYLE.funcs[a.func].format(*(checked_c(x, overflow) for x in a.args))
+
+    total = ""
+    for monomial, coef in expr.terms:
+        factors = [atom(a) for a, power in monomial for _ in range(power)]
+        if abs(coef) != 1 or not factors:
+            factors.insert(0, C_STYLE.literal(abs(coef)))
+        term = factors[0]
+        for factor in factors[1:]:
+            term = f"catenc_size_mul({term}, {factor}, {overflow})"
+        op = "add" if coef > 0 else "sub"
+        total = f"catenc_size_{op}({total or '0LL'}, {term}, {overflow})" if total or coef < 0 else term
+    return total or "0LL"
+
+
+def _size_context(entry: EntryPlan) -> dict:
+    """The template's size checks: each size evaluated with overflow checks, and the workspace."""
+    workspace = entry.schedule.workspace_bytes
+    return {
+        "size_checks": [checked_c(e, "&catenc_overflow") for e in size_exprs(entry) if e != workspace],
+        "workspace_checked": checked_c(workspace, "&catenc_overflow"),
     }
 
 

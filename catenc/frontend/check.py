@@ -273,6 +273,15 @@ class BodyChecker:
         dims = tuple(d.substitute(self.bindings.symbols) for d in decl.dims)
         if decl.batch:
             dims = (self.bindings.batch or ()) + dims
+        known = [d.value for d in dims if d.is_const]
+        elements = math.prod(known)
+        if elements * dtype.itemsize > 2**63 - 1:  # the emitted code counts elements and bytes in int64_t
+            held = "" if len(known) == len(dims) else "its constant dims alone hold "
+            raise CatencError(
+                f"'{decl.name}' is too large: {held}{elements} elements of {dtype.itemsize} bytes, "
+                "more than 2^63 - 1 bytes",
+                decl.loc,
+            )
         return T.TType(dtype, dims)
 
     @property
