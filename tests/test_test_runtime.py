@@ -168,3 +168,17 @@ def test_the_example_runtime_gcc_avx2_is_clean():
         assert coverage.rows, pattern
         assert not coverage.regressed, (pattern, summary_line(coverage))
         assert all(c.status == "pass" for row in coverage.rows for c in row.cells.values())
+
+
+def test_an_op_whose_reference_exits_is_an_error_cell(tmp_path):
+    """A reference calling sys.exit made the whole run exit 0 with no report."""
+    ops = tmp_path / "exiting"
+    ops.mkdir()
+    (ops / "exits.toml").write_text(
+        GOOD_AND_BAD.split("[composite.zz_wrong]")[0].replace("return x * 2", "raise SystemExit(0)")
+    )
+    result = catenc("test-runtime", "--ops", str(ops), "-k", "zz_twice", "--dtypes", "f32", "--no-primitives",
+                    "-o", "R.md", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 3, result.stdout + result.stderr
+    report = (tmp_path / "R.md").read_text()
+    assert "| zz_twice | error |" in report and "SystemExit" in report
