@@ -124,6 +124,74 @@ def test_hash_seed_changes_nothing(tmp_path: Path) -> None:
     assert_same(first, build(root, env={"PYTHONHASHSEED": "4242"}, kinds=DEFAULT_KINDS))
 
 
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = sorted(str(p.relative_to(REPO)) for p in [*REPO.glob("samples/*.toml"), *REPO.glob("samples/*.yaml")]) + [
+    "samples/gpt2/gpt2.toml"
+]
+GPU_SAMPLES = ("samples/attention.toml", "samples/layernorm.toml", "samples/mlp.yaml")
+
+# Compiles, in one process, every sample (and a few for the GPU runtimes) and every op of the
+# library at its first dtype, as `catenc test-runtime` instantiates them, into argv[1].
+SEED_RUN = """
+import sys
+from pathlib import Path
+from catenc.build import BuildRequest, build
+from catenc.cli import main
+from catenc.compiler import FilePlan, Options, plan_entry, search_dirs
+from catenc.coverage import BUILTIN_ROWS, library_ops, make_cases, op_alias, op_dtypes
+from catenc.frontend.composites import Library, load_composite_file
+from catenc.runtime import load_runtime
+
+out = Path(sys.argv[1])
+samples, gpu_samples = sys.argv[2].split(","), sys.argv[3].split(",")
+dumps = "c,h,manifest,ir,schedule,loops"
+for sample in samples:
+    for runtime in ("clang", "cuda", "opencl") if sample in gpu_samples else ("clang",):
+        try:
+            main(["compile", sample, "--runtime", runtime, "-S", "--emit", dumps, "-o", str(out / runtime)],
+                 standalone_mode=False)
+        except SystemExit as stop:
+            assert stop.code in (0, None), (sample, runtime, stop.code)
+ops = library_ops((), True)
+cases = [c for c in make_cases(ops, None, None) if c.dtype == op_dtypes(c.op)[1][0]]
+options = Options(load_runtime("clang"), {}, opt="2", include_dirs=(str(BUILTIN_ROWS),))
+path = out / "ops" / "ops.toml"
+path.parent.mkdir()
+path.write_text("\\n".join(c.text for c in cases))
+root = load_composite_file(str(path), path.name)
+library = Library(root, search_dirs(options.include_dirs))
+library.aliases.update({op_alias(c.op): c.op for c in cases})
+entries = tuple(plan_entry(library.local[name], library, options) for c in cases for name in c.wrappers)
+build(FilePlan(root, library, entries), options, BuildRequest(str(path), str(path.parent), tuple(dumps.split(","))))
+"""
+
+
+def test_samples_and_op_library_under_three_hash_seeds(tmp_path: Path) -> None:
+    """Every sample and every op of the library, compiled under three hash seeds (in parallel
+    subprocesses), give byte-identical sources, headers, manifests and stage dumps."""
+    seeds = ("1", "2", "3")
+    args = [",".join(SAMPLES), ",".join(GPU_SAMPLES)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SEED_RUN, str(tmp_path / seed), *args],
+            cwd=REPO,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in seeds
+    ]
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, out + err
+    first = snapshot(tmp_path / seeds[0])
+    assert {"clang/gpt2.c", "cuda/attention.cu", "opencl/mlp.cl", "ops/ops.c"} <= set(first)
+    assert all(f"clang/{Path(s).stem}.manifest.json" in first for s in SAMPLES)
+    for seed in seeds[1:]:
+        assert_same(first, snapshot(tmp_path / seed))
+
+
 def test_working_directory_changes_nothing(tmp_path: Path) -> None:
     """The same relative command in two copies of one tree, at different absolute places."""
     a = make_tree(tmp_path / "a")
