@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from catenc.dtypes import DTYPES
-from catenc.loader import WORKSPACE_ALIGNMENT, ManifestError, ShapeExpr, UnsupportedRuntimeError, _Scope
+from catenc.loader import SIZE_MAX, WORKSPACE_ALIGNMENT, ManifestError, ShapeExpr, UnsupportedRuntimeError, _Scope
 
 
 class DeviceEntry:
@@ -41,6 +41,12 @@ class DeviceEntry:
             for arg in spec["args"]
             if arg["role"] in ("input", "output")
         }
+        self.sizes = [ShapeExpr(size) for size in (spec.get("host") or {}).get("sizes", ())]
+
+    def overflows(self, scope: Mapping[str, int]) -> bool:
+        """Whether a size the kernels compute from the dims is outside int64_t (where the C
+        entry returns CATENC_E_SHAPE and its workspace function SIZE_MAX)."""
+        return any(not -(2**63) <= size(scope) < 2**63 for size in self.sizes)
 
     def scope(self, args: Sequence[Any]) -> _Scope:
         values = dict(self.spec.get("specialized") or {})
@@ -158,7 +164,7 @@ class OpenCLEntry(DeviceEntry):
 
     def run(self, scope, tensors, values, workspace, workspace_bytes) -> int:
         cl, context, queue, lock = _opencl_context()
-        if not all(check(scope) for check in self.checks):
+        if self.overflows(scope) or not all(check(scope) for check in self.checks):
             return 1
         need = self.workspace_expr(scope)
         if need > 0 and (workspace is None or workspace_bytes < need or workspace % WORKSPACE_ALIGNMENT):
@@ -299,7 +305,10 @@ class _WorkspaceSize:
     def __call__(self, *dims: int) -> int:
         values = dict(self.entry.spec.get("specialized") or {})
         values.update(zip(self.dims, (int(d) for d in dims)))
-        return self.expr(_Scope(values, self.entry.derived))
+        scope = _Scope(values, self.entry.derived)
+        if self.entry.overflows(scope):
+            return SIZE_MAX
+        return self.expr(scope)
 
 
 def device_symbols(manifest: Mapping[str, Any], directory: Path, language: str, where: str) -> DeviceSymbols:

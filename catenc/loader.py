@@ -23,6 +23,22 @@ Symbols: a *free* symbol is an ``int64_t`` argument of the C function (``Entry.d
 was fixed at compile time (``-D N=64``). Free symbols are inferred from the shapes of the
 inputs; one that appears only in output shapes is given as a keyword: ``iota(N=10)``.
 
+Input dtypes: an array is converted to its input's dtype when that keeps the kind of its
+values; the kinds are ordered bool < integer < floating (signed and unsigned integers are one
+kind), and an array may be passed for an input of its own kind or a higher one. So int arrays
+and Python ints are accepted for float inputs, any int dtype for any int input (converted as
+numpy's ``astype``: -1 given for u64 is 2**64 - 1), and f64 for f32, f16 or bf16; but a float
+array for an integer input (it would be truncated), a complex array for a real one (the
+imaginary part would be lost), an int array for a bool input, or an object or string array
+raise TypeError. This is numpy's ``np.can_cast(..., casting="same_kind")``, except that
+signed to unsigned integers is allowed. A uint16 array for an f16 or bf16 input is taken as
+the bits.
+
+Sizes: an entry returns ``CATENC_E_SHAPE`` when a size its code computes from the dims (an
+element count, a byte count, a loop extent) overflows int64, and its ``NAME_workspace_bytes``
+returns ``SIZE_MAX`` for such dims; a call through :meth:`Entry.__call__` raises
+:class:`CatencStatusError` with ``code == "CATENC_E_SHAPE"`` before allocating anything.
+
 Every call allocates its own outputs and workspace, so one entry may be called from several
 threads at once; ctypes releases the GIL while the C function runs.
 
@@ -54,6 +70,7 @@ from catenc.dtypes import DTYPES, DType, to_storage
 __all__ = [
     "MANIFEST_NAME",
     "MANIFEST_SCHEMA",
+    "SIZE_MAX",
     "STATUS_NAMES",
     "WORKSPACE_ALIGNMENT",
     "ArgSpec",
@@ -71,6 +88,8 @@ __all__ = [
 MANIFEST_NAME = "model.manifest.json"
 MANIFEST_SCHEMA = "catenc.manifest/1"
 WORKSPACE_ALIGNMENT = 64
+SIZE_MAX = 2 ** (8 * ctypes.sizeof(ctypes.c_size_t)) - 1
+"""What ``NAME_workspace_bytes`` returns when a size computed from the dims overflows int64."""
 
 STATUS_NAMES: dict[int, str] = {
     0: "CATENC_OK",
@@ -312,6 +331,25 @@ def _to_buffer(value: np.ndarray, dtype: DType) -> np.ndarray:
     return buffer.reshape(value.shape)
 
 
+# The kinds of values, in the order an input may widen them (catenc has no complex dtype).
+_KIND_RANKS = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+
+
+def _check_kind(entry: str, spec: ArgSpec, value: np.ndarray) -> None:
+    """Raise TypeError unless value's dtype converts to spec's without changing the kind of
+    its values (see the module doc: bool < integer < floating)."""
+    dtype = spec.dtype
+    if dtype.is_half and value.dtype == np.uint16:
+        return  # the f16 or bf16 bits
+    target = 0 if dtype.name == "bool" else 2 if dtype.is_float else 1
+    rank = _KIND_RANKS.get(value.dtype.kind)
+    if rank is None or rank > target:
+        raise TypeError(
+            f"{entry}: input {spec.name!r} is {dtype.name}: a {value.dtype} array would lose the kind of its "
+            "values converted to it (allowed: bool -> integer -> float); convert it explicitly with .astype"
+        )
+
+
 def _pointer(value: Any) -> int | None:
     """The address call_raw passes for a buffer argument."""
     if value is None:
@@ -543,7 +581,8 @@ class Entry:
         """The workspace size in bytes for these symbol values (all free symbols needed).
 
         Calls the library's ``NAME_workspace_bytes``; falls back to the manifest's
-        ``workspace_bytes`` expression when the entry names no size function.
+        ``workspace_bytes`` expression when the entry names no size function. SIZE_MAX means
+        a size computed from these dims overflows int64 (the entry returns CATENC_E_SHAPE).
         """
         env, given = self._start(dims)
         return self._workspace_size(self._finish(env, given))
@@ -704,10 +743,17 @@ class Entry:
 
         Returns the output array, or a tuple of them when there are several, in storage
         representation; scalar outputs are 0-d arrays. Raises :class:`ShapeError` on a
-        shape mismatch and :class:`CatencStatusError` when the C function returns nonzero.
+        shape mismatch, TypeError for an input whose dtype cannot be converted without
+        changing the kind of its values (module doc), and :class:`CatencStatusError` when the
+        C function returns nonzero (or, before the call, when a size overflows int64).
         """
         arrays = [np.asarray(value) for value in inputs]
         values = self._bind([array.shape for array in arrays], dims)
+        for spec, array in zip(self.inputs, arrays, strict=True):
+            _check_kind(self.name, spec, array)
+        nbytes = self._workspace_size(values)
+        if nbytes == SIZE_MAX:
+            raise CatencStatusError(1, self.name, "a size computed from the dims overflows int64")
         args: list[Any] = []
         buffers: list[np.ndarray] = []
         for spec, array in zip(self.inputs, arrays, strict=True):
@@ -719,7 +765,6 @@ class Entry:
         outputs = self._outputs(values, out, buffers)
         args += [output.ctypes.data for output in outputs]
         args += [values[name] for name in self.dims]
-        nbytes = self._workspace_size(values)
         workspace = aligned_buffer(nbytes) if nbytes else None
         status = self._invoke(args, workspace, nbytes)
         if status != 0:
@@ -762,6 +807,7 @@ class Entry:
         """A rank-0 input as the C value passed by value (bits for f16 and bf16)."""
         if value.ndim != 0:
             raise ShapeError(f"{self.name}: input {spec.name!r} is a scalar, got shape {value.shape}")
+        _check_kind(self.name, spec, value)
         buffer = _to_buffer(value, spec.dtype)
         if spec.dtype.is_half:
             return int(buffer.view(np.uint16))

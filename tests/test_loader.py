@@ -466,6 +466,32 @@ def test_out_arrays_are_used_and_checked(lib: Library):
         lib.scale_add(x, y, 3.0, b, out=(x, total))
 
 
+def test_inputs_must_keep_the_kind_of_their_values(lib: Library):
+    """bool < integer < float: an array converts to an input of its own kind or a higher one;
+    a float array for an integer input or a complex one for a real input is a TypeError."""
+    x, y, b = random_inputs(4, seed=7)
+    table = np.arange(12, dtype=np.float32).reshape(4, 3)
+    with pytest.raises(TypeError, match=r"take_rows: input 'idx' is i64: a float64 array"):
+        lib.take_rows(table, np.array([1.7, 0.0]))
+    with pytest.raises(TypeError, match=r"input 'x' is f32: a complex64 array"):
+        lib.scale_add(x + 1j, y, 1.0, b)
+    with pytest.raises(TypeError, match=r"input 'alpha' is f32: a complex128 array"):
+        lib.scale_add(x, y, 1.0 + 2.0j, b)
+    with pytest.raises(TypeError, match=r"input 'start' is f64: a <U3 array"):
+        lib.iota("1.5", 0.25, N=2)
+    with pytest.raises(TypeError, match=r"input 'flag' is i8: a float64 array"):
+        lib.pairsum(np.ones(3, np.float32), 1.0)
+    with pytest.raises(TypeError, match=r"input 'idx' is i64: a object array"):
+        lib.take_rows(table, [2**64, 0])
+    # widening kinds, and integers of any width or sign, are accepted
+    np.testing.assert_array_equal(lib.take_rows(table, np.array([3, 1], np.uint8)), table[[3, 1]])
+    np.testing.assert_array_equal(lib.take_rows(table, np.array([True, False])), table[[1, 0]])
+    z, _ = lib.scale_add(np.arange(4), np.arange(4, dtype=np.int16), 2, b)
+    np.testing.assert_array_equal(z, scale_add_reference(np.arange(4), np.arange(4), 2.0, b)[0])
+    s, _ = lib.pairsum(np.ones(3, np.float32), np.uint64(1))
+    np.testing.assert_array_equal(s, [4.0])
+
+
 def test_status_errors(lib: Library):
     table = np.arange(12, dtype=np.float32).reshape(4, 3)
     idx = np.array([3, 0, 3], np.int64)
@@ -597,3 +623,12 @@ def test_missing_shared_library(tmp_path: Path, built: Path):
     (tmp_path / built.name).unlink()
     with pytest.raises(ManifestError, match="does not exist"):
         load(path)
+
+
+def test_an_integer_array_for_a_bool_input_is_refused(compile_composites):
+    text = '[composite.pick]\ninputs = ["m: bool[N]", "x: f32[N]"]\noutputs = ["y: f32[N]"]\n'
+    pick = compile_composites(text + 'body = "y = where(m, x, 0.0)"\n')["pick"]
+    x = np.array([1.5, 2.5], np.float32)
+    with pytest.raises(TypeError, match=r"pick: input 'm' is bool: a int64 array"):
+        pick(np.array([0, 2]), x)
+    np.testing.assert_array_equal(pick(np.array([True, False]), x), [1.5, 0.0])
