@@ -1,4 +1,4 @@
-"""`catenc test-runtime`: run the op library through a runtime and report coverage (SPEC §7).
+"""`catenc test-runtime`: run the op library through a runtime and report coverage (docs/cli.md, `catenc test-runtime`).
 
 Every op (a composite of `ops/` or of an `--ops` directory) is instantiated per dtype of its
 type variable, and per batch rank 0-2 when it is rank-polymorphic, as a wrapper composite with
@@ -204,12 +204,11 @@ def run_entry(entry: EntryPlan, op: Composite, function, seed: int) -> tuple[boo
 
 
 def not_run(runtime: Runtime, config: dict[str, str]) -> NotRun | None:
-    """None when the runtime runs here, or when its own toolchain builds what it emits (its cells
-    then say `compiled`); else why its cells are not run at all."""
-    if runtime.binary_kinds or runtime.runnable(config):
+    """Why the cells of an OpenCL runtime are not run at all: only the driver compiles its source,
+    when it is loaded. None when the runtime runs here, or when a toolchain of its own builds what
+    it emits (its cells then say `compiled`, as cuda's do without a GPU)."""
+    if runtime.binary_kinds or runtime.language != "opencl" or runtime.runnable(config):
         return None
-    if runtime.language != "opencl":
-        return NotRun(f"runtime '{runtime.name}' cannot run on this machine", "")
     driver = (
         "an OpenCL driver (Debian/Ubuntu: apt-get install pocl-opencl-icd, which runs the kernels on the "
         "CPU, or your GPU vendor's OpenCL driver)"

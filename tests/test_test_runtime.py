@@ -1,4 +1,4 @@
-"""catenc test-runtime: the coverage report, its cells, expectations and exit codes (SPEC §7)."""
+"""catenc test-runtime: the coverage report, its cells, expectations and exit codes (docs/cli.md)."""
 
 import json
 import subprocess
