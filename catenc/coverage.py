@@ -1,4 +1,4 @@
-"""`catenc test-runtime`: run the op library through a runtime and report coverage (docs/cli.md, `catenc test-runtime`).
+"""`catenc test-runtime`: run the op library through a runtime and report coverage (docs/cli.md).
 
 Every op (a composite of `ops/` or of an `--ops` directory) is instantiated per dtype of its
 type variable, and per batch rank 0-2 when it is rank-polymorphic, as a wrapper composite with
