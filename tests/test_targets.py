@@ -13,8 +13,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
-from toolchains import COMPILERS, MARCH_LANES, MARCHES, c_runtime, cpu_flags, cpu_runs, require
+from conftest import compile_text
+from toolchains import (
+    COMPILERS,
+    MARCH_LANES,
+    MARCHES,
+    c_runtime,
+    cpu_flags,
+    cpu_runs,
+    require,
+    runnable_marches,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,3 +68,26 @@ def test_sample_builds_for_each_width(tmp_path: Path, compiler: str, march: str)
     # the row reductions keep two vectors of partial results per row
     source = (tmp_path / "softmax.c").read_text()
     assert re.search(rf"catenc_lanes\[\d+\]\[{2 * MARCH_LANES[march]}\]", source), "reduction lanes do not match"
+
+
+INT_SUM = """
+[composite.colsum]
+inputs = ["x: i64[A, B, C]"]
+outputs = ["y: i64[B, C]"]
+body = "y = sum(x, axis=0)"
+"""
+
+
+@pytest.mark.parametrize("opt", ["2", "3"])
+@pytest.mark.parametrize("march", runnable_marches())
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_integer_reduction_remainders(tmp_path: Path, compiler: str, march: str, opt: str) -> None:
+    """gcc 12.2 -O3 -march=x86-64-v3 (and -O2 with the dynamic cost model) miscompiled the
+    remainder loop of this reduction (fewer rows than lanes) until the runtime added
+    -fno-tree-pre for gcc."""
+    require(compiler)
+    lib = compile_text(tmp_path, INT_SUM, name="colsum", opt=opt, config={"CC": compiler, "MARCH": march})
+    rng = np.random.default_rng(1)
+    for shape in [(2, 7, 13), (2, 3, 4), (5, 3, 37), (9, 2, 8)]:
+        x = rng.integers(-(2**62), 2**62, size=shape, dtype=np.int64)
+        np.testing.assert_array_equal(lib.colsum(x), x.sum(axis=0), err_msg=str(shape))
