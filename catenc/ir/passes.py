@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from heapq import heapify, heappop, heappush
 from itertools import count
@@ -126,22 +127,25 @@ def remove_dead_computes(graph: Graph) -> Graph:
     return replace(graph, buffers=buffers, computes=tuple(reversed(kept)))
 
 
-def _sites(computes, name: str) -> list[tuple[Compute, Load, tuple]]:
-    """Every load of buffer `name` in the computes, with its compute and the Reduce indices
-    around it."""
-    out = []
+Site = tuple[Compute, Load, tuple[tuple[str, Expr], ...]]  # a load, its compute, the Reduce indices around it
 
-    def visit(compute: Compute, v: Value, enclosing: tuple) -> None:
-        if isinstance(v, Load) and v.buffer == name:
-            out.append((compute, v, enclosing))
-            return
+
+def _site_index(compute: Compute) -> dict[str, list[Site]]:
+    """Every load in the compute's body by buffer, in order (parents before children, left to
+    right), with the Reduce indices around it; a load inside a load of the same buffer (in a
+    take's position) is not one of that buffer's sites."""
+    index: dict[str, list[Site]] = {}
+    stack: list[tuple[Value, tuple, frozenset[str]]] = [(compute.body, (), frozenset())]
+    while stack:
+        v, enclosing, inside = stack.pop()
+        if isinstance(v, Load):
+            if v.buffer in inside:
+                continue
+            index.setdefault(v.buffer, []).append((compute, v, enclosing))
+            inside = inside | {v.buffer}
         inner = enclosing + v.indices if isinstance(v, Reduce) else enclosing
-        for child in v.children():
-            visit(compute, child, inner)
-
-    for compute in computes:
-        visit(compute, compute.body, ())
-    return out
+        stack.extend((child, inner, inside) for child in reversed(v.children()))
+    return index
 
 
 def is_reuse_free(compute: Compute, load: Load, enclosing: tuple) -> bool:
@@ -172,10 +176,9 @@ def is_cheap(value: Value) -> bool:
     return not summary.has_reduce and summary.op_names.isdisjoint(EXPENSIVE_OPS) and summary.ops <= 3
 
 
-def inline_decision(graph: Graph, producer: Compute, consumers: list[Compute] | None = None) -> tuple[bool, str]:
-    """Whether to inline a temp compute into its consumers (default: every compute that may
-    read it), and why (for --debug 1)."""
-    sites = list(dict.fromkeys(_sites(graph.computes if consumers is None else consumers, producer.name)))
+def inline_decision(producer: Compute, sites: list[Site]) -> tuple[bool, str]:
+    """Whether to inline a temp compute at the sites that read it, and why (for --debug 1)."""
+    sites = list(dict.fromkeys(sites))
     if not sites:
         return False, "unused"
     if any(isinstance(load, Gather) for _, load, _ in sites):
@@ -194,18 +197,27 @@ def inline_decision(graph: Graph, producer: Compute, consumers: list[Compute] | 
     return False, "expensive elementwise value read many times"
 
 
-def _expander(producer: Compute, names: list[str], serial):
-    """Replaces a load of the producer by its body; equal loads get one equal copy, so the
-    lowering evaluates a reduction once however often the consumer mentions it."""
+def _expander(producer: Compute, suffixes: dict[Load, int]):
+    """Replaces a load of the producer by its body, its reductions renamed with the load's
+    suffix; equal loads get one equal copy, so the lowering evaluates a reduction once however
+    often the consumer mentions it."""
+    names = [n for n, _ in producer.indices]
     memo: dict[Load, Value] = {}
 
-    def expand(load: Load, enclosing) -> Value:
+    def expand(load: Load) -> Value:
         if load not in memo:
-            body = rename_reductions(producer.body, f"_{next(serial)}")
+            body = rename_reductions(producer.body, f"_{suffixes[load]}")
             memo[load] = substitute(body, dict(zip(names, load.index)))
         return memo[load]
 
     return expand
+
+
+def _splice(value: Value, expanders: dict) -> Value:
+    """The tree with every load of a buffer in `expanders` replaced by what its expander gives."""
+    if isinstance(value, Load) and value.buffer in expanders:
+        return expanders[value.buffer](value)
+    return value.with_children(tuple(_splice(c, expanders) for c in value.children()))
 
 
 def inline_computes(graph: Graph) -> tuple[Graph, list[str]]:
@@ -213,75 +225,121 @@ def inline_computes(graph: Graph) -> tuple[Graph, list[str]]:
     new graph and one note per producer kept materialised.
 
     Producers are decided in graph order, the first undecided one first; inlining one reopens
-    its consumers and what it reads (their sites or bodies changed). The work per inlining is
-    in proportion to the consumer, not to the growing producer, so a chain of n statements
-    takes time linear in n."""
-    serial = count(1)
-    computes = {c.name: c for c in graph.computes}  # in graph order
-    position = {c.name: k for k, c in enumerate(graph.computes)}
-    temps = {b.name for b in graph.buffers if b.role == "temp"}
-    reads = {c.name: dict.fromkeys(ld.buffer for ld in loads(c.body)) for c in graph.computes}
-    readers: dict[str, set[str]] = {}  # buffer -> the computes that load it
-    for c in graph.computes:
-        for name in reads[c.name]:
-            readers.setdefault(name, set()).add(c.name)
-    own_indices: dict[str, tuple] = {}  # a compute running under a producer's index names -> its own
-    undecided = [position[name] for name in computes if name in temps]  # a heap: the first one first
-    heapify(undecided)
-    queued = set(undecided)
-    while undecided:
-        k = heappop(undecided)
-        queued.discard(k)
-        producer = computes[graph.computes[k].name]
-        consumers = [computes[name] for name in sorted(readers.get(producer.name, ()), key=position.__getitem__)]
-        if not inline_decision(graph, producer, consumers)[0]:
-            continue  # decided against, until its sites or body change
+    its consumers and what it reads (their sites or bodies changed). The work is in proportion
+    to the program, not to the number of times a growing body is inlined or inlined into:
+    a consumer's producers are spliced into it in one pass, when it is next needed as a whole."""
+    return _Inliner(graph).run()
+
+
+class _Inliner:
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.serial = count(1)  # numbers the copies of inlined bodies (their reductions' names)
+        self.computes = {c.name: c for c in graph.computes}  # in graph order
+        self.position = {c.name: k for k, c in enumerate(graph.computes)}
+        self.temps = {b.name for b in graph.buffers if b.role == "temp"}
+        self.reads = {c.name: dict.fromkeys(ld.buffer for ld in loads(c.body)) for c in graph.computes}
+        self.readers: dict[str, set[str]] = {}  # buffer -> the computes that load it
+        for c in graph.computes:
+            for name in self.reads[c.name]:
+                self.readers.setdefault(name, set()).add(c.name)
+        self.pending: dict[str, dict[str, Callable[[Load], Value]]] = {}  # inlined, not yet spliced in
+        self.pending_reads: dict[str, set[str]] = {}  # what the pending producers of a compute read
+        self.own_indices: dict[str, tuple] = {}  # a compute under a producer's index names -> its own
+        self.indexed: dict[str, tuple[Compute, dict[str, list[Site]]]] = {}
+
+    def run(self) -> tuple[Graph, list[str]]:
+        undecided = [self.position[name] for name in self.computes if name in self.temps]  # a heap
+        heapify(undecided)
+        queued = set(undecided)
+        while undecided:
+            k = heappop(undecided)
+            queued.discard(k)
+            reopened = self.consider(self.graph.computes[k].name)
+            for name in reopened:
+                if name in self.computes and name in self.temps and self.position[name] not in queued:
+                    heappush(undecided, self.position[name])
+                    queued.add(self.position[name])
+        for name in list(self.pending):
+            self.compute(name)
+        for name, indices in self.own_indices.items():
+            if name in self.computes:
+                self.computes[name] = _with_indices(self.computes[name], indices)
+        result = remove_dead_computes(replace(self.graph, computes=tuple(self.computes.values())))
+        readers: dict[str, list[Compute]] = {}
+        for c in result.computes:
+            for name in dict.fromkeys(ld.buffer for ld in loads(c.body)):
+                readers.setdefault(name, []).append(c)
+        notes = []
+        for producer in result.computes:
+            if producer.name in self.temps:
+                sites = [s for c in readers.get(producer.name, []) for s in self.sites(c, producer.name)]
+                notes.append(f"{producer.name}: materialised ({inline_decision(producer, sites)[1]})")
+        return result, notes
+
+    def consider(self, name: str) -> list[str]:
+        """Decide on one producer, inline it if so; returns the computes to decide on again."""
+        producer = self.compute(name)
+        if producer.body.summary.depth >= MAX_INLINED_DEPTH:
+            return []  # for good: its body only grows
+        consumers = sorted(self.readers.get(name, ()), key=self.position.__getitem__)
         for c in consumers:
-            c = _adopt_indices(c, producer, own_indices)
-            expand = _expander(producer, [n for n, _ in producer.indices], serial)
-            computes[c.name] = replace(c, body=replace_loads(c.body, producer.name, expand))
-            reads[c.name].pop(producer.name, None)
-            reads[c.name].update(reads[producer.name])
-        del computes[producer.name]
-        readers.pop(producer.name, None)
+            if name in self.pending_reads.get(c, ()):  # a pending body reads the producer: splice first
+                self.compute(c)
+        sites = [s for c in consumers for s in self.sites(self.computes[c], name)]
+        if not inline_decision(producer, sites)[0]:
+            return []  # decided against, until its sites or body change
+        for c in consumers:
+            consumer = self._adopt_indices(self.computes[c], producer)
+            # numbered as the loads come, as a rebuild of the body in order would meet them
+            suffixes = {ld: next(self.serial) for ld in dict.fromkeys(ld for _, ld, _ in self.sites(consumer, name))}
+            self.pending.setdefault(c, {})[name] = _expander(producer, suffixes)
+            self.pending_reads.setdefault(c, set()).update(self.reads[name])
+            self.reads[c].pop(name, None)
+            self.reads[c].update(self.reads[name])
+        del self.computes[name]
+        self.readers.pop(name, None)
         # what the producer reads gains its consumers as sites, and they gain its body
-        for name in reads[producer.name]:
-            readers.setdefault(name, set()).discard(producer.name)
-            readers[name] |= {c.name for c in consumers}
-        for name in [c.name for c in consumers] + list(reads[producer.name]):
-            if name in computes and name in temps and position[name] not in queued:
-                heappush(undecided, position[name])
-                queued.add(position[name])
-    for name, indices in own_indices.items():
-        if name in computes:
-            computes[name] = _with_indices(computes[name], indices)
-    result = remove_dead_computes(replace(graph, computes=tuple(computes.values())))
-    result_readers: dict[str, list[Compute]] = {}
-    for c in result.computes:
-        for name in dict.fromkeys(ld.buffer for ld in loads(c.body)):
-            result_readers.setdefault(name, []).append(c)
-    notes = []
-    for producer in result.computes:
-        if producer.name in temps:
-            why = inline_decision(result, producer, result_readers.get(producer.name, []))[1]
-            notes.append(f"{producer.name}: materialised ({why})")
-    return result, notes
+        for read in self.reads[name]:
+            self.readers.setdefault(read, set()).discard(name)
+            self.readers[read] |= set(consumers)
+        return consumers + list(self.reads[name])
 
+    def compute(self, name: str) -> Compute:
+        """The compute with its pending producers spliced in."""
+        expanders = self.pending.pop(name, None)
+        if expanders:
+            self.pending_reads.pop(name)
+            c = self.computes[name]
+            self.computes[name] = replace(c, body=_splice(c.body, expanders))
+        return self.computes[name]
 
-def _adopt_indices(consumer: Compute, producer: Compute, own_indices: dict[str, tuple]) -> Compute:
-    """The consumer, its indices renamed to the producer's when it reads the producer at exactly
-    its own indices and the producer's body is the larger: the body then goes in as it is,
-    unrenamed (`own_indices` keeps the consumer's names, which it gets back at the end)."""
-    identity = tuple(sym(name) for name, _ in consumer.indices)
-    if len(producer.indices) != len(identity) or identity == tuple(sym(name) for name, _ in producer.indices):
+    def sites(self, compute: Compute, buffer: str) -> list[Site]:
+        """The loads of buffer in compute (one walk per version of the compute)."""
+        found = self.indexed.get(compute.name)
+        if found is None or found[0] is not compute:
+            found = self.indexed[compute.name] = (compute, _site_index(compute))
+        return found[1].get(buffer, [])
+
+    def _adopt_indices(self, consumer: Compute, producer: Compute) -> Compute:
+        """The consumer, its indices renamed to the producer's when it reads the producer at
+        exactly its own indices and the producer's body is the larger: the body then goes in as
+        it is, unrenamed (the consumer gets its own names back at the end)."""
+        identity = tuple(sym(name) for name, _ in consumer.indices)
+        if len(producer.indices) != len(identity) or identity == tuple(sym(name) for name, _ in producer.indices):
+            return consumer
+        if producer.body.summary.size <= consumer.body.summary.size:  # its pending bodies only add
+            return consumer
+        if not any(ld.index == identity for _, ld, _ in self.sites(consumer, producer.name)):
+            return consumer
+        consumer = self.compute(consumer.name)
+        if producer.body.summary.size <= consumer.body.summary.size:
+            return consumer
+        self.own_indices.setdefault(consumer.name, consumer.indices)
+        names = tuple(name for name, _ in producer.indices)
+        indices = tuple((name, extent) for name, (_, extent) in zip(names, consumer.indices))
+        consumer = self.computes[consumer.name] = _with_indices(consumer, indices)
         return consumer
-    if producer.body.summary.size <= consumer.body.summary.size:
-        return consumer
-    if not any(ld.buffer == producer.name and ld.index == identity for ld in loads(consumer.body)):
-        return consumer
-    own_indices.setdefault(consumer.name, consumer.indices)
-    names = tuple(name for name, _ in producer.indices)
-    return _with_indices(consumer, tuple((name, extent) for name, (_, extent) in zip(names, consumer.indices)))
 
 
 def _with_indices(compute: Compute, indices: tuple[tuple[str, Expr], ...]) -> Compute:
