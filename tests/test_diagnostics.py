@@ -402,7 +402,7 @@ CASES = [
         "test_sizes_missing_a_symbol",
         {"f": {**XN, "body": "y = x * 2"}},
         at=header("f"),
-        args=("--test", "M=3"),
+        args=("--test", ""),
         words=("N",),
     ),
 ]
