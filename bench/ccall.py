@@ -3,7 +3,7 @@
 ``catenc.loader`` (the public loader) allocates outputs and a workspace on every call, which
 is right for users and wrong for a benchmark: on this machine touching fresh memory costs
 about 30 ms per 64 MB. :class:`BoundCall` reads the entry's C signature from the build
-manifest (SPEC section 4 and 5: input pointers or by-value scalars, output pointers, the
+manifest (docs/abi.md: input pointers or by-value scalars, output pointers, the
 ``int64_t`` free symbols, ``void* workspace``, ``size_t workspace_bytes``), allocates the
 outputs and a 64-byte aligned workspace once, converts every argument once, and then each
 call is a single foreign-function call that must return 0 (``CATENC_OK``).

@@ -1,4 +1,4 @@
-"""The `catenc` command line (SPEC §3).
+"""The `catenc` command line (docs/cli.md).
 
 Exit codes: 0 success; 1 an error in the user's input or environment; 2 usage; 3 a `--test`
 mismatch; 4 an internal compiler error (with a saved reproducer).

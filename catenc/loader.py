@@ -1,7 +1,7 @@
 """Load a library compiled by catenc and call its entries from Python.
 
 ``catenc compile`` writes a C library together with its build manifest,
-``model.manifest.json`` (SPEC section 5), which describes every entry function: its C
+``model.manifest.json`` (docs/abi.md), which describes every entry function: its C
 symbol, its arguments in C order, their dtypes and symbolic shapes. This module reads the
 manifest, opens the shared library with :mod:`ctypes` and wraps each entry in a callable
 that takes and returns numpy arrays::
@@ -14,7 +14,7 @@ that takes and returns numpy arrays::
     gemm.bind(A, B)                           # {'M': 64, 'K': 32, 'N': 16}
     gemm.workspace_bytes(M=64, N=16, K=32)    # what gemm_workspace_bytes() returns
 
-Arrays are in the storage representation of the C ABI (SPEC section 4): ``bool`` is
+Arrays are in the storage representation of the C ABI (docs/abi.md): ``bool`` is
 ``np.bool_`` (one byte, 0/1), ``f16`` is ``np.float16``, ``bf16`` is ``np.uint16`` holding
 the bfloat16 bits; :func:`catenc.dtypes.from_storage` turns a bf16 result into float32.
 

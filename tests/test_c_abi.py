@@ -1,4 +1,4 @@
-"""The C ABI of the emitted code (SPEC §4), checked from plain C programs.
+"""The C ABI of the emitted code (docs/abi.md), checked from plain C programs.
 
 catenc runs once per model (as a subprocess, `-S`); everything after that is C: a `main.c`
 written here includes the emitted header, is built with `cc -std=c99 main.c out/model.c -lm`

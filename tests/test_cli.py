@@ -1,4 +1,4 @@
-"""The `catenc` command line as a user drives it (SPEC §3): options, output files, exit codes.
+"""The `catenc` command line as a user drives it (docs/cli.md): options, output files, exit codes.
 
 Every test runs catenc as a subprocess (`python -m catenc` or the `catenc` console script) in a
 temporary directory and checks what it prints and writes.
@@ -147,7 +147,7 @@ def test_version(tmp_path: Path, script: bool) -> None:
 
 
 def test_help_lists_the_compile_subcommand(tmp_path: Path) -> None:
-    # `test-runtime` (SPEC §3) arrives with the op library (issue 3); then assert it here too.
+    # `test-runtime` (docs/cli.md) arrives with the op library (issue 3); then assert it here too.
     result = ok(catenc_run(tmp_path, "--help", script=True))
     assert "compile" in result.stdout
 

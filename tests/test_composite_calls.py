@@ -1,4 +1,4 @@
-"""Composite calls (SPEC section 2): callees in the same file, includes and -I directories;
+"""Composite calls (docs/language.md): callees in the same file, includes and -I directories;
 multiple outputs, keyword params, inferred symbols and dtype variables, rank-polymorphic
 callees (`x: T[..., N]`) called at several ranks, index-form callee bodies with `...`.
 """
@@ -547,7 +547,7 @@ def test_bundled_op_library(compile_composites, bmn):
 
 
 def test_callee_arguments_with_fewer_batch_dims_broadcast(compile_composites):
-    """All '...' arguments of one call share the broadcast batch (SPEC §1), concat included."""
+    """All '...' arguments of one call share the broadcast batch (docs/language.md), concat included."""
     lib = compile_composites(
         """
 [composite.cc]

@@ -1,4 +1,4 @@
-"""User errors, reported gcc-style by the `catenc compile` command (SPEC §3).
+"""User errors, reported gcc-style by the `catenc compile` command (docs/cli.md).
 
 Every case writes a composite file into a temporary directory and runs catenc as a user
 would (a subprocess, from that directory). The first line of stderr must be

@@ -1,4 +1,4 @@
-"""Element types (SPEC sections 1, 2 and 4) against numpy: f16 and bf16 computed in f32 and
+"""Element types (docs/language.md, docs/abi.md) against numpy: f16 and bf16 computed in f32 and
 rounded once at the output, dtype variables and `-D T=...`, bool tensors, every integer width.
 """
 

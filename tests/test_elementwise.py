@@ -1,4 +1,4 @@
-"""Elementwise operators and functions (SPEC section 2) against numpy.
+"""Elementwise operators and functions (docs/language.md) against numpy.
 
 One composite file holds every case; it is compiled at -O0 (plain loops) and -O2 (fused,
 vectorised) and every test runs against both: a schedule decision must never change results.

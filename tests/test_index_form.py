@@ -1,4 +1,4 @@
-"""Index-form statements (SPEC section 2) against numpy: affine accesses, indices as values,
+"""Index-form statements (docs/language.md) against numpy: affine accesses, indices as values,
 guarded accesses, inferred intermediates, symbols/params as values, `where` derivations and
 constraints, and symbols fixed at compile time.
 """

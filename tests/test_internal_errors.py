@@ -5,7 +5,7 @@ code that catenc loads and trusts) supplies a renderer whose method raises, a re
 the toolchain rejects, or build commands that raise. Each run goes through the real command
 line with `TMPDIR` pointing into the test's directory, so the reproducer lands there.
 
-The contract (SPEC §3): exit code 4; the message says it is catenc's fault and where a
+The contract (docs/cli.md): exit code 4; the message says it is catenc's fault and where a
 reproducer was saved; that directory holds the input file(s) and the command line; no Python
 traceback on the terminal; and (the atomic-output rule) no output file is left behind, while
 outputs of an earlier successful run stay as they were.
@@ -187,7 +187,7 @@ def test_crash_keeps_earlier_outputs_intact(work: Path) -> None:
 
 def test_reproducer_holds_included_files_and_the_runtime_descriptor(work: Path) -> None:
     """Everything the failed run read is needed to reproduce it: the includes, and the runtime
-    descriptor (the manifest lists it among the inputs too, SPEC §5)."""
+    descriptor (the manifest lists it among the inputs too, docs/abi.md)."""
     (work / "lib").mkdir()
     (work / "lib" / "helpers.toml").write_text(
         textwrap.dedent("""

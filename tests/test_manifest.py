@@ -1,4 +1,4 @@
-"""The build manifest `model.manifest.json` (SPEC §5) and the Make depfile (`-MD`, `-MF`, `-MT`,
+"""The build manifest `model.manifest.json` (docs/abi.md) and the Make depfile (`-MD`, `-MF`, `-MT`,
 `-MP`), as written by `catenc compile` run as a subprocess."""
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ def test_attention_f32(lib, b, h, tq, tk, d, dv):
 
 @pytest.mark.parametrize("b,h,tq,tk,d", [(1, 1, 1, 1, 1), (2, 4, 7, 13, 8), (3, 2, 11, 5, 3)])
 def test_attention_broadcasts_shared_keys(lib, b, h, tq, tk, d):
-    """k and v with one head for all of q's heads: the `...` dims broadcast (SPEC section 1)."""
+    """k and v with one head for all of q's heads: the `...` dims broadcast (docs/language.md)."""
     q, k, v = randn((b, h, tq, d), seed=1), randn((b, 1, tk, d), seed=2), randn((b, 1, tk, d), seed=3)
     mask = randn((tq, tk), seed=4)
     for _ in range(3):  # an out-of-bounds read of k or v would show as garbage sooner or later

@@ -1,4 +1,4 @@
-"""Reductions (SPEC section 2): array form with axis/keepdims, argmax/argmin, index form.
+"""Reductions (docs/language.md): array form with axis/keepdims, argmax/argmin, index form.
 
 Compiled at -O0 and -O2; every case runs against both.
 """
@@ -201,7 +201,7 @@ def _identity(op, dt):
 
 
 def np_reduce(op, x, axes, keepdims, dt):
-    """numpy's reduction in dt, with the SPEC's identities over empty axes."""
+    """numpy's reduction in dt, with the identities of docs/language.md over empty axes."""
     axes = tuple(range(x.ndim)) if axes is None else axes
     empty = any(x.shape[a] == 0 for a in axes)
     if empty:

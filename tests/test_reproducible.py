@@ -1,4 +1,4 @@
-"""Reproducible, atomic outputs of `catenc compile` (SPEC §3): byte-identical for identical
+"""Reproducible, atomic outputs of `catenc compile` (docs/cli.md): byte-identical for identical
 inputs and options, whatever the working directory or hash seed; no path of the build machine;
 rewritten only when changed; nothing partial after a failure; concurrent runs are safe."""
 

@@ -196,7 +196,7 @@ def test_doc_cannot_break_the_header_comment(tmp_path: Path, fmt: str) -> None:
 # names
 # --------------------------------------------------------------------------- #
 
-# The SPEC rejects these composite names: C keywords, C standard library functions, and the
+# docs/language.md rejects these composite names: C keywords, C standard library functions, and the
 # names catenc reserves for the emitted code.
 REJECTED_COMPOSITE_NAMES = ["int", "for", "exp", "main", "catenc_x", "workspace", "printf", "malloc", "expf",
                             "sqrtf", "fabsf", "powf", "rintf", "fmaxf", "erff", "memcpy", "signbit"]  # fmt: skip

@@ -1,4 +1,4 @@
-"""Shape functions, slicing and constructors (SPEC section 2) against numpy.
+"""Shape functions, slicing and constructors (docs/language.md) against numpy.
 
 Views (reshape, transpose, slices ...) are folded into index maps by the compiler; these
 tests check that every fold stays exact, alone and chained, at -O0 and -O2.

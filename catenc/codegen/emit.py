@@ -30,7 +30,7 @@ class Parameter:
 
 
 def parameters(entry: EntryPlan) -> list[Parameter]:
-    """The C arguments of an entry, in ABI order (SPEC §4)."""
+    """The C arguments of an entry, in ABI order (docs/abi.md)."""
     params = []
     for name, ttype in entry.program.inputs:
         ctype = ttype.dtype.ctype if ttype.rank == 0 else f"const {ttype.dtype.ctype}*"

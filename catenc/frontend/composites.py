@@ -2,7 +2,7 @@
 
 `load_composites` reads a file and its includes into `Composite` records (declarations parsed,
 keys validated, every piece carrying its place in the file). `Library` finds a composite by
-name in the search order of SPEC §2: the file and its includes, each `-I` directory, `ops/`.
+name in the search order of docs/language.md §10: the file and its includes, each `-I` directory, `ops/`.
 """
 
 from __future__ import annotations

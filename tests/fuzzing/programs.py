@@ -392,7 +392,7 @@ FLOAT_UNARY = (
     "where(isnan({x}), 0.0, {x})",
     "{x} * cast({S}, {dt})",
     "maximum({x}, 0.25)",
-    # NaN and infinities on purpose: numpy's propagation rules (SPEC numerics policy)
+    # NaN and infinities on purpose: numpy's propagation rules (docs/language.md, numerics)
     "sqrt({x})",
     "log({x})",
     "{x} / {x}",
