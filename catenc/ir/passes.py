@@ -67,17 +67,11 @@ def rename_reductions(value: Value, suffix: str) -> Value:
     return substitute(rename(value), mapping) if mapping else value
 
 
-def replace_loads(value: Value, buffer: str, make) -> Value:
-    """Rebuild a value tree with every load of `buffer` replaced by make(load, enclosing), where
-    enclosing are the (index, extent) pairs of the Reduces around the load."""
-
-    def visit(v: Value, enclosing: tuple[tuple[str, Expr], ...]) -> Value:
-        if isinstance(v, Load) and v.buffer == buffer:
-            return make(v, enclosing)
-        inner = enclosing + v.indices if isinstance(v, Reduce) else enclosing
-        return v.with_children(tuple(visit(c, inner) for c in v.children()))
-
-    return visit(value, ())
+def replace_loads(value: Value, makers: dict[str, Callable[[Load], Value]]) -> Value:
+    """The tree with every load of a buffer in `makers` replaced by what its maker gives."""
+    if isinstance(value, Load) and value.buffer in makers:
+        return makers[value.buffer](value)
+    return value.with_children(tuple(replace_loads(c, makers) for c in value.children()))
 
 
 def split_constant_slices(graph: Graph) -> Graph:
@@ -88,7 +82,7 @@ def split_constant_slices(graph: Graph) -> Graph:
     inputs = {b.name: b for b in graph.buffers if b.role == "input" and len(b.shape) >= 2}
     taken = {b.name for b in graph.buffers}
 
-    def view(load: Load, enclosing) -> Value:
+    def view(load: Load) -> Value:
         base = inputs.get(load.buffer)
         if base is None or isinstance(load, Gather) or not load.index[0].is_const:
             return load
@@ -109,7 +103,7 @@ def split_constant_slices(graph: Graph) -> Graph:
     for c in graph.computes:
         body = c.body
         for name in dict.fromkeys(ld.buffer for ld in loads(c.body) if ld.buffer in inputs):  # first-read order
-            body = replace_loads(body, name, view)
+            body = replace_loads(body, {name: view})
         computes.append(replace(c, body=body))
     return replace(graph, buffers=graph.buffers + tuple(views.values()), computes=tuple(computes))
 
@@ -213,13 +207,6 @@ def _expander(producer: Compute, suffixes: dict[Load, int]):
     return expand
 
 
-def _splice(value: Value, expanders: dict) -> Value:
-    """The tree with every load of a buffer in `expanders` replaced by what its expander gives."""
-    if isinstance(value, Load) and value.buffer in expanders:
-        return expanders[value.buffer](value)
-    return value.with_children(tuple(_splice(c, expanders) for c in value.children()))
-
-
 def inline_computes(graph: Graph) -> tuple[Graph, list[str]]:
     """Inline temp computes into their consumers where that costs no extra work; returns the
     new graph and one note per producer kept materialised.
@@ -263,8 +250,9 @@ class _Inliner:
         for name in list(self.pending):
             self.compute(name)
         for name, indices in self.own_indices.items():
-            if name in self.computes:
-                self.computes[name] = _with_indices(self.computes[name], indices)
+            c = self.computes.get(name)
+            if c is not None and c.body.summary.symbols.isdisjoint(n for n, _ in indices):
+                self.computes[name] = _with_indices(c, indices)
         result = remove_dead_computes(replace(self.graph, computes=tuple(self.computes.values())))
         readers: dict[str, list[Compute]] = {}
         for c in result.computes:
@@ -311,7 +299,7 @@ class _Inliner:
         if expanders:
             self.pending_reads.pop(name)
             c = self.computes[name]
-            self.computes[name] = replace(c, body=_splice(c.body, expanders))
+            self.computes[name] = replace(c, body=replace_loads(c.body, expanders))
         return self.computes[name]
 
     def sites(self, compute: Compute, buffer: str) -> list[Site]:
@@ -333,10 +321,11 @@ class _Inliner:
         if not any(ld.index == identity for _, ld, _ in self.sites(consumer, producer.name)):
             return consumer
         consumer = self.compute(consumer.name)
-        if producer.body.summary.size <= consumer.body.summary.size:
-            return consumer
-        self.own_indices.setdefault(consumer.name, consumer.indices)
         names = tuple(name for name, _ in producer.indices)
+        summary = consumer.body.summary
+        if producer.body.summary.size <= summary.size or not summary.symbols.isdisjoint(names):
+            return consumer  # smaller after all, or the names mean something else in it
+        self.own_indices.setdefault(consumer.name, consumer.indices)
         indices = tuple((name, extent) for name, (_, extent) in zip(names, consumer.indices))
         consumer = self.computes[consumer.name] = _with_indices(consumer, indices)
         return consumer
