@@ -1,4 +1,4 @@
-"""Compile work grows near-linearly with program length (docs/cli.md: compile time).
+"""Compile work grows near-linearly with program length.
 
 A chain of n statements took 0.47 s at n=100 and 24.8 s at n=800: inlining walked every
 growing expression again at each step. The work is counted, not timed: the Python function

@@ -112,7 +112,7 @@ class LoopKernel:
     shares: str | None = None  # the earlier kernel whose function this one calls (lower/share.py)
 
 
-@dataclass
+@dataclass(eq=False)  # each frame is its own loop: hashed and compared by identity
 class _Frame:
     index: str | None
     extent: Expr
@@ -229,7 +229,7 @@ class _KernelLowerer:
         return value.with_children(tuple(self.lower(c, guards) for c in value.children()))
 
     def reduce(self, value: Reduce, guards: tuple[Value, ...]) -> Value:
-        frames = tuple(id(f) for f in self.stack)
+        frames = tuple(self.stack)  # the frames themselves: an id() could be a dead frame's, reused
         unguarded = self.reduced.get((value, (), frames))
         if unguarded is not None:
             return unguarded
