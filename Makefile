@@ -51,7 +51,7 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install -e '.[dev]'
 	@touch $@
 
-# Each probe builds what the tests build (a shared OpenMP library, a sanitized executable), so a
+# Each probe links what the tests link (a shared OpenMP library, a sanitized executable), so a
 # half-installed toolchain counts as missing. clang comes first: the clang probes need it.
 CLANG_MAJOR = $$(clang -dumpversion | cut -d. -f1)
 GCC_MAJOR   = $$(gcc -dumpversion | cut -d. -f1)
@@ -68,7 +68,7 @@ system-packages:
 	  [ -n "$$updated" ] || $(SUDO) apt-get update; updated=1; \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$*; \
 	}; \
-	sanitized() { $$1 -fsanitize=address,undefined $$tmp/p.c -o $$tmp/p >/dev/null 2>&1 && ASAN_OPTIONS=detect_leaks=0 $$tmp/p; }; \
+	sanitized() { $$1 -fsanitize=address,undefined $$tmp/p.c -o $$tmp/p >/dev/null 2>&1; }; \
 	updated=; want=; \
 	command -v clang >/dev/null 2>&1 || apt_install clang; \
 	command -v g++ >/dev/null 2>&1 || want="$$want g++"; \
