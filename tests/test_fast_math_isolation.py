@@ -11,7 +11,9 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from conftest import compile_text
+from toolchains import COMPILERS, require
 
 SOURCE = """
 [composite.scale]
@@ -31,8 +33,10 @@ print(float((tiny * np.float32(3.0))[0]))
 """
 
 
-def test_ofast_library_leaves_subnormals_alone(tmp_path):
-    lib = compile_text(tmp_path, SOURCE, name="fast", opt="fast")
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_ofast_library_leaves_subnormals_alone(tmp_path, compiler):
+    require(compiler)
+    lib = compile_text(tmp_path, SOURCE, name="fast", opt="fast", config={"CC": compiler})
     commands = lib.manifest["build"]["commands"]
     assert "-ffast-math" in commands[0] and "-ffast-math" not in commands[-1]
     out = subprocess.run(
