@@ -272,7 +272,7 @@ def run_coverage(
     with tempfile.TemporaryDirectory(prefix="catenc-coverage-") as scratch:
         jobs = [(Path(scratch) / f"{family}_{dtype}", group) for (family, dtype), group in groups.items()]
         with ThreadPoolExecutor(max_workers=2) as pool:
-            built = pool.map(lambda job: _build_group(job[0], job[1], options), jobs)  # runs as groups finish
+            built = pool.map(lambda job: _build_group(job[0], job[1], options, runnable), jobs)  # as groups finish
             for done, ((_, group), (plans, library, errors)) in enumerate(zip(jobs, built), 1):
                 for case in group:
                     cell = _run_case(case, plans, library, errors, runnable, blocked)
@@ -285,9 +285,10 @@ def run_coverage(
     return Coverage(runtime, config, toolchain, ordered, blocked)
 
 
-def _build_group(directory: Path, cases: list[Case], options: Options):
-    """Compile the wrappers of one family and dtype into one library; a wrapper whose op does
-    not compile is left out and remembered with its error."""
+def _build_group(directory: Path, cases: list[Case], options: Options, runnable: bool):
+    """Compile the wrappers of one family and dtype into one library (loaded when `runnable`,
+    decided once by the caller: probing a device from the pool's threads races the import); a
+    wrapper whose op does not compile is left out and remembered with its error."""
     directory.mkdir(parents=True)
     path = directory / "ops.toml"
     path.write_text("\n".join(c.text for c in cases))
@@ -310,8 +311,8 @@ def _build_group(directory: Path, cases: list[Case], options: Options):
             BuildRequest(str(path), str(directory), ("c", "h", "manifest", "so")),
         )
     except (InternalError, CatencError):
-        return _build_one_by_one(directory, root, library, plans, options, errors)
-    if not options.runtime.runnable(options.config):
+        return _build_one_by_one(directory, root, library, plans, options, errors, runnable)
+    if not runnable:
         return plans, None, errors
     try:
         return plans, load(written["manifest"]), errors
@@ -320,7 +321,7 @@ def _build_group(directory: Path, cases: list[Case], options: Options):
         return {}, None, {**errors, **dict.fromkeys(plans, reason)}
 
 
-def _build_one_by_one(directory, root, library, plans, options, errors):
+def _build_one_by_one(directory, root, library, plans, options, errors, runnable: bool):
     """When the group's library does not build, build each wrapper alone to find the culprits."""
     good = {}
     for name, plan in plans.items():
@@ -335,11 +336,7 @@ def _build_one_by_one(directory, root, library, plans, options, errors):
             good[name] = plan
         except (InternalError, CatencError) as err:
             errors[name] = str(err).splitlines()[0]
-    libs = (
-        {name: load(sub / f"{name}.manifest.json") for name in good}
-        if options.runtime.runnable(options.config)
-        else None
-    )
+    libs = {name: load(sub / f"{name}.manifest.json") for name in good} if runnable else None
     return good, libs, errors
 
 

@@ -93,10 +93,14 @@ def _host_view(address: int | None, nbytes: int) -> np.ndarray:
 # ---- OpenCL ------------------------------------------------------------------------------------
 
 
+_OPENCL_PROBE = threading.Lock()  # one probe at a time: threads importing pyopencl at once race
+
+
 def _opencl_context():
     """pyopencl, this process's context and queue, and the lock calls take (a child forked
     after its parent made one makes its own)."""
-    return _opencl_context_of(os.getpid())
+    with _OPENCL_PROBE:
+        return _opencl_context_of(os.getpid())
 
 
 @functools.cache
