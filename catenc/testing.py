@@ -50,6 +50,7 @@ class OutputCheck:
     rtol: float = 0.0  # the tolerance it was checked against: |got - want| <= atol + rtol·|want|
     atol: float = 0.0
     exact: bool = False  # integers and booleans are compared for equality
+    worst: float = 0.0  # the largest |got - want| / (atol + rtol·|want|): above 1 fails
 
 
 def parse_sizes(text: str) -> dict[str, int]:
@@ -364,10 +365,10 @@ def _run_once(
     for (name, ttype), got, want in zip(entry.program.outputs, outputs, reference):
         exact = not ttype.dtype.is_float
         rtol, atol = (0.0, 0.0) if exact else tolerance(composite, ttype.dtype, rounding, want)
-        max_abs, max_rel, ok = compare(
+        max_abs, max_rel, worst, ok = compare(
             stored_values(np.asarray(got), ttype.dtype), np.asarray(want), ttype.dtype, rtol, atol
         )
-        checks.append(OutputCheck(entry.name, name, max_abs, max_rel, ok, rtol, atol, exact))
+        checks.append(OutputCheck(entry.name, name, max_abs, max_rel, ok, rtol, atol, exact, worst))
     return checks, storage
 
 
@@ -377,29 +378,37 @@ def stored_values(stored: np.ndarray, dtype: DType) -> np.ndarray:
     return values.astype(np.float32) if dtype.is_half else values
 
 
-def compare(got: np.ndarray, want: np.ndarray, dtype: DType, rtol: float, atol: float) -> tuple[float, float, bool]:
+def compare(
+    got: np.ndarray, want: np.ndarray, dtype: DType, rtol: float, atol: float
+) -> tuple[float, float, float, bool]:
+    """(max abs error, max rel error, the worst error as a fraction of its tolerance, all within)."""
     got = np.asarray(got, dtype=np.float64)
     want = np.asarray(want, dtype=np.float64)
     if got.shape != want.shape:
-        return float("inf"), float("inf"), False
+        return float("inf"), float("inf"), float("inf"), False
     if got.size == 0:
-        return 0.0, 0.0, True
+        return 0.0, 0.0, 0.0, True
     with np.errstate(all="ignore"):
         return _compare(got, want, dtype, rtol, atol)
 
 
-def _compare(got: np.ndarray, want: np.ndarray, dtype: DType, rtol: float, atol: float) -> tuple[float, float, bool]:
+def _compare(
+    got: np.ndarray, want: np.ndarray, dtype: DType, rtol: float, atol: float
+) -> tuple[float, float, float, bool]:
     same_nan = np.isnan(got) == np.isnan(want)
     both = ~np.isnan(got) & ~np.isnan(want)
     same_inf = np.where(np.isinf(want) & both, got == want, True)
     finite = both & np.isfinite(want) & np.isfinite(got)
     diff = np.where(finite, np.abs(got - want), 0.0)
     rel = np.where(finite, diff / np.maximum(np.abs(want), 1e-30), 0.0)
-    within = np.where(finite, diff <= atol + rtol * np.abs(want), True)
+    allowed = atol + rtol * np.abs(want)
+    within = np.where(finite, diff <= allowed, True)
+    share = np.where(diff > 0, diff / np.where(allowed > 0, allowed, 1.0), 0.0)
+    share = np.where((diff > 0) & (allowed == 0), np.inf, share)
     ok = bool(np.all(same_nan) and np.all(same_inf) and np.all(within))
     if not dtype.is_float:
         ok = ok and bool(np.array_equal(got, want, equal_nan=True))
-    return float(diff.max()), float(rel.max()), ok
+    return float(diff.max()), float(rel.max()), float(share.max()), ok
 
 
 def check_entries(
@@ -428,7 +437,8 @@ def _errors_text(check: OutputCheck) -> str:
     if check.exact:
         return f"max abs err {check.max_abs:.3g} (exact)"
     measured = f"max abs err {check.max_abs:.2e} (atol {check.atol:.2e})"
-    return f"{measured}  max rel err {check.max_rel:.2e} (rtol {check.rtol:.2e})"
+    measured += f"  max rel err {check.max_rel:.2e} (rtol {check.rtol:.2e})"
+    return f"{measured}  worst {check.worst:.0%} of atol+rtol*|want|"
 
 
 def _time(function, args, kwargs, budget: float = 0.2, runs: int = 20) -> float:

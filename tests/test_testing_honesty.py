@@ -79,6 +79,7 @@ def test_a_long_reduction_passes_and_prints_its_tolerance(tmp_path):
     for check, line in zip(checks, lines):
         assert check.atol > 2e-5 and check.rtol > 2e-4  # widened for K = 1e5 terms
         assert f"(atol {check.atol:.2e})" in line and f"(rtol {check.rtol:.2e})" in line, line
+        assert 0 < check.worst <= 1 and f"worst {check.worst:.0%} of atol+rtol*|want|" in line, line
 
 
 def test_a_wrong_reference_fails_at_every_size(tmp_path):
@@ -87,7 +88,7 @@ def test_a_wrong_reference_fails_at_every_size(tmp_path):
     for k in (37, 100000):
         checks, lines = run_test(tmp_path, wrong, {"M": 100, "N": 64, "K": k})
         assert [c.ok for c in checks] == [False], lines
-        assert "MISMATCH" in lines[0]
+        assert "MISMATCH" in lines[0] and checks[0].worst > 1, lines
     checks, lines = run_test(tmp_path, f32_only(ROW_SUMS), {"R": 64, "N": 100000})
     assert all(c.ok for c in checks), lines
     wrong = f32_only(ROW_SUMS) + 'test.reference = "def reference(x, **_):\\n    return x[:, 1:].sum(axis=1)"\n'

@@ -236,7 +236,7 @@ def _run_program(program: Program, builds: list, levels: Sequence, binds, seed: 
             for (name, ttype), got, want in zip(entry.program.outputs, outputs, first):
                 got_v = stored_values(np.asarray(got), ttype.dtype)
                 want_v = stored_values(np.asarray(want), ttype.dtype)
-                max_abs, max_rel, ok = compare(got_v, want_v, ttype.dtype, rtol, atol)
+                max_abs, max_rel, _, ok = compare(got_v, want_v, ttype.dtype, rtol, atol)
                 if not ok:
                     problems.append(
                         (
