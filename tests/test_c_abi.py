@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.toolchains import SANITIZE
+
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 
 ABI_MODEL = """\
@@ -649,8 +651,7 @@ def test_samples_under_address_and_undefined_behaviour_sanitizers(tmp_path: Path
         models[stem] = (entries(tmp_path / "o2", stem), entries(tmp_path / "o0", f"{stem}_o0"))
     (tmp_path / "main.c").write_text(sanitizer_driver(models))
     sources = [f"o2/{stem}.c" for stem in models] + [f"o0/{stem}_o0.c" for stem in models]
-    sanitize = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g", "-O1")
-    cc(tmp_path, "-std=c99", *sanitize, "main.c", *sources, "-lm", "-o", "main")
+    cc(tmp_path, "-std=c99", *SANITIZE, "main.c", *sources, "-lm", "-o", "main")
     result = run(tmp_path, "main", env={"ASAN_OPTIONS": "detect_leaks=0", "UBSAN_OPTIONS": "print_stacktrace=1"})
     report = result.stdout + result.stderr
     assert result.returncode == 0, report

@@ -19,6 +19,7 @@ import pytest
 from catenc.loader import CatencStatusError
 from tests.conftest import compile_text
 from tests.test_c_abi import C_HELPERS, catenc, cc, run
+from tests.toolchains import SANITIZE
 
 MODEL = """\
 [composite.rows]
@@ -132,8 +133,6 @@ int main(void) {
 }
 """
 )
-
-SANITIZE = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g", "-O1")
 
 
 @pytest.fixture(scope="module")

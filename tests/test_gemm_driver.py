@@ -28,13 +28,13 @@ import pytest
 
 from catenc.codegen.gemm import GemmTiles, default_tiles, pack_elements, render_gemm_support
 from catenc.symbolic import parse_expr
+from tests.toolchains import SANITIZE
 
 CLANG = shutil.which("clang")
 CC = CLANG or shutil.which("gcc") or "cc"
 GCC = shutil.which("gcc")
 WARN = ("-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror")
 NATIVE = ("-march=native",) if os.uname().machine in ("x86_64", "AMD64") else ()
-SANITIZE = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g", "-O1")
 FORCE_THREADS = ("-DCATENC_GEMM_PARALLEL_FLOPS=0", "-DCATENC_GEMM_FLOPS_PER_THREAD=1")
 
 HARNESS = r"""

@@ -22,6 +22,9 @@ MARCH_FEATURES = {
 }
 MARCHES = tuple(MARCH_FEATURES)
 MARCH_LANES = {"x86-64-v3": 8, "x86-64-v4": 16}
+# AddressSanitizer and UBSan, stopping at the first report: the flags of every C program the
+# suite builds sanitized (with the compiler's own runtime; see test_sanitized_ops for catenc builds).
+SANITIZE = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g", "-O1")
 
 
 def require(compiler: str) -> str:
