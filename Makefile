@@ -149,7 +149,7 @@ coverage: $(STAMP)
 # On a machine with an NVIDIA GPU and the CUDA toolkit: run every sample on the GPU against the
 # reference, then the whole op library (fails unless every cell passes).
 gpu-check: $(STAMP)
-	@$(PYBIN) -c "import sys; from catenc.device_host import cuda_available; sys.exit(not cuda_available())" || \
+	@$(PYBIN) -c "import sys; from catenc.runtime.device_host import cuda_available; sys.exit(not cuda_available())" || \
 	  { echo "error: make gpu-check needs an NVIDIA GPU, its driver and libcudart" >&2; exit 1; }
 	@set -e; for s in $(SAMPLES); do \
 	  sizes=$$(make -s --no-print-directory print-sizes-$$s); \

@@ -35,7 +35,7 @@ from ccall import BoundCall
 import catenc
 from catenc.diagnostics import CatencError
 from catenc.loader import Library, load
-from catenc.runtime import load_runtime
+from catenc.runtime.descriptor import load_runtime
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent

@@ -30,13 +30,13 @@ from pathlib import Path
 
 from catenc import __version__
 from catenc.codegen.c import buffer_args
-from catenc.codegen.emit import parameters, prototype, render_header, render_source, size_exprs
 from catenc.codegen.gpu import KernelArg, launch_plan, status_offsets, temp_offsets
-from catenc.compiler import EntryPlan, FilePlan, Options
 from catenc.diagnostics import CatencError
+from catenc.emit import parameters, prototype, render_header, render_source, size_exprs
 from catenc.ir.nodes import Binary, Reduce, Unary, format_graph, walk
 from catenc.lower.gpu import format_gpu
 from catenc.lower.loops import format_loops
+from catenc.plan import EntryPlan, FilePlan, Options
 from catenc.schedule.kernels import format_schedule
 from catenc.symbolic import Expr
 

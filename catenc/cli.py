@@ -21,11 +21,12 @@ import click
 
 from catenc import __version__
 from catenc.build import EMIT_KINDS, BuildRequest, build, emit_kinds, stage_dumps, write_atomic
-from catenc.compiler import FilePlan, Options, plan_file
-from catenc.diagnostics import CatencError, format_diagnostic
+from catenc.diagnostics import CatencError, closest, format_diagnostic
+from catenc.driver import plan_file
 from catenc.dtypes import DTYPES
-from catenc.frontend.composites import closest, load_composite_file
-from catenc.runtime import bundled_runtime_names, load_runtime
+from catenc.frontend.composites import load_composite_file
+from catenc.plan import FilePlan, Options
+from catenc.runtime.descriptor import bundled_runtime_names, load_runtime
 from catenc.symbolic import const
 
 EXIT_USER, EXIT_USAGE, EXIT_TEST, EXIT_INTERNAL = 1, 2, 3, 4
@@ -367,7 +368,14 @@ def test_runtime_command(
 
     Exits 3 on a fail, error or xpass cell, and 1 when cells could not even be built here (`not
     run`: e.g. opencl without pyopencl or an OpenCL driver; the message says what to install)."""
-    from catenc.coverage import not_run_note, progress_printer, render_json, render_markdown, run_coverage, summary_line
+    from catenc.testing.coverage import (
+        not_run_note,
+        progress_printer,
+        render_json,
+        render_markdown,
+        run_coverage,
+        summary_line,
+    )
 
     runtime = load_runtime(runtime_spec)
     config = runtime.validate_config(parse_config(config_items))
@@ -473,7 +481,7 @@ def _compile(
 def _check_test_sizes(plan: FilePlan, sizes_text: str) -> None:
     """Each --test size names a symbol of a tested composite, and one that `where` derives or -D
     fixes only with the value it has there."""
-    from catenc.testing import entry_sizes, parse_sizes  # numpy: only when testing
+    from catenc.testing.check import entry_sizes, parse_sizes  # numpy: only when testing
 
     given = parse_sizes(sizes_text)
     free = list(dict.fromkeys(dim for entry in plan.entries for dim in entry.dims))
@@ -502,7 +510,7 @@ def _check_test_sizes(plan: FilePlan, sizes_text: str) -> None:
 
 def _run_test(plan: FilePlan, written: dict[str, str], sizes_text: str, quiet: bool) -> int:
     from catenc.loader import load
-    from catenc.testing import check_entries, parse_sizes
+    from catenc.testing.check import check_entries, parse_sizes
 
     library = load(written["manifest"])
     checks, lines = check_entries(plan, library, parse_sizes(sizes_text))

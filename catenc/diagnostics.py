@@ -14,6 +14,7 @@ places.  :func:`format_diagnostic` renders it the way gcc does::
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -135,3 +136,9 @@ def format_diagnostic(error: CatencError, read_line: ReadLine | None = None) -> 
     for message, loc in error.notes:
         lines += _render("note", message, loc, reader)
     return "\n".join(lines)
+
+
+def closest(word: str, choices: list[str] | tuple[str, ...]) -> str:
+    """A ' (did you mean 'x'?)' suffix, or '' when nothing is close."""
+    match = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean '{match[0]}'?)" if match else ""

@@ -42,7 +42,7 @@ returns ``SIZE_MAX`` for such dims; a call through :meth:`Entry.__call__` raises
 Every call allocates its own outputs and workspace, so one entry may be called from several
 threads at once; ctypes releases the GIL while the C function runs.
 
-Builds of the GPU runtimes load too (:mod:`catenc.device_host`): an ``opencl`` build runs
+Builds of the GPU runtimes load too (:mod:`catenc.runtime.device_host`): an ``opencl`` build runs
 through pyopencl on this machine's OpenCL device, a ``cuda`` build on its GPU; the entries
 take and return host arrays and copy them to and from the device. Loading a build that
 cannot run here (``cuda`` without a GPU, another language) raises
@@ -893,7 +893,7 @@ class Library:
         self.runtime: dict[str, Any] = dict(self.manifest.get("runtime") or {})
         language = str(self.runtime.get("language", "c")).lower()
         if language != "c":
-            from catenc.device_host import device_symbols  # GPU builds: pyopencl or libcudart
+            from catenc.runtime.device_host import device_symbols  # GPU builds: pyopencl or libcudart
 
             self.path = self.manifest_path
             self._cdll = device_symbols(self.manifest, self.manifest_path.parent, language, where)

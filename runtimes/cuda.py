@@ -2,6 +2,6 @@
 default: SASS for it and PTX beside) into a shared library whose `extern "C"` entries take
 device pointers and a trailing cudaStream_t. `--test` and test-runtime run it where a GPU is."""
 
-from catenc.gpu_runtime import CudaRuntime
+from catenc.runtime.gpu_runtime import CudaRuntime
 
 RUNTIME = CudaRuntime(name="cuda")

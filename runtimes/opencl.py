@@ -2,6 +2,6 @@
 manifest; catenc.loader builds and runs them with pyopencl (`pip install 'catenc[opencl]'`), on
 any OpenCL device: PoCL runs them on this machine's CPU."""
 
-from catenc.gpu_runtime import OpenCLRuntime
+from catenc.runtime.gpu_runtime import OpenCLRuntime
 
 RUNTIME = OpenCLRuntime(name="opencl")

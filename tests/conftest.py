@@ -2,7 +2,7 @@
 
 Every numerical test file compiles its composites once per module (``compile_composites``
 through a module-scoped fixture) and calls the entries at several size bindings, comparing
-with numpy computed independently inside the test (never with ``catenc.reference``).
+with numpy computed independently inside the test (never with ``catenc.testing.reference``).
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 
 from catenc.build import BuildRequest, build
-from catenc.compiler import Options, plan_file
+from catenc.driver import plan_file
 from catenc.loader import Library, load
-from catenc.runtime import load_runtime
+from catenc.plan import Options
+from catenc.runtime.descriptor import load_runtime
 
 # Sizes every test binds a free symbol to: 1, primes, a larger non-multiple of 16.
 SIZES = (1, 7, 13, 37)

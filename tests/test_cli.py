@@ -190,7 +190,7 @@ def test_compile_help_says_the_defaults_runtimes_config_keys_debug_levels_and_ex
 
 @pytest.mark.parametrize("runtime", ["opencl", "cuda"])
 def test_compile_help_shows_the_config_keys_of_the_runtime_named(tmp_path: Path, runtime: str) -> None:
-    from catenc.runtime import load_runtime
+    from catenc.runtime.descriptor import load_runtime
 
     text = ok(catenc_run(tmp_path, "compile", "--runtime", runtime, "--help")).stdout
     section = text.split(f"Config keys of runtime '{runtime}'", 1)[1].split("Debug levels (", 1)[0]

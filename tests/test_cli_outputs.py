@@ -24,8 +24,9 @@ from pathlib import Path
 import pytest
 
 from catenc.build import LOCK_FILE, BuildRequest, build
-from catenc.compiler import Options, plan_file
-from catenc.runtime import load_runtime
+from catenc.driver import plan_file
+from catenc.plan import Options
+from catenc.runtime.descriptor import load_runtime
 
 REPO = Path(__file__).resolve().parent.parent
 

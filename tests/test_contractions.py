@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 from conftest import randn, runtime
 
-from catenc.codegen.gemm import default_tiles
-from catenc.compiler import Options, plan_file
+from catenc.driver import plan_file
 from catenc.lower.loops import Gemm, iter_stmts
+from catenc.plan import Options
+from catenc.schedule.tiles import default_tiles
 
 EDGE = (1, 3, 17, 63, 65)
 

@@ -210,7 +210,7 @@ def test_op_library_contractions_do_not_spill(tmp_path, dtype):
 def test_host_entry_checks_sizes_and_workspace_before_launching(built):
     """The nvcc-built host entry runs on the CPU: its size and workspace checks return their
     codes before touching the device; a launch without a GPU is CATENC_E_DEVICE."""
-    from catenc.device_host import cuda_available
+    from catenc.runtime.device_host import cuda_available
 
     lib = ctypes.CDLL(str(built["attention"] / "libattention.so"))
     entry, size = lib.attention, lib.attention_workspace_bytes

@@ -40,9 +40,10 @@ from pathlib import Path
 import pytest
 
 from catenc.build import BuildRequest, InternalError, build
-from catenc.compiler import Options, plan_file
 from catenc.diagnostics import CatencError, Loc, format_diagnostic
-from catenc.runtime import load_runtime
+from catenc.driver import plan_file
+from catenc.plan import Options
+from catenc.runtime.descriptor import load_runtime
 
 SEED = 20240917
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from catenc.compiler import Options, plan_file
-from catenc.runtime import load_runtime
+from catenc.driver import plan_file
+from catenc.plan import Options
+from catenc.runtime.descriptor import load_runtime
 
 
 def plan(tmp_path, body: str, inputs: list[str], outputs: list[str], opt: str = "2", extra: str = ""):

@@ -22,9 +22,10 @@ from fuzzing.run import BASE_LEVELS, FAILURES, OMP_LEVEL, OPENCL_LEVEL, Job, cho
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from catenc.compiler import Options, plan_file
 from catenc.diagnostics import CatencError
-from catenc.runtime import load_runtime
+from catenc.driver import plan_file
+from catenc.plan import Options
+from catenc.runtime.descriptor import load_runtime
 
 EXAMPLES = 50  # hypothesis examples
 FILES = 2  # composite files per example, checked in parallel

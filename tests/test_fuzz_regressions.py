@@ -11,11 +11,12 @@ import pytest
 from conftest import assert_close, rng
 
 from catenc.build import BuildRequest, build
-from catenc.compiler import Options, plan_file
+from catenc.driver import plan_file
 from catenc.loader import load
-from catenc.reference import run_program
-from catenc.runtime import load_runtime
-from catenc.testing import check_entries
+from catenc.plan import Options
+from catenc.runtime.descriptor import load_runtime
+from catenc.testing.check import check_entries
+from catenc.testing.reference import run_program
 
 EXACT = dict(rtol=0, atol=0)
 
@@ -149,7 +150,7 @@ body = "y = take(x, idx, 0)"
 
 def test_test_ranges_over_a_symbol_fixed_with_define(tmp_path):
     """`catenc compile gather.toml -D N=5 --test "M=3,K=4"`: internal compiler error,
-    KeyError: 'N' in catenc/testing.py input_range. Expected: the check runs and passes."""
+    KeyError: 'N' in catenc/testing/check.py input_range. Expected: the check runs and passes."""
     path = tmp_path / "gather.toml"
     path.write_text(RANGES_OVER_A_FIXED_SYMBOL)
     rt = load_runtime("clang")

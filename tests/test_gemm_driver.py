@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from catenc.codegen.gemm import GemmTiles, default_tiles, pack_elements, render_gemm_support
+from catenc.codegen.gemm import render_gemm_support
+from catenc.schedule.tiles import GemmTiles, default_tiles, pack_elements
 from catenc.symbolic import parse_expr
 from tests.toolchains import SANITIZE
 

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 from conftest import compile_text, randn, runtime
 
-from catenc.compiler import Options, plan_file
+from catenc.driver import plan_file
 from catenc.lower.gpu import BlockReduce, FirstItem, ThreadLoop, TiledGemm, format_gpu
+from catenc.plan import Options
 
 SOURCE = """
 [composite.scale_add]

@@ -33,7 +33,7 @@ body = "y = x * 2"
 
 RAISING = """
 from catenc.codegen.c import CRenderer
-from catenc.runtime import CRuntime
+from catenc.runtime.descriptor import CRuntime
 
 
 class BadRenderer(CRenderer):
@@ -46,7 +46,7 @@ RUNTIME = CRuntime(name="bad", renderer=BadRenderer)
 
 RAISING_LITERAL = """
 from catenc.codegen.c import CRenderer
-from catenc.runtime import CRuntime
+from catenc.runtime.descriptor import CRuntime
 
 
 class BadRenderer(CRenderer):
@@ -59,7 +59,7 @@ RUNTIME = CRuntime(name="badliteral", renderer=BadRenderer)
 
 INVALID_C = """
 from catenc.codegen.c import CRenderer
-from catenc.runtime import CRuntime
+from catenc.runtime.descriptor import CRuntime
 
 
 class BadRenderer(CRenderer):
@@ -72,7 +72,7 @@ RUNTIME = CRuntime(name="badc", renderer=BadRenderer)
 RAISING_BUILD = """
 from dataclasses import dataclass
 
-from catenc.runtime import CRuntime
+from catenc.runtime.descriptor import CRuntime
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_FILES = ["gemm.toml", "mlp.yaml", "softmax.toml", "layernorm.toml", "attention.toml", "conv2d.toml"]
 INPUTS = [
     "pyproject.toml",
-    "catenc/compiler.py",
+    "catenc/driver.py",
     "catenc/codegen/templates/vecmath.c.j2",
     "ops/activations.toml",
     "runtimes/clang.py",

@@ -13,7 +13,7 @@ from conftest import compile_text, randn
 
 from catenc.codegen.c import CRenderer
 from catenc.diagnostics import CatencError
-from catenc.runtime import load_runtime
+from catenc.runtime.descriptor import load_runtime
 
 SOURCE = """
 [composite.scale_rows]

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from conftest import randint, randn, runtime
 
-from catenc.compiler import Options, plan_file
+from catenc.driver import plan_file
 from catenc.lower.loops import LaneReduce, iter_stmts
+from catenc.plan import Options
 
 SOURCE = """
 [composite.rows_f32]

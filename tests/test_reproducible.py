@@ -137,10 +137,11 @@ import sys
 from pathlib import Path
 from catenc.build import BuildRequest, build
 from catenc.cli import main
-from catenc.compiler import FilePlan, Options, plan_entry, search_dirs
-from catenc.coverage import BUILTIN_ROWS, library_ops, make_cases, op_alias, op_dtypes
+from catenc.driver import plan_entry, search_dirs
+from catenc.plan import FilePlan, Options
+from catenc.testing.coverage import BUILTIN_ROWS, library_ops, make_cases, op_alias, op_dtypes
 from catenc.frontend.composites import Library, load_composite_file
-from catenc.runtime import load_runtime
+from catenc.runtime.descriptor import load_runtime
 
 out = Path(sys.argv[1])
 samples, gpu_samples = sys.argv[2].split(","), sys.argv[3].split(",")

@@ -26,12 +26,13 @@ from catenc.build import BuildRequest, build
 from catenc.codegen.c import CRenderer
 from catenc.codegen.gpu import CudaRenderer, OpenCLRenderer
 from catenc.codegen.names import C_LOCALS, CUDA_LOCALS
-from catenc.compiler import Options, plan_file
-from catenc.device_host import build_opencl
 from catenc.diagnostics import CatencError
+from catenc.driver import plan_file
 from catenc.frontend.composites import check_name
 from catenc.loader import load
-from catenc.runtime import load_runtime
+from catenc.plan import Options
+from catenc.runtime.descriptor import load_runtime
+from catenc.runtime.device_host import build_opencl
 
 ROOT = Path(__file__).resolve().parent.parent
 RENDERERS = {"clang": CRenderer, "cuda": CudaRenderer, "opencl": OpenCLRenderer}

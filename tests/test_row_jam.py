@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from conftest import randn, runtime
 
-from catenc.compiler import Options, plan_file
+from catenc.driver import plan_file
 from catenc.lower.loops import LaneReduce, iter_stmts
 from catenc.lower.vectorize import JAM
+from catenc.plan import Options
 from catenc.symbolic import merge_divmod, sym
 
 SOURCE = """

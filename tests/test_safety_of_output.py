@@ -31,10 +31,11 @@ import numpy as np
 import pytest
 
 from catenc.build import BuildRequest, InternalError, build
-from catenc.compiler import Options, plan_file
 from catenc.diagnostics import CatencError, format_diagnostic
+from catenc.driver import plan_file
 from catenc.loader import Library, load
-from catenc.runtime import load_runtime
+from catenc.plan import Options
+from catenc.runtime.descriptor import load_runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 DIAG_RE = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?P<col>\d+): error: (?P<msg>.+)$")

@@ -180,7 +180,7 @@ def reference(x, **_):
 
 UB_RUNTIME = """
 from catenc.codegen.c import CRenderer
-from catenc.runtime import CRuntime
+from catenc.runtime.descriptor import CRuntime
 
 
 class SignedOverflow(CRenderer):
@@ -193,7 +193,7 @@ RUNTIME = CRuntime(name="ubcontrol", renderer=SignedOverflow)
 
 OOB_RUNTIME = """
 from catenc.codegen.c import CRenderer
-from catenc.runtime import CRuntime
+from catenc.runtime.descriptor import CRuntime
 
 
 class OffByOne(CRenderer):

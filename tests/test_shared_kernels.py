@@ -8,7 +8,8 @@ import json
 import numpy as np
 from conftest import compile_text, randn, runtime
 
-from catenc.compiler import Options, plan_file
+from catenc.driver import plan_file
+from catenc.plan import Options
 
 SOURCE = """
 [composite.layer]

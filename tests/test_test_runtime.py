@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from catenc.coverage import render_json, render_markdown, run_coverage, summary_line
-from catenc.runtime import load_runtime
+from catenc.runtime.descriptor import load_runtime
+from catenc.testing.coverage import render_json, render_markdown, run_coverage, summary_line
 
 GOOD_AND_BAD = """
 [composite.zz_twice]
@@ -96,7 +96,7 @@ def test_expected_failures_are_xfail_and_fixed_ones_xpass(tmp_path, ops_dir):
     runtime = _runtime_file(
         tmp_path,
         """
-        from catenc.runtime import CRuntime
+        from catenc.runtime.descriptor import CRuntime
         RUNTIME = CRuntime(name="myrt", compilers=("gcc", "cc"))
         """,
         """
@@ -123,7 +123,7 @@ def test_unsupported_and_compiled_cells(tmp_path, ops_dir):
     runtime = _runtime_file(
         tmp_path,
         """
-        from catenc.runtime import CRuntime
+        from catenc.runtime.descriptor import CRuntime
         RUNTIME = CRuntime(name="myrt", dtypes=frozenset({"f32", "i32"}), can_run=False)
         """,
     )

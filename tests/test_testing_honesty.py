@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 
 from catenc.build import BuildRequest, build
-from catenc.compiler import Options, plan_file
 from catenc.diagnostics import CatencError
+from catenc.driver import plan_file
 from catenc.frontend.composites import load_composite_file
 from catenc.loader import load
-from catenc.runtime import load_runtime
-from catenc.testing import check_entries, reduction_rounding
+from catenc.plan import Options
+from catenc.runtime.descriptor import load_runtime
+from catenc.testing.check import check_entries, reduction_rounding
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,7 +12,7 @@ import functools
 import shutil
 from pathlib import Path
 
-from catenc.runtime import CRuntime, load_runtime
+from catenc.runtime.descriptor import CRuntime, load_runtime
 
 COMPILERS = ("clang", "gcc")
 # -march level -> the CPU features (as /proc/cpuinfo names them) it requires beyond the one below

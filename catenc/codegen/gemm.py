@@ -2,76 +2,16 @@
 
 The compiler generates, per contraction, two packing functions that evaluate the operand
 expressions into the packed panel layouts documented in ``templates/gemm.c.j2`` and calls
-``catenc_gemm_<dtype>``; this module renders that support code and sizes its workspace.
+``catenc_gemm_<dtype>``; this module renders that support code from the tiles the schedule chose
+(catenc/schedule/tiles.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from catenc.codegen.jinja import environment
-from catenc.symbolic import Expr, ExprLike, floordiv, minimum, to_expr
+from catenc.schedule.tiles import BATCH_FLOPS, CTYPES, FLOPS_PER_THREAD, PARALLEL_FLOPS, UNROLL, GemmTiles
 
 _ENV = environment(lstrip_blocks=True)
-
-_CTYPES = {"f32": ("float", 4), "f64": ("double", 8)}
-
-# Below this many floating-point operations (2*M*N*K) a product runs on the calling thread:
-# waking the OpenMP team costs more than the work saves.
-PARALLEL_FLOPS = 4_000_000
-# A parallel product uses at most one thread per this many operations.
-FLOPS_PER_THREAD = 2_000_000
-# A batch of products each below this many operations runs one product per thread.
-BATCH_FLOPS = 32_000_000
-# The micro-kernels' depth loop is unrolled this many times (clang and gcc pragmas): ~5% over 1.
-UNROLL = 2
-
-
-@dataclass(frozen=True)
-class GemmTiles:
-    mr: int  # micro-tile rows
-    nr: int  # micro-tile columns (a multiple of the vector length)
-    kc: int  # depth of a packed panel
-    mc: int  # rows of A per cache block (multiple of mr)
-    nc: int  # columns of B per cache block (multiple of nr)
-    vector_bytes: int  # width of the vector type used in the micro-kernel (64 = AVX-512, 32 = AVX2, 16 = SSE/NEON)
-
-    def check(self, dtype: str) -> None:
-        """Raise ValueError unless the tiles are usable for `dtype`."""
-        if dtype not in _CTYPES:
-            raise ValueError(f"gemm: unsupported dtype {dtype!r} (expected one of {sorted(_CTYPES)})")
-        size = _CTYPES[dtype][1]
-        if self.vector_bytes < size or self.vector_bytes > 64 or self.vector_bytes & (self.vector_bytes - 1):
-            raise ValueError(f"gemm: vector_bytes {self.vector_bytes} is not a power of two in [{size}, 64]")
-        lanes = self.vector_bytes // size
-        if min(self.mr, self.nr, self.kc, self.mc, self.nc) <= 0:
-            raise ValueError(f"gemm: tile sizes must be positive: {self}")
-        if self.nr % lanes or self.mc % self.mr or self.nc % self.nr:
-            raise ValueError(f"gemm: need nr % {lanes} == 0, mc % mr == 0, nc % nr == 0: {self}")
-
-
-# Tuned on a 2-core Sapphire Rapids (AVX-512, 2 FMA units, L1d 48 KiB, L2 2 MiB per core): the A
-# micro-panel (mr x kc) stays in L1, the B block (kc x nc) in L2 while the A micro-panels stream past
-# it; in the row-split (tall) mode the A block (mc x kc) is the other L2 tenant. 6 x 4 vectors: 24
-# accumulators, 4 B vectors and a broadcast of the 32 zmm registers.
-_DEFAULTS = {
-    ("f32", 64): GemmTiles(mr=6, nr=64, kc=512, mc=192, nc=512, vector_bytes=64),
-    ("f64", 64): GemmTiles(mr=6, nr=32, kc=256, mc=192, nc=512, vector_bytes=64),
-    # 16 ymm registers: 12 accumulators, 2 B vectors, a broadcast (the BLIS Haswell shape).
-    ("f32", 32): GemmTiles(mr=6, nr=16, kc=256, mc=144, nc=1024, vector_bytes=32),
-    ("f64", 32): GemmTiles(mr=6, nr=8, kc=256, mc=96, nc=1024, vector_bytes=32),
-    # 16 registers and maybe no FMA (SSE2; NEON has 32): 8 accumulators leave room for the products.
-    ("f32", 16): GemmTiles(mr=4, nr=8, kc=256, mc=96, nc=1024, vector_bytes=16),
-    ("f64", 16): GemmTiles(mr=4, nr=4, kc=256, mc=96, nc=1024, vector_bytes=16),
-}
-
-
-def default_tiles(dtype: str, vector_bytes: int) -> GemmTiles:
-    """Tiles for `dtype` ("f32" or "f64") with `vector_bytes`-wide vectors (64, 32 or 16)."""
-    try:
-        return _DEFAULTS[(dtype, vector_bytes)]
-    except KeyError:
-        raise ValueError(f"gemm: no default tiles for dtype {dtype!r} with {vector_bytes}-byte vectors") from None
 
 
 def _row_variants(mr: int) -> list[int]:
@@ -91,7 +31,7 @@ def render_gemm_support(tiles: dict[str, GemmTiles]) -> str:
     for dtype in sorted(tiles):
         t = tiles[dtype]
         t.check(dtype)
-        ctype, size = _CTYPES[dtype]
+        ctype, size = CTYPES[dtype]
         lanes = t.vector_bytes // size
         nv = t.nr // lanes
         dtypes.append(
@@ -116,14 +56,3 @@ def render_gemm_support(tiles: dict[str, GemmTiles]) -> str:
     return _ENV.get_template("gemm.c.j2").render(
         dtypes=dtypes, parallel_flops=PARALLEL_FLOPS, flops_per_thread=FLOPS_PER_THREAD, batch_flops=BATCH_FLOPS
     )
-
-
-def _round_up(x: Expr, multiple: int) -> Expr:
-    return floordiv(x + (multiple - 1), multiple) * multiple
-
-
-def pack_elements(tiles: GemmTiles, M: ExprLike, N: ExprLike, K: ExprLike) -> Expr:
-    """Elements of packing workspace `catenc_gemm_<dtype>` needs for an M x K by K x N product:
-    kc_eff * (round_up(M, mr) + round_up(N, nr)) with kc_eff = min(K, kc) (sizes are >= 0)."""
-    M, N, K = to_expr(M), to_expr(N), to_expr(K)
-    return minimum(K, tiles.kc) * (_round_up(M, tiles.mr) + _round_up(N, tiles.nr))

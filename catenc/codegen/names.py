@@ -11,7 +11,7 @@ C++ includes through `extern "C"`, also keeps its parameters clear of C++'s keyw
 The frontend rejects some of these names outright (its tables in `catenc.frontend.composites`:
 C keywords and C library names, for composites, tensors and symbols alike); the C table here
 starts from those. A composite's name is the entry's and is never renamed: one a backend reserves
-is an error (codegen/emit.py).
+is an error (catenc/emit.py).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from catenc.ir.nodes import Buffer, Compute
 from catenc.symbolic import Atom, Call, Expr, Sym
 
 if TYPE_CHECKING:
-    from catenc.compiler import EntryPlan
+    from catenc.plan import EntryPlan
 
 
 def _words(text: str) -> frozenset[str]:

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import count
 
-from catenc.diagnostics import CatencError, Loc
+from catenc.diagnostics import CatencError, Loc, closest
 from catenc.dtypes import BOOL, DTYPES, F32, I64, DType
 from catenc.frontend import typed as T
 from catenc.frontend.body import BodyText
-from catenc.frontend.composites import MAX_CONSTANT, Composite, Constraint, Library, TensorDecl, closest
+from catenc.frontend.composites import MAX_CONSTANT, Composite, Constraint, Library, TensorDecl
 from catenc.symbolic import (
     ONE,
     ZERO,

@@ -7,14 +7,13 @@ name in the search order of docs/language.md §10: the file and its includes, ea
 
 from __future__ import annotations
 
-import difflib
 import keyword
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from catenc.diagnostics import CatencError, Loc
+from catenc.diagnostics import CatencError, Loc, closest
 from catenc.dtypes import DTYPES
 from catenc.frontend.source import KeyPath, SourceFile, load_source
 from catenc.symbolic import Expr, SymbolicSyntaxError, parse_expr
@@ -111,12 +110,6 @@ def _ordered_symbols(expr: Expr) -> list[str]:
     text = str(expr)
     names = expr.free_symbols()
     return sorted(names, key=lambda n: re.search(rf"\b{re.escape(n)}\b", text).start())
-
-
-def closest(word: str, choices: list[str] | tuple[str, ...]) -> str:
-    """A ' (did you mean 'x'?)' suffix, or '' when nothing is close."""
-    match = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean '{match[0]}'?)" if match else ""
 
 
 C_TYPES_AND_MACROS = frozenset(

@@ -79,7 +79,7 @@ def _parts(level) -> tuple[str, tuple[tuple[str, str], ...], str]:
 
 
 def _options(level, composites: Sequence[str], defines: dict[str, int] | None = None):
-    from catenc.compiler import Options
+    from catenc.plan import Options
 
     opt, config, runtime = _parts(level)
     rt = _runtime(runtime)
@@ -97,7 +97,7 @@ _RUNTIMES: dict = {}
 
 def _runtime(name: str = "clang"):
     if name not in _RUNTIMES:
-        from catenc.runtime import load_runtime
+        from catenc.runtime.descriptor import load_runtime
 
         _RUNTIMES[name] = load_runtime(name)
     return _RUNTIMES[name]
@@ -123,8 +123,8 @@ def check_batch_inprocess(
     """Compile the programs as one file at each level (with -D defines), run each at its
     bindings, classify."""
     from catenc.build import BuildRequest, build
-    from catenc.compiler import plan_file
     from catenc.diagnostics import CatencError
+    from catenc.driver import plan_file
     from catenc.loader import load
 
     workdir = Path(workdir)
@@ -202,7 +202,7 @@ _EMIT = ("c", "h", "manifest", "so")
 
 
 def _run_program(program: Program, builds: list, levels: Sequence, binds, seed: int) -> list[tuple[str, str]]:
-    from catenc.testing import compare, run_once, stored_values
+    from catenc.testing.check import compare, run_once, stored_values
 
     problems: list[tuple[str, str]] = []
     rtol, atol = program.tolerance()
@@ -216,7 +216,7 @@ def _run_program(program: Program, builds: list, levels: Sequence, binds, seed: 
                 checks, storage = run_once(entry, entry.composite, function, sizes, seed)
             except Exception as error:
                 text = _trace(error)
-                kind = "internal" if "reference" in text or "catenc/reference.py" in text else "crash"
+                kind = "internal" if "reference" in text or "catenc/testing/reference.py" in text else "crash"
                 problems.append((kind, f"{where}: {text}"))
                 continue
             for check in checks:

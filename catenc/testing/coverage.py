@@ -25,14 +25,15 @@ from pathlib import Path
 
 from catenc import __version__
 from catenc.build import BuildRequest, InternalError, build
-from catenc.compiler import EntryPlan, FilePlan, Options, plan_entry, search_dirs
 from catenc.diagnostics import CatencError
+from catenc.driver import plan_entry, search_dirs
 from catenc.dtypes import DTYPES
 from catenc.frontend.composites import Composite, Library, load_composite_file
 from catenc.loader import CatencStatusError, ManifestError, load
+from catenc.plan import EntryPlan, FilePlan, Options
 from catenc.resources import package_path
-from catenc.runtime import Runtime
-from catenc.testing import entry_sizes, run_once
+from catenc.runtime.descriptor import Runtime
+from catenc.testing.check import entry_sizes, run_once
 
 try:
     import tomllib
@@ -84,7 +85,7 @@ BUILTIN_ROWS = Path(__file__).resolve().parent / "builtin_rows"
 
 def library_ops(extra_dirs: tuple[str, ...], primitives: bool = True) -> list[tuple[str, Composite, str]]:
     """(family, composite, search directory) of every op: bundled first, then --ops dirs, then
-    (for the rows of the language's own functions) catenc/builtin_rows."""
+    (for the rows of the language's own functions) catenc/testing/builtin_rows."""
     found: dict[str, tuple[str, Composite, str]] = {}
     dirs = [(str(package_path("ops")), "catenc:ops")] + [(d, d) for d in extra_dirs]
     if primitives:

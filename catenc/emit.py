@@ -7,14 +7,15 @@ from dataclasses import dataclass, replace
 
 from catenc import __version__
 from catenc.codegen.c import CRenderer, buffer_args, prelude_tables
-from catenc.codegen.gemm import GemmTiles, render_gemm_support
+from catenc.codegen.gemm import render_gemm_support
 from catenc.codegen.gpu import CudaRenderer, GpuRenderer, launch_plan, status_offsets, temp_offsets
 from catenc.codegen.jinja import environment
 from catenc.codegen.names import fresh_names, rename_entry, rename_signature
-from catenc.compiler import EntryPlan
 from catenc.diagnostics import CatencError
 from catenc.frontend.typed import TType
 from catenc.lower.loops import iter_stmts
+from catenc.plan import EntryPlan
+from catenc.schedule.tiles import GemmTiles
 from catenc.symbolic import C as C_STYLE
 from catenc.symbolic import Call, Expr, Sym, product
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from catenc.codegen.gpu import CudaRenderer, OpenCLRenderer
 from catenc.diagnostics import CatencError
 from catenc.lower.gpu import GemmTile
-from catenc.runtime import ConfigKey, Runtime
+from catenc.runtime.descriptor import ConfigKey, Runtime
 
 _BLOCKS = ("64", "128", "256", "512", "1024")
 
@@ -79,7 +79,7 @@ class CudaRuntime(GpuRuntime):
         return self.nvcc
 
     def runnable(self, config: Mapping[str, str]) -> bool:
-        from catenc.device_host import cuda_available
+        from catenc.runtime.device_host import cuda_available
 
         return cuda_available()
 
@@ -126,7 +126,7 @@ class OpenCLRuntime(GpuRuntime):
     config_keys: Mapping[str, ConfigKey] = field(default_factory=lambda: gpu_config_keys("64"))
 
     def runnable(self, config: Mapping[str, str]) -> bool:
-        from catenc.device_host import opencl_available
+        from catenc.runtime.device_host import opencl_available
 
         return opencl_available()
 
@@ -135,8 +135,8 @@ class OpenCLRuntime(GpuRuntime):
 
     def verify_source(self, path: Path, config: Mapping[str, str]) -> str | None:
         """The driver's build log when this machine's OpenCL device rejects the kernels."""
-        from catenc.device_host import build_opencl
         from catenc.loader import ManifestError
+        from catenc.runtime.device_host import build_opencl
 
         if not self.runnable(config):
             return None
@@ -157,8 +157,8 @@ class OpenCLRuntime(GpuRuntime):
 
 @functools.cache
 def _opencl_version() -> str:
-    from catenc.device_host import _opencl_context
     from catenc.loader import UnsupportedRuntimeError
+    from catenc.runtime.device_host import _opencl_context
 
     try:
         _, context, _, _ = _opencl_context()

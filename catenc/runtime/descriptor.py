@@ -4,7 +4,7 @@ A descriptor file defines `RUNTIME`, an instance of `Runtime` (usually `CRuntime
 target language, renderer, config keys, supported dtypes and ops, and its toolchain. A runtime
 that differs from a bundled one in flags or a few spellings is a short file:
 
-    from catenc.runtime import CRuntime, c_config_keys
+    from catenc.runtime.descriptor import CRuntime, c_config_keys
 
     RUNTIME = CRuntime(
         name="gcc_avx2",
@@ -34,9 +34,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from catenc.codegen.c import CRenderer
-from catenc.diagnostics import CatencError, Loc
+from catenc.diagnostics import CatencError, Loc, closest
 from catenc.dtypes import DTYPES
-from catenc.frontend.composites import closest
 from catenc.resources import package_path
 
 

@@ -12,15 +12,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from catenc.compiler import EntryPlan, FilePlan
 from catenc.diagnostics import CatencError
 from catenc.dtypes import DType, from_storage, to_storage
 from catenc.frontend import typed as T
 from catenc.frontend.check import decide
 from catenc.frontend.composites import Composite
 from catenc.loader import STATUS_NAMES, CatencStatusError, Library
-from catenc.reference import compute_dtype, run_program
+from catenc.plan import EntryPlan, FilePlan
 from catenc.symbolic import Facts, const, parse_expr
+from catenc.testing.reference import compute_dtype, run_program
 
 # (rtol, atol) of an output computed without a long reduction: a few elementwise roundings
 # (and the library math functions' error) in the output's precision.

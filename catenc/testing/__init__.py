@@ -1,0 +1,1 @@
+"""Checking compiled code: the numpy reference, `--test`, and the op-coverage report."""
