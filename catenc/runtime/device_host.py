@@ -24,7 +24,14 @@ from typing import Any
 import numpy as np
 
 from catenc.dtypes import DTYPES
-from catenc.loader import SIZE_MAX, WORKSPACE_ALIGNMENT, ManifestError, ShapeExpr, UnsupportedRuntimeError, _Scope
+from catenc.runtime.manifest import (
+    SIZE_MAX,
+    WORKSPACE_ALIGNMENT,
+    ManifestError,
+    Scope,
+    ShapeExpr,
+    UnsupportedRuntimeError,
+)
 
 
 class DeviceEntry:
@@ -48,12 +55,12 @@ class DeviceEntry:
         entry returns CATENC_E_SHAPE and its workspace function SIZE_MAX)."""
         return any(not -(2**63) <= size(scope) < 2**63 for size in self.sizes)
 
-    def scope(self, args: Sequence[Any]) -> _Scope:
+    def scope(self, args: Sequence[Any]) -> Scope:
         values = dict(self.spec.get("specialized") or {})
         for (role, arg), value in zip(self.roles, args):
             if role == "dim":
                 values[arg["name"]] = int(value)
-        return _Scope(values, self.derived)
+        return Scope(values, self.derived)
 
     def nbytes(self, arg: Mapping[str, Any], scope: Mapping[str, int]) -> int:
         count = 1
@@ -125,6 +132,17 @@ def opencl_available() -> bool:
     except UnsupportedRuntimeError:
         return False
     return True
+
+
+@functools.cache
+def opencl_version() -> str:
+    """The OpenCL platform's version and the device's name, for the manifest."""
+    try:
+        _, context, _, _ = _opencl_context()
+    except UnsupportedRuntimeError:
+        return "no OpenCL device"
+    device = context.devices[0]
+    return f"{device.platform.version}, {device.name}"
 
 
 def build_opencl(source: str, where: str):
@@ -309,7 +327,7 @@ class _WorkspaceSize:
     def __call__(self, *dims: int) -> int:
         values = dict(self.entry.spec.get("specialized") or {})
         values.update(zip(self.dims, (int(d) for d in dims)))
-        scope = _Scope(values, self.entry.derived)
+        scope = Scope(values, self.entry.derived)
         if self.entry.overflows(scope):
             return SIZE_MAX
         return self.expr(scope)

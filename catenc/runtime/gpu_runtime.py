@@ -6,7 +6,6 @@ your own (another CUDA architecture list, other nvcc flags) is a short file like
 
 from __future__ import annotations
 
-import functools
 import re
 import shutil
 import subprocess
@@ -18,6 +17,7 @@ from catenc.codegen.gpu import CudaRenderer, OpenCLRenderer
 from catenc.diagnostics import CatencError
 from catenc.lower.gpu import GemmTile
 from catenc.runtime.descriptor import ConfigKey, Runtime
+from catenc.runtime.manifest import ManifestError
 
 _BLOCKS = ("64", "128", "256", "512", "1024")
 
@@ -131,11 +131,12 @@ class OpenCLRuntime(GpuRuntime):
         return opencl_available()
 
     def toolchain_version(self, config: Mapping[str, str]) -> str:
-        return _opencl_version()
+        from catenc.runtime.device_host import opencl_version
+
+        return opencl_version()
 
     def verify_source(self, path: Path, config: Mapping[str, str]) -> str | None:
         """The driver's build log when this machine's OpenCL device rejects the kernels."""
-        from catenc.loader import ManifestError
         from catenc.runtime.device_host import build_opencl
 
         if not self.runnable(config):
@@ -153,16 +154,3 @@ class OpenCLRuntime(GpuRuntime):
             f"runtime '{self.name}' builds no {kind} file: the OpenCL driver compiles {source} when "
             "catenc.loader loads it (emit c,manifest)"
         )
-
-
-@functools.cache
-def _opencl_version() -> str:
-    from catenc.loader import UnsupportedRuntimeError
-    from catenc.runtime.device_host import _opencl_context
-
-    try:
-        _, context, _, _ = _opencl_context()
-    except UnsupportedRuntimeError:
-        return "no OpenCL device"
-    device = context.devices[0]
-    return f"{device.platform.version}, {device.name}"
