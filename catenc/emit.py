@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from catenc import __version__
@@ -10,7 +11,7 @@ from catenc.codegen.c import CRenderer, buffer_args, prelude_tables
 from catenc.codegen.gemm import render_gemm_support
 from catenc.codegen.gpu import CudaRenderer, GpuRenderer, launch_plan, status_offsets, temp_offsets
 from catenc.codegen.jinja import environment
-from catenc.codegen.names import fresh_names, rename_entry, rename_signature
+from catenc.codegen.names import Renamer, Reserved, collect_names, fresh_names
 from catenc.diagnostics import CatencError
 from catenc.frontend.typed import TType
 from catenc.lower.loops import iter_stmts
@@ -210,6 +211,52 @@ def renamed_entries(entries: tuple[EntryPlan, ...], renderer: CRenderer) -> list
     the file, renamed (codegen/names.py), and its renaming."""
     reserved = renderer.reserved.with_symbols(e.symbol for e in entries)
     return [rename_entry(entry, reserved) for entry in entries]
+
+
+# ---- renaming an entry's user names in what codegen renders ----
+
+_RENDERED = ("schedule", "kernels", "gpu", "checks")  # the parts of an EntryPlan codegen renders
+
+
+def user_names(entry: EntryPlan) -> list[str]:
+    """The names of the entry that come from the user and reach generated code: its buffers
+    (inputs, outputs, intermediates) and its symbols."""
+    names = {b.name for b in entry.schedule.graph.buffers} | set(entry.dims)
+    for buf in entry.schedule.graph.buffers:
+        for dim in buf.shape:
+            names |= dim.free_symbols()
+    for kernel in entry.kernels:
+        names |= set(kernel.symbols)
+    return sorted(names)
+
+
+def rename_signature(entry: EntryPlan, names: Mapping[str, str]) -> EntryPlan:
+    """The entry with its arguments (inputs, outputs, dims) renamed: what its C signature shows."""
+    if not names:
+        return entry
+    renamer = Renamer(names)
+    program = entry.program
+    signature = {
+        part: renamer.visit(tuple((names.get(n, n), t) for n, t in getattr(program, part)))
+        for part in ("inputs", "outputs")
+    }
+    return replace(entry, program=replace(program, **signature), dims=renamer.name(entry.dims))
+
+
+def rename_entry(entry: EntryPlan, reserved: Reserved) -> tuple[EntryPlan, dict[str, str]]:
+    """The entry with each user name that is reserved renamed wherever codegen renders it, and
+    the renaming; the composite, derived symbols and the pre-schedule graph keep the user's names."""
+    users = user_names(entry)
+    clashes = [name for name in users if name in reserved]
+    if not clashes:
+        return entry, {}
+    taken = set(users)
+    for part in _RENDERED:
+        collect_names(getattr(entry, part), taken)
+    names = fresh_names(clashes, reserved, taken)
+    renamer = Renamer(names)
+    entry = replace(entry, **{part: renamer.visit(getattr(entry, part)) for part in _RENDERED})
+    return rename_signature(entry, names), names
 
 
 def _gpu_host_context(entry: EntryPlan, buffers, temps, original: dict[str, str]) -> dict:

@@ -20,16 +20,12 @@ import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, is_dataclass, replace
-from typing import TYPE_CHECKING
 
 from catenc.diagnostics import Loc
 from catenc.dtypes import DType
 from catenc.frontend.composites import C_LIBRARY_VARIANTS, C_RESERVED, C_TYPES_AND_MACROS
 from catenc.ir.nodes import Buffer, Compute
 from catenc.symbolic import Atom, Call, Expr, Sym
-
-if TYPE_CHECKING:
-    from catenc.plan import EntryPlan
 
 
 def _words(text: str) -> frozenset[str]:
@@ -295,55 +291,13 @@ def fresh_names(names: Iterable[str], reserved: Reserved, taken: Iterable[str]) 
     return out
 
 
-# ---- renaming an entry's user names in what codegen renders ------------------------------------
+# ---- renaming user names in what codegen renders (catenc/emit.py applies it to an entry) ----
 
 _NAME_FIELDS = frozenset({"buffer", "buffers", "output", "pack", "symbols", "scalars"})  # hold buffer names
 _PAIR_FIELDS = frozenset({"store", "view_of"})  # (buffer name, ...)
-_RENDERED = ("schedule", "kernels", "gpu", "checks")  # the parts of an EntryPlan codegen renders
 
 
-def user_names(entry: EntryPlan) -> list[str]:
-    """The names of the entry that come from the user and reach generated code: its buffers
-    (inputs, outputs, intermediates) and its symbols."""
-    names = {b.name for b in entry.schedule.graph.buffers} | set(entry.dims)
-    for buf in entry.schedule.graph.buffers:
-        for dim in buf.shape:
-            names |= dim.free_symbols()
-    for kernel in entry.kernels:
-        names |= set(kernel.symbols)
-    return sorted(names)
-
-
-def rename_signature(entry: EntryPlan, names: Mapping[str, str]) -> EntryPlan:
-    """The entry with its arguments (inputs, outputs, dims) renamed: what its C signature shows."""
-    if not names:
-        return entry
-    renamer = _Renamer(names)
-    program = entry.program
-    signature = {
-        part: renamer.visit(tuple((names.get(n, n), t) for n, t in getattr(program, part)))
-        for part in ("inputs", "outputs")
-    }
-    return replace(entry, program=replace(program, **signature), dims=renamer.name(entry.dims))
-
-
-def rename_entry(entry: EntryPlan, reserved: Reserved) -> tuple[EntryPlan, dict[str, str]]:
-    """The entry with each user name that is reserved renamed wherever codegen renders it, and
-    the renaming; the composite, derived symbols and the pre-schedule graph keep the user's names."""
-    users = user_names(entry)
-    clashes = [name for name in users if name in reserved]
-    if not clashes:
-        return entry, {}
-    taken = set(users)
-    for part in _RENDERED:
-        _collect(getattr(entry, part), taken)
-    names = fresh_names(clashes, reserved, taken)
-    renamer = _Renamer(names)
-    entry = replace(entry, **{part: renamer.visit(getattr(entry, part)) for part in _RENDERED})
-    return rename_signature(entry, names), names
-
-
-def _collect(obj: object, out: set[str]) -> None:
+def collect_names(obj: object, out: set[str]) -> None:
     """Every string and symbol in obj (what a fresh name must not be)."""
     stack, seen = [obj], set()
     while stack:
@@ -361,7 +315,7 @@ def _collect(obj: object, out: set[str]) -> None:
             stack.extend(getattr(item, name) for name in _field_names(type(item)))
 
 
-class _Renamer:
+class Renamer:
     """Rebuilds frozen dataclasses with buffer names and symbols renamed; what holds no renamed
     name is kept as it is, and a subtree shared by several parents is rebuilt once."""
 
