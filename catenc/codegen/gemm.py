@@ -9,9 +9,31 @@ expressions into the packed panel layouts documented in ``templates/gemm.c.j2`` 
 from __future__ import annotations
 
 from catenc.codegen.jinja import environment
-from catenc.schedule.tiles import BATCH_FLOPS, CTYPES, FLOPS_PER_THREAD, PARALLEL_FLOPS, UNROLL, GemmTiles
+from catenc.schedule.tiles import (
+    BATCH_FLOPS,
+    CTYPES,
+    FLOPS_PER_THREAD,
+    PARALLEL_FLOPS,
+    UNROLL,
+    GemmTiles,
+    pack_elements,
+)
+from catenc.symbolic import RenderStyle, sym
 
 _ENV = environment(lstrip_blocks=True)
+
+# The support code compiles without catenc's prelude (no catenc_floordiv_i64), and it evaluates
+# sizes only of M, N, K >= 0, where C's division, which truncates, floors.
+_NONNEGATIVE_C = RenderStyle(
+    "*",
+    "LL",
+    {
+        "floordiv": "(({0}) / ({1}))",
+        "mod": "(({0}) % ({1}))",
+        "max": "(({0}) > ({1}) ? ({0}) : ({1}))",
+        "min": "(({0}) < ({1}) ? ({0}) : ({1}))",
+    },
+)
 
 
 def _row_variants(mr: int) -> list[int]:
@@ -51,6 +73,7 @@ def render_gemm_support(tiles: dict[str, GemmTiles]) -> str:
                 "col_variants": list(range(1, nv)),
                 "kernels": _kernels(t.mr, nv),
                 "unroll": UNROLL,
+                "pack_elements": pack_elements(t, sym("M"), sym("N"), sym("K")).render(_NONNEGATIVE_C),
             }
         )
     return _ENV.get_template("gemm.c.j2").render(
