@@ -10,14 +10,23 @@ from __future__ import annotations
 import ast
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from itertools import count
+from dataclasses import dataclass
 
 from catenc.diagnostics import CatencError, Loc, closest
 from catenc.dtypes import BOOL, DTYPES, F32, I64, DType
 from catenc.frontend import typed as T
 from catenc.frontend.body import BodyText
-from catenc.frontend.composites import MAX_CONSTANT, Composite, Constraint, Library, TensorDecl
+from catenc.frontend.composites import MAX_CONSTANT, Composite, Constraint, TensorDecl
+from catenc.frontend.constraints import (
+    Bindings,
+    EntryContext,
+    RuntimeCheck,
+    coerce_param,
+    constraint_facts,
+    decide,
+    shape_params,
+)
+from catenc.frontend.operators import Operators, is_weak, shape_text
 from catenc.symbolic import (
     ONE,
     ZERO,
@@ -33,6 +42,9 @@ from catenc.symbolic import (
     prove_nonneg,
     sym,
 )
+
+# what the driver, the planner and the test harness use
+__all__ = ["EntryContext", "RuntimeCheck", "check_entry", "decide"]
 
 UNARY_FLOAT = frozenset(
     "exp exp2 log log2 log1p expm1 sqrt rsqrt reciprocal sin cos tan tanh sinh cosh asin acos "
@@ -77,83 +89,6 @@ CMP_OPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq
 MAX_CALL_DEPTH = 32
 
 
-@dataclass
-class RuntimeCheck:
-    """A constraint the entry checks when called (it could not be decided at compile time)."""
-
-    lhs: Expr
-    op: str
-    rhs: Expr
-    text: str
-    loc: Loc
-
-    def render(self) -> str:
-        return f"{self.lhs} {self.op} {self.rhs}"
-
-
-@dataclass
-class EntryContext:
-    """State shared by an entry and every composite instantiated inside it."""
-
-    library: Library
-    facts: Facts = field(default_factory=Facts)
-    checks: list[RuntimeCheck] = field(default_factory=list)
-    serial: count = field(default_factory=lambda: count(1))
-
-    def add_check(self, lhs: Expr, op: str, rhs: Expr, text: str, loc: Loc) -> None:
-        if any(c.lhs == lhs and c.op == op and c.rhs == rhs for c in self.checks):
-            return
-        self.checks.append(RuntimeCheck(lhs, op, rhs, text, loc))
-        self.facts = self.facts.with_nonneg(*constraint_facts(lhs, op, rhs))
-
-
-@dataclass
-class Bindings:
-    """How a composite's names are bound for one instantiation."""
-
-    symbols: dict[str, Expr]
-    dtypes: dict[str, DType]
-    params: dict[str, bool | int | float]
-    batch: tuple[Expr, ...] | None = None
-
-
-def constraint_facts(lhs: Expr, op: str, rhs: Expr) -> list[Expr]:
-    """`lhs op rhs` as facts of the form e >= 0."""
-    if op == "<=":
-        return [rhs - lhs]
-    if op == "<":
-        return [rhs - lhs - 1]
-    if op == ">=":
-        return [lhs - rhs]
-    if op == ">":
-        return [lhs - rhs - 1]
-    if op == "==":
-        return [lhs - rhs, rhs - lhs]
-    return []
-
-
-def decide(lhs: Expr, op: str, rhs: Expr, facts: Facts) -> bool | None:
-    """True or False when `lhs op rhs` is decided by the facts, else None."""
-    negation = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}[op]
-    if op == "!=":
-        verdict = decide(lhs, "==", rhs, facts)
-        return None if verdict is None else not verdict
-    if op == "==":
-        diff = lhs - rhs
-        if diff.is_const:
-            return diff.value == 0
-        if prove_nonneg(diff, facts) and prove_nonneg(-diff, facts):
-            return True
-        if prove_nonneg(diff - 1, facts) or prove_nonneg(-diff - 1, facts):
-            return False
-        return None
-    if all(prove_nonneg(f, facts) for f in constraint_facts(lhs, op, rhs)):
-        return True
-    if all(prove_nonneg(f, facts) for f in constraint_facts(lhs, negation, rhs)):
-        return False
-    return None
-
-
 # ---- entry points ------------------------------------------------------------------------------
 
 
@@ -162,7 +97,7 @@ def check_entry(comp: Composite, ctx: EntryContext, fixed: dict[str, object]) ->
     params = dict(comp.params)
     for name, value in fixed.items():
         if name in params:
-            params[name] = _coerce_param(name, value, params[name], comp.loc)
+            params[name] = coerce_param(name, value, params[name], comp.loc)
     symbols: dict[str, Expr] = shape_params(params)
     for name in comp.symbols():
         value = fixed.get(name)
@@ -193,27 +128,6 @@ def check_entry(comp: Composite, ctx: EntryContext, fixed: dict[str, object]) ->
     return BodyChecker(comp, bindings, ctx, depth=0).run(), bindings
 
 
-def shape_params(params: dict[str, bool | int | float]) -> dict[str, Expr]:
-    """Integer params as constants: they may appear in shapes (e.g. a stride in a conv's output)."""
-    return {k: const(v) for k, v in params.items() if isinstance(v, int) and not isinstance(v, bool)}
-
-
-def _coerce_param(name: str, value: object, default: object, loc: Loc) -> bool | int | float:
-    if isinstance(default, bool):
-        if isinstance(value, bool):
-            return value
-        if value in (0, 1):
-            return bool(value)
-        raise CatencError(f"param '{name}' is a bool; got {value!r}", loc)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise CatencError(f"param '{name}' is a number; got {value!r}", loc)
-    if isinstance(default, int) and isinstance(value, float):
-        if value != int(value):
-            raise CatencError(f"param '{name}' is an integer; got {value!r}", loc)
-        return int(value)
-    return value
-
-
 # ---- the checker -------------------------------------------------------------------------------
 
 
@@ -234,23 +148,7 @@ class IndexScope:
         return IndexScope(self.names, self.guards + tuple(facts))
 
 
-def is_weak(node: T.Node) -> bool:
-    if isinstance(node, (T.Lit, T.SymVal)):
-        return node.weak
-    if not isinstance(node, T.Apply) or node.op == "cast" or not node.args:
-        return False
-    # asked of every operand of every operator: once per node, or a long expression is quadratic
-    weak = node.__dict__.get("_weak")
-    if weak is None:
-        if node.op == "where":
-            weak = is_weak(node.args[1]) and is_weak(node.args[2])
-        else:
-            weak = all(is_weak(a) for a in node.args) and node.type.dtype != BOOL
-        object.__setattr__(node, "_weak", weak)
-    return weak
-
-
-class BodyChecker:
+class BodyChecker(Operators):
     def __init__(self, comp: Composite, bindings: Bindings, ctx: EntryContext, depth: int):
         self.comp = comp
         self.bindings = bindings
@@ -354,8 +252,8 @@ class BodyChecker:
             )
         if not self.same_shape(value.type.shape, declared.shape):
             raise self.error(
-                f"'{name}' is declared with shape {_shape(declared.shape)} but this value has shape "
-                f"{_shape(value.type.shape)}",
+                f"'{name}' is declared with shape {shape_text(declared.shape)} but this value has shape "
+                f"{shape_text(value.type.shape)}",
                 node,
             )
         return value
@@ -482,108 +380,6 @@ class BodyChecker:
         if scope is not None:
             known += list(scope.names)
         raise self.error(f"unknown name '{name}'{closest(name, known)}", node)
-
-    # -- dtypes --
-    def strengthen(self, node: T.Node) -> T.Node:
-        if not is_weak(node):
-            return node
-        return self.retype(node, node.type.dtype, None)
-
-    def retype(self, node: T.Node, dtype: DType, where: ast.AST | None) -> T.Node:
-        """Give a weak value the dtype it meets."""
-        if isinstance(node, T.Lit):
-            value = node.value
-            if dtype.is_int and isinstance(value, float):
-                if not math.isfinite(value) or value != int(value):
-                    raise CatencError(
-                        f"the literal {value!r} cannot take the integer dtype {dtype.name}; use cast(...)",
-                        node.loc,
-                    )
-                value = int(value)
-            if dtype == BOOL and not isinstance(value, bool):
-                raise CatencError(f"the number {value!r} cannot take dtype bool; compare it instead", node.loc)
-            if dtype != BOOL and isinstance(value, bool):
-                raise CatencError(f"the bool {value!r} cannot take dtype {dtype.name}; use cast(...)", node.loc)
-            if dtype.is_int and not _fits(int(value), dtype):
-                raise CatencError(f"the literal {value!r} does not fit in {dtype.name}", node.loc)
-            if dtype.is_float and not isinstance(value, bool):
-                try:
-                    value = float(value)
-                except OverflowError:
-                    raise CatencError(f"the literal {value} is too large for {dtype.name}", node.loc) from None
-            return T.Lit(T.TType(dtype, ()), node.loc, value, False)
-        if isinstance(node, T.SymVal):
-            if dtype == BOOL:
-                raise CatencError("a symbol cannot be used as a bool", node.loc)
-            return T.SymVal(T.TType(dtype, ()), node.loc, node.expr, False)
-        assert isinstance(node, T.Apply)
-        if node.op in ("div",) and dtype.is_int:
-            raise CatencError("'/' on integers is not allowed; use '//' or cast(...) to a float", node.loc)
-        if node.op == "where":
-            cond, a, b = node.args
-            args = (cond, self.retype(a, dtype, where), self.retype(b, dtype, where))
-        else:
-            args = tuple(self.retype(a, dtype, where) for a in node.args)
-        result = node.type.dtype if node.type.dtype == BOOL else dtype
-        return T.Apply(T.TType(result, node.type.shape), node.loc, node.op, args)
-
-    def unify(self, args: list[T.Node], node: ast.AST) -> list[T.Node]:
-        """Make operands share one dtype (weak literals adopt the strong one's)."""
-        strong = [a for a in args if not is_weak(a)]
-        if not strong:
-            target = F32 if any(a.type.dtype.is_float for a in args) else args[0].type.dtype
-            if all(a.type.dtype == BOOL for a in args):
-                target = BOOL
-            if target != BOOL and any(a.type.dtype == BOOL for a in args):
-                raise self.error("cannot mix bool and numbers; use cast(...)", node)
-            return [a if a.type.dtype == target else self._reweak(a, target) for a in args]
-        dtype = strong[0].type.dtype
-        for other in strong[1:]:
-            if other.type.dtype != dtype:
-                raise self.error(
-                    f"operands have different dtypes {dtype.name} and {other.type.dtype.name}; "
-                    f"use cast(x, {dtype.name}) or cast(x, {other.type.dtype.name})",
-                    node,
-                )
-        return [self.retype(a, dtype, node) if is_weak(a) else a for a in args]
-
-    def _reweak(self, node: T.Node, dtype: DType) -> T.Node:
-        """Between weak values only: an int literal meeting a float one becomes a float literal."""
-        if isinstance(node, T.Lit):
-            return T.Lit(
-                T.TType(dtype, ()),
-                node.loc,
-                float(node.value) if dtype.is_float else node.value,
-                True,
-            )
-        if isinstance(node, T.SymVal):
-            return T.SymVal(T.TType(dtype, ()), node.loc, node.expr, True)
-        assert isinstance(node, T.Apply)
-        args = tuple(a if node.op == "where" and k == 0 else self._reweak(a, dtype) for k, a in enumerate(node.args))
-        return T.Apply(T.TType(dtype, node.type.shape), node.loc, node.op, args)
-
-    def broadcast(self, shapes: list[tuple[Expr, ...]], node: ast.AST) -> tuple[Expr, ...]:
-        rank = max((len(s) for s in shapes), default=0)
-        out: list[Expr] = []
-        for axis in range(rank):
-            dim: Expr | None = None
-            for shape in shapes:
-                k = axis - (rank - len(shape))
-                if k < 0:
-                    continue
-                d = shape[k]
-                if dim is None or dim == ONE:
-                    dim = d
-                elif d == ONE or self.equal(d, dim):
-                    continue
-                else:
-                    raise self.error(
-                        f"shapes {' and '.join(_shape(s) for s in shapes)} do not broadcast: {dim} vs {d} "
-                        f"in axis {axis - rank}",
-                        node,
-                    )
-            out.append(dim if dim is not None else ONE)
-        return tuple(out)
 
     def elementwise(self, op: str, args: list[T.Node], node: ast.AST) -> T.Node:
         loc = self.loc(node)
@@ -771,7 +567,8 @@ class BodyChecker:
         k1, k2 = a2.type.shape[-1], b2.type.shape[-2]
         if not self.equal(k1, k2):
             raise self.error(
-                f"matmul shapes {_shape(a.type.shape)} @ {_shape(b.type.shape)}: inner dims {k1} and {k2} differ",
+                f"matmul shapes {shape_text(a.type.shape)} @ {shape_text(b.type.shape)}: "
+                f"inner dims {k1} and {k2} differ",
                 node,
             )
         batch = self.broadcast([a2.type.shape[:-2], b2.type.shape[:-2]], node)
@@ -826,7 +623,8 @@ class BodyChecker:
             shape[unknown[0]] = inferred
         elif not self.equal(product(shape), total):
             raise self.error(
-                f"reshape from {_shape(arg.type.shape)} to {_shape(tuple(shape))} changes the number of elements",
+                f"reshape from {shape_text(arg.type.shape)} to {shape_text(tuple(shape))} "
+                "changes the number of elements",
                 node,
             )
         return T.Reshape(T.TType(arg.type.dtype, tuple(shape)), loc, arg)
@@ -852,7 +650,7 @@ class BodyChecker:
         arg = self.strengthen(self.expr(node.args[0], None))
         shape = tuple(d for d, _ in self.shape_list(node.args[1]))
         if len(shape) < arg.type.rank or self.broadcast([arg.type.shape, shape], node) != shape:
-            raise self.error(f"cannot expand {_shape(arg.type.shape)} to {_shape(shape)}", node)
+            raise self.error(f"cannot expand {shape_text(arg.type.shape)} to {shape_text(shape)}", node)
         return T.Expand(T.TType(arg.type.dtype, shape), loc, arg)
 
     def _axis(self, node: ast.expr, rank: int) -> int:
@@ -910,7 +708,7 @@ class BodyChecker:
                 self.equal(x, y) for k, (x, y) in enumerate(zip(a.type.shape, args[0].type.shape)) if k != axis
             ):
                 raise self.error(
-                    f"concat: shape {_shape(a.type.shape)} does not match {_shape(args[0].type.shape)} "
+                    f"concat: shape {shape_text(a.type.shape)} does not match {shape_text(args[0].type.shape)} "
                     f"outside axis {axis}",
                     e,
                 )
@@ -930,7 +728,7 @@ class BodyChecker:
         for a, e in zip(args, node.args[0].elts):
             if not self.same_shape(a.type.shape, args[0].type.shape):
                 raise self.error(
-                    f"stack: shape {_shape(a.type.shape)} differs from {_shape(args[0].type.shape)}",
+                    f"stack: shape {shape_text(a.type.shape)} differs from {shape_text(args[0].type.shape)}",
                     e,
                 )
         parts = [
@@ -972,7 +770,7 @@ class BodyChecker:
         kws = self.keywords(node, ("k",))
         arg = self.strengthen(self.expr(node.args[0], None))
         if arg.type.rank < 2:
-            raise self.error(f"{name} needs a tensor of rank 2 or more, got {_shape(arg.type.shape)}", node.args[0])
+            raise self.error(f"{name} needs a tensor of rank 2 or more, got {shape_text(arg.type.shape)}", node.args[0])
         k_node = node.args[1] if len(node.args) > 1 else kws.get("k")
         k = self.index_expr(k_node, None) if k_node is not None else ZERO
         rows, cols = arg.type.shape[-2], arg.type.shape[-1]
@@ -1246,7 +1044,8 @@ class BodyChecker:
         if declared is not None:
             if len(lhs) != declared.rank:
                 raise self.error(
-                    f"'{name}' has rank {declared.rank} ({_shape(declared.shape)}) but {len(lhs)} indices are given",
+                    f"'{name}' has rank {declared.rank} ({shape_text(declared.shape)}) "
+                    f"but {len(lhs)} indices are given",
                     target,
                 )
             lhs = [(d, i, declared.shape[k], n) for k, (d, i, _, n) in enumerate(lhs)]
@@ -1465,7 +1264,7 @@ class BodyChecker:
             value = self.expr(kw.value, None)
             if not isinstance(value, T.Lit):
                 raise self.error(f"param '{kw.arg}' needs a constant value", kw.value)
-            params[kw.arg] = _coerce_param(kw.arg, value.value, comp.params[kw.arg], self.loc(kw.value))
+            params[kw.arg] = coerce_param(kw.arg, value.value, comp.params[kw.arg], self.loc(kw.value))
         bindings, args = self.bind_call(comp, args, node, params)
         checker = BodyChecker(comp, bindings, self.ctx, self.depth + 1)
         try:
@@ -1523,14 +1322,14 @@ class BodyChecker:
             if decl.batch:
                 if len(shape) < len(decl.dims):
                     raise self.error(
-                        f"'{comp.name}' wants {decl.name} of rank {len(decl.dims)} or more, got {_shape(shape)}",
+                        f"'{comp.name}' wants {decl.name} of rank {len(decl.dims)} or more, got {shape_text(shape)}",
                         arg_node,
                     )
                 batches.append(shape[: len(shape) - len(decl.dims)])
                 shape = shape[len(shape) - len(decl.dims) :]
             elif len(shape) != len(decl.dims):
                 raise self.error(
-                    f"'{comp.name}' wants {decl} (rank {len(decl.dims)}), got shape {_shape(shape)}",
+                    f"'{comp.name}' wants {decl} (rank {len(decl.dims)}), got shape {shape_text(shape)}",
                     arg_node,
                     [("declared here", decl.loc)],
                 )
@@ -1600,12 +1399,6 @@ class BodyChecker:
         self.ctx.add_check(lhs, op, rhs, text, self.loc(node))
 
 
-def _fits(value: int, dtype: DType) -> bool:
-    if dtype.kind == "uint":
-        return -(1 << dtype.bits) < value < (1 << dtype.bits)
-    return -(1 << (dtype.bits - 1)) <= value < (1 << dtype.bits)
-
-
 def _solve_linear(want: Expr, got: Expr, missing: set[str], known: dict[str, Expr]):
     """Solve want(var) == got for a single unknown appearing as c*var; returns (var, value, remainder)."""
     if len(missing) != 1:
@@ -1662,10 +1455,6 @@ def _reduced(shape: tuple[Expr, ...], axes: tuple[int, ...], keepdims: bool) -> 
     if keepdims:
         return tuple(ONE if k in axes else d for k, d in enumerate(shape))
     return tuple(d for k, d in enumerate(shape) if k not in axes)
-
-
-def _shape(shape: tuple[Expr, ...]) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
 def display_text(text: str) -> str:
