@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import ast
 import math
-from collections.abc import Sequence
 
 from catenc.diagnostics import CatencError, Loc, closest
 from catenc.dtypes import BOOL, DTYPES, F32, I64, DType
 from catenc.frontend import typed as T
 from catenc.frontend.body import BodyText
-from catenc.frontend.composites import MAX_CONSTANT, Composite, Constraint, TensorDecl
+from catenc.frontend.calls import Calls
+from catenc.frontend.composites import MAX_CONSTANT, Composite, TensorDecl
 from catenc.frontend.constraints import (
     Bindings,
     EntryContext,
@@ -27,42 +27,23 @@ from catenc.frontend.constraints import (
 from catenc.frontend.indexing import IndexForm, IndexScope, _index_names
 from catenc.frontend.operators import Operators, is_weak, shape_text
 from catenc.frontend.shapes import SHAPE_FUNCS, ShapeFunctions
+from catenc.registry import (
+    BINARY_FLOAT,
+    ELEMENTWISE,
+    FLOAT_PREDICATES,
+    REDUCTIONS,
+    UNARY_FLOAT,
+)
 from catenc.symbolic import (
-    ONE,
-    ZERO,
     Expr,
     Facts,
     const,
-    floordiv,
-    mod,
     sym,
 )
 
 # what the driver, the planner and the test harness use
 __all__ = ["EntryContext", "RuntimeCheck", "check_entry", "decide"]
 
-UNARY_FLOAT = frozenset(
-    "exp exp2 log log2 log1p expm1 sqrt rsqrt reciprocal sin cos tan tanh sinh cosh asin acos "
-    "atan erf floor ceil round trunc sigmoid silu gelu gelu_tanh softplus".split()
-)
-UNARY_NUMERIC = frozenset("abs neg sign relu".split())
-FLOAT_PREDICATES = frozenset("isnan isinf isfinite".split())
-BINARY_NUMERIC = frozenset("maximum minimum".split())
-BINARY_FLOAT = frozenset("atan2".split())
-ELEMENTWISE = (
-    UNARY_FLOAT
-    | UNARY_NUMERIC
-    | FLOAT_PREDICATES
-    | BINARY_NUMERIC
-    | BINARY_FLOAT
-    | {
-        "pow",
-        "clip",
-        "where",
-        "cast",
-    }
-)
-REDUCTIONS = ("sum", "mean", "max", "min", "prod")
 CONSTANTS = {"inf": math.inf, "nan": math.nan, "pi": math.pi, "True": True, "False": False}
 BIN_OPS = {
     ast.Add: "add",
@@ -77,9 +58,6 @@ BIN_OPS = {
     ast.BitXor: "xor",
 }
 CMP_OPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
-MAX_CALL_DEPTH = 32
-
-
 # ---- entry points ------------------------------------------------------------------------------
 
 
@@ -122,7 +100,7 @@ def check_entry(comp: Composite, ctx: EntryContext, fixed: dict[str, object]) ->
 # ---- the checker -------------------------------------------------------------------------------
 
 
-class BodyChecker(ShapeFunctions, IndexForm, Operators):
+class BodyChecker(Calls, ShapeFunctions, IndexForm, Operators):
     def __init__(self, comp: Composite, bindings: Bindings, ctx: EntryContext, depth: int):
         self.comp = comp
         self.bindings = bindings
@@ -429,104 +407,6 @@ class BodyChecker(ShapeFunctions, IndexForm, Operators):
             )
         return self.composite_call(comp, node)
 
-    def positional(self, node: ast.Call, low: int, high: int, what: str) -> None:
-        n = len(node.args)
-        if not low <= n <= high:
-            expected = str(low) if low == high else f"{low} to {high}"
-            raise self.error(f"{what} takes {expected} arguments, got {n}", node)
-
-    def keywords(self, node: ast.Call, allowed: Sequence[str]) -> dict[str, ast.expr]:
-        out = {}
-        for kw in node.keywords:
-            if kw.arg is None or kw.arg not in allowed:
-                valid = ", ".join(allowed) if allowed else "none"
-                raise self.error(
-                    f"unknown keyword '{kw.arg}'{closest(kw.arg or '', allowed)}; valid: {valid}",
-                    kw,
-                )
-            out[kw.arg] = kw.value
-        return out
-
-    def dtype_arg(self, node: ast.expr) -> DType:
-        if isinstance(node, ast.Name):
-            if node.id in DTYPES:
-                return DTYPES[node.id]
-            if node.id in self.bindings.dtypes:
-                return self.bindings.dtypes[node.id]
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in DTYPES:
-            return DTYPES[node.value]
-        raise self.error(f"expected a dtype ({' '.join(DTYPES)}) or a type variable", node)
-
-    def call_elementwise(self, name: str, node: ast.Call, scope: IndexScope | None) -> T.Node:
-        if name == "cast":
-            self.positional(node, 2, 2, "cast")
-            self.keywords(node, ())
-            arg = self.strengthen(self.expr(node.args[0], scope))
-            dtype = self.dtype_arg(node.args[1])
-            return T.Apply(T.TType(dtype, arg.type.shape), self.loc(node), "cast", (arg,))
-        arity = {"where": 3, "clip": 3, "pow": 2, "maximum": 2, "minimum": 2, "atan2": 2}.get(name, 1)
-        self.positional(node, arity, arity, f"{name}(...)")
-        self.keywords(node, ())
-        if name == "where" and scope is not None:
-            cond = self.expr(node.args[0], scope)
-            when_true, when_false = self.guard_facts(cond, scope)
-            a = self.expr(node.args[1], scope.guarded(when_true))
-            b = self.expr(node.args[2], scope.guarded(when_false))
-            return self.elementwise("where", [cond, a, b], node)
-        args = [self.expr(a, scope) for a in node.args]
-        if name == "clip":
-            x, lo, hi = self.unify(args, node)
-            return self.elementwise("minimum", [self.elementwise("maximum", [x, lo], node), hi], node)
-        return self.elementwise(name, args, node)
-
-    def axes_arg(self, node: ast.expr | None, rank: int, call: ast.AST) -> tuple[int, ...]:
-        if node is None or (isinstance(node, ast.Constant) and node.value is None):
-            return tuple(range(rank))
-        items = node.elts if isinstance(node, (ast.Tuple, ast.List)) else [node]
-        axes = []
-        for item in items:
-            axis = self.int_const(item)
-            if not -rank <= axis < rank:
-                raise self.error(f"axis {axis} is out of range for a tensor of rank {rank}", item)
-            axis %= rank
-            if axis in axes:
-                raise self.error(f"axis {axis} is repeated", item)
-            axes.append(axis)
-        return tuple(sorted(axes))
-
-    def int_const(self, node: ast.expr) -> int:
-        value = self.index_expr(node, None)
-        if not value.is_const:
-            raise self.error("expected an integer constant", node)
-        return value.value
-
-    def bool_const(self, node: ast.expr) -> bool:
-        if isinstance(node, ast.Constant) and isinstance(node.value, bool):
-            return node.value
-        if isinstance(node, ast.Name) and isinstance(self.bindings.params.get(node.id), bool):
-            return bool(self.bindings.params[node.id])
-        raise self.error("expected True or False", node)
-
-    def reduction(self, name: str, node: ast.Call) -> T.Node:
-        self.positional(node, 1, 1, f"{name}(...)")
-        kws = self.keywords(node, ("axis", "keepdims"))
-        arg = self.strengthen(self.expr(node.args[0], None))
-        keepdims = self.bool_const(kws["keepdims"]) if "keepdims" in kws else False
-        dtype = arg.type.dtype
-        if name in ("argmax", "argmin"):
-            if "axis" not in kws:
-                raise self.error(f"{name}(...) needs axis=", node)
-            (axis,) = self.axes_arg(kws["axis"], arg.type.rank, node) or (None,)
-            shape = _reduced(arg.type.shape, (axis,), keepdims)
-            return T.ArgReduce(T.TType(I64, shape), self.loc(node), name, arg, axis, keepdims)
-        if dtype == BOOL:
-            raise self.error(f"{name}(...) of bool values: use cast(x, i64) first", node)
-        if name == "mean" and not dtype.is_float:
-            raise self.error(f"mean(...) of {dtype.name} values: use cast(x, f32) first", node)
-        axes = self.axes_arg(kws.get("axis"), arg.type.rank, node)
-        shape = _reduced(arg.type.shape, axes, keepdims)
-        return T.Reduce(T.TType(dtype, shape), self.loc(node), name, arg, axes, keepdims)
-
     def _check_index_name(self, name: str, node: ast.AST) -> None:
         if name in self.values or name in self.bindings.symbols or name in self.bindings.params or name in CONSTANTS:
             raise self.error(f"index '{name}' shadows a tensor, symbol or param of the same name", node)
@@ -557,185 +437,6 @@ class BodyChecker(ShapeFunctions, IndexForm, Operators):
         for child in ast.iter_child_nodes(node):
             self.alone_uses(child, bound, out)
         return out
-
-    # -- composite calls --
-    def composite_call(self, comp: Composite, node: ast.Call) -> T.Node:
-        if self.depth >= MAX_CALL_DEPTH:
-            raise self.error(f"composite calls nest too deeply (recursive call of '{comp.name}'?)", node)
-        if len(node.args) != len(comp.inputs):
-            raise self.error(
-                f"'{comp.name}' takes {len(comp.inputs)} inputs ({', '.join(d.name for d in comp.inputs)}), "
-                f"got {len(node.args)}",
-                node,
-                [("declared here", comp.loc)],
-            )
-        args = [self.expr(a, None) for a in node.args]
-        params = dict(comp.params)
-        for kw in node.keywords:
-            if kw.arg is None or kw.arg not in comp.params:
-                valid = ", ".join(comp.params) or "none"
-                raise self.error(
-                    f"'{comp.name}' has no param '{kw.arg}'{closest(kw.arg or '', list(comp.params))}; params: {valid}",
-                    kw,
-                )
-            value = self.expr(kw.value, None)
-            if not isinstance(value, T.Lit):
-                raise self.error(f"param '{kw.arg}' needs a constant value", kw.value)
-            params[kw.arg] = coerce_param(kw.arg, value.value, comp.params[kw.arg], self.loc(kw.value))
-        bindings, args = self.bind_call(comp, args, node, params)
-        checker = BodyChecker(comp, bindings, self.ctx, self.depth + 1)
-        try:
-            program = checker.run()
-        except CatencError as err:
-            shapes = ", ".join(str(a.type) for a in args)
-            note = (f"in '{comp.name}' called here with {shapes}", self.loc(node))
-            raise CatencError(err.message, err.loc, tuple(err.notes) + (note,)) from None
-        dtype = program.outputs[0][1]
-        return T.Call(dtype, self.loc(node), comp.name, tuple(args), program)
-
-    def bind_call(
-        self, comp: Composite, args: list[T.Node], node: ast.Call, params: dict[str, bool | int | float]
-    ) -> tuple[Bindings, list[T.Node]]:
-        """Infer the callee's dtype variables, batch dims and symbols from the arguments."""
-        dtypes: dict[str, DType] = {}
-        for decl, arg, arg_node in zip(comp.inputs, args, node.args):
-            if is_weak(arg):
-                continue
-            want = decl.dtype
-            if want in DTYPES:
-                if arg.type.dtype.name != want:
-                    raise self.error(
-                        f"'{comp.name}' wants {decl.name} as {want}, got {arg.type.dtype.name}; use cast(...)",
-                        arg_node,
-                        [("declared here", decl.loc)],
-                    )
-            elif want in dtypes:
-                if dtypes[want] != arg.type.dtype:
-                    raise self.error(
-                        f"type variable {want} of '{comp.name}' is {dtypes[want].name} from an earlier argument "
-                        f"but {arg.type.dtype.name} here",
-                        arg_node,
-                    )
-            else:
-                if arg.type.dtype.name not in comp.types[want]:
-                    raise self.error(
-                        f"'{comp.name}' does not support {arg.type.dtype.name} for {decl.name} "
-                        f"({want} may be {', '.join(comp.types[want])})",
-                        arg_node,
-                        [("declared here", decl.loc)],
-                    )
-                dtypes[want] = arg.type.dtype
-        for var, choices in comp.types.items():
-            dtypes.setdefault(var, DTYPES[choices[0]])
-        fixed_args = []
-        for decl, arg in zip(comp.inputs, args):
-            dtype = DTYPES.get(decl.dtype) or dtypes[decl.dtype]
-            fixed_args.append(self.retype(arg, dtype, node) if is_weak(arg) else arg)
-        batches: list[tuple[Expr, ...]] = []
-        symbols: dict[str, Expr] = shape_params(params)
-        pending: list[tuple[Expr, Expr, ast.AST, TensorDecl]] = []
-        for decl, arg, arg_node in zip(comp.inputs, fixed_args, node.args):
-            shape = arg.type.shape
-            if decl.batch:
-                if len(shape) < len(decl.dims):
-                    raise self.error(
-                        f"'{comp.name}' wants {decl.name} of rank {len(decl.dims)} or more, got {shape_text(shape)}",
-                        arg_node,
-                    )
-                batches.append(shape[: len(shape) - len(decl.dims)])
-                shape = shape[len(shape) - len(decl.dims) :]
-            elif len(shape) != len(decl.dims):
-                raise self.error(
-                    f"'{comp.name}' wants {decl} (rank {len(decl.dims)}), got shape {shape_text(shape)}",
-                    arg_node,
-                    [("declared here", decl.loc)],
-                )
-            for want, got in zip(decl.dims, shape):
-                name = want.as_symbol()
-                if name is not None and name not in symbols and name not in comp.derived:
-                    symbols[name] = got
-                else:
-                    pending.append((want, got, arg_node, decl))
-        batch = self.broadcast(batches, node) if batches else None
-        if comp.is_batched and batch is None:
-            batch = ()
-        for name, expr in comp.derived.items():
-            if name not in symbols:
-                symbols[name] = expr.substitute(symbols)
-            else:
-                pending.append((expr, symbols[name], node, None))
-        for want, got, arg_node, decl in pending:
-            missing = want.free_symbols() - set(symbols)
-            if missing:
-                solved = _solve_linear(want, got, missing, symbols)
-                if solved is None:
-                    raise self.error(
-                        f"cannot infer {', '.join(sorted(missing))} of '{comp.name}' from a dim {got} "
-                        f"matched against {want}",
-                        arg_node,
-                    )
-                var, value, remainder_check = solved
-                symbols[var] = value
-                if remainder_check is not None:
-                    self.require(remainder_check, "==", ZERO, f"{got} matches {want}", arg_node)
-                continue
-            expected = want.substitute(symbols)
-            self.require(expected, "==", got, f"{want} == {got}", arg_node, decl)
-        all_symbols = set()
-        for decl in comp.inputs + comp.outputs:
-            for dim in decl.dims:
-                all_symbols |= dim.free_symbols()
-        for name in sorted(all_symbols - set(symbols)):
-            raise self.error(f"cannot infer symbol '{name}' of '{comp.name}' from its arguments", node)
-        for c in comp.constraints:
-            lhs, rhs = c.lhs.substitute(symbols), c.rhs.substitute(symbols)
-            self.require(lhs, c.op, rhs, c.text, node, origin=c)
-        return Bindings(symbols, dtypes, params, batch), fixed_args
-
-    def require(
-        self,
-        lhs: Expr,
-        op: str,
-        rhs: Expr,
-        text: str,
-        node: ast.AST,
-        decl: TensorDecl | None = None,
-        origin: Constraint | None = None,
-    ) -> None:
-        """A fact the call needs: proved now, refuted now (error), or checked at run time."""
-        verdict = decide(lhs, op, rhs, self.facts)
-        if verdict is True:
-            return
-        notes = [("declared here", decl.loc)] if decl else []
-        if origin is not None:
-            notes = [("constraint declared here", origin.loc)]
-        if verdict is False:
-            raise self.error(f"this call can never satisfy '{text}' ({lhs} {op} {rhs})", node, notes)
-        if op == "==" and origin is None:
-            raise self.error(f"cannot prove the shapes match: {lhs} vs {rhs}", node, notes)
-        self.ctx.add_check(lhs, op, rhs, text, self.loc(node))
-
-
-def _solve_linear(want: Expr, got: Expr, missing: set[str], known: dict[str, Expr]):
-    """Solve want(var) == got for a single unknown appearing as c*var; returns (var, value, remainder)."""
-    if len(missing) != 1:
-        return None
-    (var,) = missing
-    coefficient = want.coefficient(var)
-    rest = want.substitute({**known, var: ZERO})
-    if not coefficient.is_const or coefficient.value <= 0:
-        return None
-    if (want.substitute({**known, var: sym(var)}) - rest - coefficient * sym(var)).terms:
-        return None
-    numerator = got - rest
-    c = coefficient.value
-    return var, floordiv(numerator, c), (mod(numerator, c) if c != 1 else None)
-
-
-def _reduced(shape: tuple[Expr, ...], axes: tuple[int, ...], keepdims: bool) -> tuple[Expr, ...]:
-    if keepdims:
-        return tuple(ONE if k in axes else d for k, d in enumerate(shape))
-    return tuple(d for k, d in enumerate(shape) if k not in axes)
 
 
 _OP_SPELLING = {
