@@ -9,13 +9,14 @@ from dataclasses import dataclass, replace
 from catenc import __version__
 from catenc.codegen.c import CRenderer, buffer_args, prelude_tables
 from catenc.codegen.gemm import render_gemm_support
-from catenc.codegen.gpu import CudaRenderer, GpuRenderer, launch_plan, status_offsets, temp_offsets
+from catenc.codegen.gpu import GpuRenderer, launch_plan, status_offsets, temp_offsets
 from catenc.codegen.jinja import environment
 from catenc.codegen.names import Renamer, Reserved, collect_names, fresh_names
 from catenc.diagnostics import CatencError
 from catenc.frontend.typed import TType
 from catenc.lower.loops import iter_stmts
 from catenc.plan import EntryPlan
+from catenc.runtime.conventions import calling_convention
 from catenc.schedule.tiles import GemmTiles
 from catenc.symbolic import C as C_STYLE
 from catenc.symbolic import Call, Expr, Sym, product
@@ -42,8 +43,7 @@ def parameters(entry: EntryPlan) -> list[Parameter]:
     params += [Parameter(d, "dim", "int64_t") for d in entry.dims]
     params.append(Parameter("workspace", "workspace", "void*"))
     params.append(Parameter("workspace_bytes", "workspace_bytes", "size_t"))
-    if entry.convention == "cuda":  # the same type as cudaStream_t, without CUDA's headers
-        params.append(Parameter("stream", "stream", "struct CUstream_st*"))
+    params += [Parameter(name, name, ctype) for name, ctype in calling_convention(entry.convention).trailing]
     return params
 
 
@@ -51,11 +51,11 @@ def header_names(entry: EntryPlan) -> dict[str, str]:
     """How model.h names the entry's arguments: the user's names, each that is a keyword, macro or
     type of C or C++ (or, for CUDA, of CUDA's headers) renamed, so that C and C++ compile it
     (parameter names are no part of the ABI; the manifest's `prototype` is this declaration)."""
-    renderer = CudaRenderer if entry.convention == "cuda" else CRenderer
+    header_reserved = calling_convention(entry.convention).header_reserved
     params = parameters(entry)
     user = [p.name for p in params if p.role in ("input", "output", "dim")]
     own = frozenset(p.name for p in params if p.role not in ("input", "output", "dim"))  # workspace, stream
-    reserved = replace(renderer.header_reserved, names=renderer.header_reserved.names | own)
+    reserved = replace(header_reserved, names=header_reserved.names | own)
     return fresh_names(user, reserved, [p.name for p in params])
 
 
@@ -96,7 +96,7 @@ def doc_lines(entry: EntryPlan) -> list[str]:
         lines.append(f"  input  {name}: {ttype}")
     for name, ttype in entry.program.outputs:
         lines.append(f"  output {name}: {ttype}")
-    languages = "C, C++ or CUDA" if entry.convention == "cuda" else "C or C++"
+    languages = calling_convention(entry.convention).languages
     for name, renamed in header_names(entry).items():
         lines.append(f"  (argument {name} is declared as {renamed}: {languages} reserves '{name}')")
     for name, expr in entry.derived.items():
@@ -132,7 +132,7 @@ def render_header(entries: tuple[EntryPlan, ...], stem: str, source: str, prefix
         source=source,
         guard=guard,
         entries=context,
-        cuda=any(e.convention == "cuda" for e in entries),
+        declarations=list(dict.fromkeys(d for e in entries for d in calling_convention(e.convention).declarations)),
     )
 
 
@@ -146,7 +146,7 @@ def render_source(
     tiles: dict[str, GemmTiles] | None = None,
 ) -> str:
     check_entry_names(entries, renderer)
-    if isinstance(renderer, GpuRenderer):
+    if renderer.work_groups:
         return render_gpu_source(entries, stem, source, renderer, suffix)
     prelude = _ENV.get_template("prelude.c.j2").render(**prelude_tables())
     prelude += "\n" + _ENV.get_template("vecmath.c.j2").render()

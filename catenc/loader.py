@@ -64,7 +64,9 @@ from typing import Any
 import numpy as np
 
 from catenc.dtypes import DTYPES, DType, to_storage
+from catenc.runtime.conventions import CALLING_CONVENTIONS
 from catenc.runtime.manifest import (
+    HOST_LANGUAGES,
     SIZE_MAX,
     WORKSPACE_ALIGNMENT,
     ManifestError,
@@ -286,7 +288,7 @@ class Entry:
     / value); ``constraints``; ``spec`` (the manifest's entry).
     """
 
-    def __init__(self, spec: Mapping[str, Any], cdll: ctypes.CDLL, *, stream: bool = False) -> None:
+    def __init__(self, spec: Mapping[str, Any], cdll: ctypes.CDLL, *, trailing: tuple[str, ...] = ()) -> None:
         where = f"entry {spec.get('name', '?')!r}" if isinstance(spec, Mapping) else "entry"
         self.spec = spec
         self.name: str = _required(spec, "name", where)
@@ -298,6 +300,7 @@ class Entry:
         self.specialized: dict[str, int] = dict(spec.get("specialized") or {})
         self.constraints: list[str] = list(spec.get("constraints") or [])
         self._cdll = cdll  # keeps the library loaded as long as the entry lives
+        self._trailing = trailing
 
         self._roles: list[tuple[str, ArgSpec | None]] = []
         argtypes: list[type] = []
@@ -322,7 +325,7 @@ class Entry:
             elif role == "workspace_bytes":
                 self._roles.append((role, None))
                 argtypes.append(ctypes.c_size_t)
-            elif role == "stream" and stream:  # CUDA: the default stream
+            elif role in trailing:  # the calling convention's own (CUDA's stream): None, the default
                 self._roles.append((role, None))
                 argtypes.append(ctypes.c_void_p)
             else:
@@ -638,7 +641,7 @@ class Entry:
         for (role, spec), value in zip(self._roles, args, strict=True):
             if role == "input" and spec is not None and spec.rank == 0:
                 converted.append(self._scalar(spec, np.asarray(value)))
-            elif role in ("input", "output", "workspace", "stream"):
+            elif role in ("input", "output", "workspace") or role in self._trailing:
                 converted.append(_pointer(value))
             else:
                 converted.append(operator.index(value))
@@ -652,7 +655,7 @@ class Entry:
                 full.append(None if workspace is None else workspace.ctypes.data)
             elif role == "workspace_bytes":
                 full.append(nbytes)
-            elif role == "stream":
+            elif role in self._trailing:
                 full.append(None)
         return int(self._function(*full))
 
@@ -745,7 +748,7 @@ class Library:
             raise ManifestError(f"{where}: schema {schema!r} is not {MANIFEST_SCHEMA!r}")
         self.runtime: dict[str, Any] = dict(self.manifest.get("runtime") or {})
         language = str(self.runtime.get("language", "c")).lower()
-        if language != "c":
+        if language not in HOST_LANGUAGES:
             from catenc.runtime.device_host import device_symbols  # GPU builds: pyopencl or libcudart
 
             self.path = self.manifest_path
@@ -753,9 +756,13 @@ class Library:
         else:
             self.path = self._shared_library(where, verify)
             self._cdll = ctypes.CDLL(str(self.path))
+        convention = CALLING_CONVENTIONS.get(self.runtime.get("calling_convention", "host"))
+        if convention is None:
+            raise ManifestError(f"{where}: unknown calling_convention {self.runtime['calling_convention']!r}")
+        trailing = tuple(name for name, _ in convention.trailing)
         self.entries: dict[str, Entry] = {}
         for spec in _required(self.manifest, "entries", where):
-            entry = Entry(spec, self._cdll, stream=language == "cuda")
+            entry = Entry(spec, self._cdll, trailing=trailing)
             if entry.name in self.entries:
                 raise ManifestError(f"{where}: entry {entry.name!r} is declared twice")
             self.entries[entry.name] = entry

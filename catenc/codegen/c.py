@@ -38,6 +38,7 @@ class CRenderer:
     """Renders kernels as C99 functions. Subclasses change spellings, not structure."""
 
     language = "c"
+    work_groups = False  # renders GPU work-group kernels (catenc/lower/gpu.py), not loop nests
     # Names (codegen/names.py): the user names the generated code renames; those model.h, which
     # is C and C++, renames in its declarations (where only keywords, macros and types break a
     # parameter's name); and those an entry, a function of the file, cannot take.

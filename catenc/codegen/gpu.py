@@ -101,6 +101,7 @@ def launch_plan(
 class GpuRenderer(CRenderer):
     """Kernels of the GPU lowering; a subclass fills in the spellings below."""
 
+    work_groups = True
     kernel_qualifier = ""  # before a kernel function
     device_inline = ""  # how prelude helpers are declared
     local_qualifier = ""  # declares work-group memory

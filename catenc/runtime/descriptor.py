@@ -108,6 +108,11 @@ class Runtime:
         source, or None when it builds (or cannot be checked here)."""
         return None
 
+    def unavailable(self, config: Mapping[str, str]) -> tuple[str, str] | None:
+        """For a runtime that builds no binary: why what it emits can neither be checked nor run
+        here and what to install, or None when nothing is missing (test-runtime's `not run`)."""
+        return None
+
     def build_commands(
         self, source: str, output: str, config: Mapping[str, str], opt: str, kind: str
     ) -> list[list[str]]:

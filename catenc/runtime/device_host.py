@@ -17,7 +17,7 @@ import ctypes.util
 import functools
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -333,21 +333,33 @@ class _WorkspaceSize:
         return self.expr(scope)
 
 
+def _opencl_entries(manifest: Mapping[str, Any], directory: Path, where: str) -> list[DeviceEntry]:
+    sources = [f for f in manifest["files"] if f.get("role") == "source"]
+    program = build_opencl((directory / sources[0]["path"]).read_text(), where)
+    return [OpenCLEntry(spec, program) for spec in manifest["entries"]]
+
+
+def _cuda_entries(manifest: Mapping[str, Any], directory: Path, where: str) -> list[DeviceEntry]:
+    libraries = [f for f in manifest["files"] if f.get("role") == "shared_library"]
+    _cudart()
+    library = ctypes.CDLL(str(directory / libraries[0]["path"]))
+    return [CudaEntry(spec, library[spec["symbol"]]) for spec in manifest["entries"]]
+
+
+# The languages (the manifest's runtime.language) this module runs, and how it makes their entries.
+DEVICE_HOSTS: dict[str, Callable[[Mapping[str, Any], Path, str], list[DeviceEntry]]] = {
+    "opencl": _opencl_entries,
+    "cuda": _cuda_entries,
+}
+
+
 def device_symbols(manifest: Mapping[str, Any], directory: Path, language: str, where: str) -> DeviceSymbols:
     """The symbols of a GPU build, callable from this process."""
-    functions: dict[str, Any] = {}
-    if language == "opencl":
-        sources = [f for f in manifest["files"] if f.get("role") == "source"]
-        program = build_opencl((directory / sources[0]["path"]).read_text(), where)
-        entries = [OpenCLEntry(spec, program) for spec in manifest["entries"]]
-    elif language == "cuda":
-        libraries = [f for f in manifest["files"] if f.get("role") == "shared_library"]
-        _cudart()
-        library = ctypes.CDLL(str(directory / libraries[0]["path"]))
-        entries = [CudaEntry(spec, library[spec["symbol"]]) for spec in manifest["entries"]]
-    else:
+    host = DEVICE_HOSTS.get(language)
+    if host is None:
         raise UnsupportedRuntimeError(f"{where}: catenc.loader cannot run builds of language {language!r}")
-    for entry in entries:
+    functions: dict[str, Any] = {}
+    for entry in host(manifest, directory, where):
         functions[entry.spec["symbol"]] = entry
         if entry.spec.get("workspace_symbol"):
             functions[entry.spec["workspace_symbol"]] = _WorkspaceSize(entry)

@@ -6,6 +6,7 @@ your own (another CUDA architecture list, other nvcc flags) is a short file like
 
 from __future__ import annotations
 
+import importlib
 import re
 import shutil
 import subprocess
@@ -146,6 +147,19 @@ class OpenCLRuntime(GpuRuntime):
         except ManifestError as error:
             return str(error)
         return None
+
+    def unavailable(self, config: Mapping[str, str]) -> tuple[str, str] | None:
+        if self.runnable(config):
+            return None
+        driver = (
+            "an OpenCL driver (Debian/Ubuntu: apt-get install pocl-opencl-icd, which runs the kernels on the "
+            "CPU, or your GPU vendor's OpenCL driver)"
+        )
+        try:
+            importlib.import_module("pyopencl")
+        except ImportError:
+            return "pyopencl missing", f"pip install 'catenc[opencl]' and {driver}"
+        return "no OpenCL device", f"install {driver}"
 
     def build_commands(
         self, source: str, output: str, config: Mapping[str, str], opt: str, kind: str

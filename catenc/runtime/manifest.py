@@ -11,11 +11,22 @@ from collections.abc import Callable, Mapping
 
 from catenc import pyparse
 
-__all__ = ["SIZE_MAX", "WORKSPACE_ALIGNMENT", "ManifestError", "Scope", "ShapeExpr", "UnsupportedRuntimeError"]
+__all__ = [
+    "HOST_LANGUAGES",
+    "SIZE_MAX",
+    "WORKSPACE_ALIGNMENT",
+    "ManifestError",
+    "Scope",
+    "ShapeExpr",
+    "UnsupportedRuntimeError",
+]
 
 WORKSPACE_ALIGNMENT = 64
 SIZE_MAX = 2 ** (8 * ctypes.sizeof(ctypes.c_size_t)) - 1
 """What ``NAME_workspace_bytes`` returns when a size computed from the dims overflows int64."""
+HOST_LANGUAGES = frozenset({"c"})
+"""Languages (the manifest's ``runtime.language``) whose shared library's entries take host pointers,
+so ctypes calls them; the device host (catenc/runtime/device_host.py) runs the others."""
 
 
 # --------------------------------------------------------------------------- errors

@@ -14,7 +14,6 @@ reports `not run` cells when the driver or pyopencl is missing: nothing checked 
 from __future__ import annotations
 
 import fnmatch
-import importlib
 import json
 import sys
 import tempfile
@@ -205,20 +204,14 @@ def run_entry(entry: EntryPlan, op: Composite, function, seed: int) -> tuple[boo
 
 
 def not_run(runtime: Runtime, config: dict[str, str]) -> NotRun | None:
-    """Why the cells of an OpenCL runtime are not run at all: only the driver compiles its source,
-    when it is loaded. None when the runtime runs here, or when a toolchain of its own builds what
-    it emits (its cells then say `compiled`, as cuda's do without a GPU)."""
-    if runtime.binary_kinds or runtime.language != "opencl" or runtime.runnable(config):
+    """Why the cells of a runtime whose source only a driver compiles, when it is loaded (OpenCL),
+    are not run at all, and what to install (`Runtime.unavailable`). None when the runtime runs here,
+    or when a toolchain of its own builds what it emits (its cells then say `compiled`, as cuda's do
+    without a GPU)."""
+    if runtime.binary_kinds or runtime.runnable(config):
         return None
-    driver = (
-        "an OpenCL driver (Debian/Ubuntu: apt-get install pocl-opencl-icd, which runs the kernels on the "
-        "CPU, or your GPU vendor's OpenCL driver)"
-    )
-    try:
-        importlib.import_module("pyopencl")
-    except ImportError:
-        return NotRun("pyopencl missing", f"pip install 'catenc[opencl]' and {driver}")
-    return NotRun("no OpenCL device", f"install {driver}")
+    missing = runtime.unavailable(config)
+    return NotRun(*missing) if missing else None
 
 
 @dataclass
