@@ -17,6 +17,8 @@ from catenc.frontend.composites import Composite, Constraint, TensorDecl
 from catenc.frontend.constraints import Bindings, coerce_param, decide, shape_params
 from catenc.frontend.indexing import IndexScope
 from catenc.frontend.operators import is_weak, shape_text
+from catenc.frontend.shapes import SHAPE_FUNCS
+from catenc.registry import ELEMENTWISE, REDUCTIONS
 from catenc.symbolic import ONE, ZERO, Expr, floordiv, mod, sym
 
 MAX_CALL_DEPTH = 32
@@ -24,6 +26,40 @@ MAX_CALL_DEPTH = 32
 
 class Calls:
     """Function and composite calls; mixed into `BodyChecker` (check.py), whose state and helpers it uses."""
+
+    def call(self, node: ast.Call, scope: IndexScope | None) -> T.Node:
+        func = node.func
+        if isinstance(func, ast.Subscript) and isinstance(func.value, ast.Name) and func.value.id in REDUCTIONS:
+            if scope is None:
+                raise self.error(
+                    f"'{func.value.id}[...](...)' binds indices and belongs to index form; in array form "
+                    f"write {func.value.id}(x, axis=...)",
+                    node,
+                )
+            return self.index_reduce(node, scope)
+        if not isinstance(func, ast.Name):
+            raise self.error("only named functions can be called", node)
+        name = func.id
+        if name in ELEMENTWISE:
+            return self.call_elementwise(name, node, scope)
+        if name in REDUCTIONS or name in ("argmax", "argmin"):
+            if scope is not None:
+                raise self.error(f"in index form reduce with {name}[k](...) over bound indices", node)
+            return self.reduction(name, node)
+        if name in SHAPE_FUNCS:
+            if scope is not None:
+                raise self.error(f"{name}(...) works on whole tensors; use it in array form", node)
+            return self.shape_func(name, node)
+        comp = self.ctx.library.find(name)
+        if comp is None:
+            known = sorted(ELEMENTWISE | SHAPE_FUNCS | set(REDUCTIONS)) + list(self.ctx.library.local)
+            raise self.error(f"unknown function or composite '{name}'{closest(name, known)}", func)
+        if scope is not None:
+            raise self.error(
+                f"composite '{name}' cannot be called inside index form; assign it to a name first",
+                node,
+            )
+        return self.composite_call(comp, node)
 
     def positional(self, node: ast.Call, low: int, high: int, what: str) -> None:
         n = len(node.args)

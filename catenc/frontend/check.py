@@ -1,8 +1,11 @@
-"""Name resolution, dtype and shape inference, and index-bounds proofs of one composite body.
+"""Type one composite body: the entry point, the statement and expression walker, and names.
 
-`check_entry` types a composite as an entry (its symbols free or fixed by `-D`); composite calls
-inside it are instantiated recursively by `instantiate`, with the callee's symbols and dtype
-variables inferred from the arguments. The result is a `typed.Program`.
+`check_entry` types a composite as an entry (its symbols free or fixed by `-D`); the result is a
+`typed.Program`. `BodyChecker` walks the body, resolves names, and hands each construct to the
+module that owns it: operators.py (dtypes, broadcasting, elementwise operators), indexing.py
+(slices, index form, bounds proofs), shapes.py (matmul, shape functions) and calls.py (function
+calls, and composite calls instantiated with symbols and dtype variables inferred from the
+arguments). The facts and constraints it checks against live in constraints.py.
 """
 
 from __future__ import annotations
@@ -16,32 +19,13 @@ from catenc.frontend import typed as T
 from catenc.frontend.body import BodyText
 from catenc.frontend.calls import Calls
 from catenc.frontend.composites import MAX_CONSTANT, Composite, TensorDecl
-from catenc.frontend.constraints import (
-    Bindings,
-    EntryContext,
-    RuntimeCheck,
-    coerce_param,
-    decide,
-    shape_params,
-)
-from catenc.frontend.indexing import IndexForm, IndexScope, _index_names
+from catenc.frontend.constraints import Bindings, EntryContext, RuntimeCheck, coerce_param, decide, shape_params
+from catenc.frontend.indexing import IndexForm, IndexScope
 from catenc.frontend.operators import Operators, is_weak, shape_text
-from catenc.frontend.shapes import SHAPE_FUNCS, ShapeFunctions
-from catenc.registry import (
-    BINARY_FLOAT,
-    ELEMENTWISE,
-    FLOAT_PREDICATES,
-    REDUCTIONS,
-    UNARY_FLOAT,
-)
-from catenc.symbolic import (
-    Expr,
-    Facts,
-    const,
-    sym,
-)
+from catenc.frontend.shapes import ShapeFunctions
+from catenc.symbolic import Expr, Facts, const, sym
 
-# what the driver, the planner and the test harness use
+# what other modules import from here (RuntimeCheck's home is constraints.py)
 __all__ = ["EntryContext", "RuntimeCheck", "check_entry", "decide"]
 
 CONSTANTS = {"inf": math.inf, "nan": math.nan, "pi": math.pi, "True": True, "False": False}
@@ -58,6 +42,8 @@ BIN_OPS = {
     ast.BitXor: "xor",
 }
 CMP_OPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
+
+
 # ---- entry points ------------------------------------------------------------------------------
 
 
@@ -101,6 +87,8 @@ def check_entry(comp: Composite, ctx: EntryContext, fixed: dict[str, object]) ->
 
 
 class BodyChecker(Calls, ShapeFunctions, IndexForm, Operators):
+    """Types one composite body; a composite call inside it gets a checker of its own."""
+
     def __init__(self, comp: Composite, bindings: Bindings, ctx: EntryContext, depth: int):
         self.comp = comp
         self.bindings = bindings
@@ -333,128 +321,6 @@ class BodyChecker(Calls, ShapeFunctions, IndexForm, Operators):
             known += list(scope.names)
         raise self.error(f"unknown name '{name}'{closest(name, known)}", node)
 
-    def elementwise(self, op: str, args: list[T.Node], node: ast.AST) -> T.Node:
-        loc = self.loc(node)
-        if op == "where":
-            cond, a, b = args
-            if cond.type.dtype != BOOL:
-                raise self.error(f"the condition of where(...) must be bool, not {cond.type.dtype.name}", node)
-            a, b = self.unify([a, b], node)
-            shape = self.broadcast([cond.type.shape, a.type.shape, b.type.shape], node)
-            return T.Apply(T.TType(a.type.dtype, shape), loc, "where", (cond, a, b))
-        args = self.unify(args, node)
-        dtype = args[0].type.dtype
-        shape = self.broadcast([a.type.shape for a in args], node)
-        weak = all(is_weak(a) for a in args)
-        name = _OP_SPELLING.get(op, op)
-        result = dtype
-        if op in ("lt", "le", "gt", "ge", "eq", "ne"):
-            result = BOOL
-            if dtype == BOOL and op not in ("eq", "ne"):
-                raise self.error(f"cannot order bool values with '{name}'", node)
-        elif op in ("and", "or", "xor", "not"):
-            if dtype.is_float:
-                raise self.error(f"'{name}' needs bool or integer operands, not {dtype.name}", node)
-        elif op in FLOAT_PREDICATES:
-            if not dtype.is_float:
-                raise self.error(f"{op}(...) needs a float operand, not {dtype.name}", node)
-            result = BOOL
-        elif op in UNARY_FLOAT or op in BINARY_FLOAT or op == "div":
-            if dtype.is_int and not weak:
-                hint = "use '//' or cast(...)" if op == "div" else "use cast(x, f32)"
-                raise self.error(f"'{name}' needs float operands, not {dtype.name}; {hint}", node)
-            if dtype == BOOL:
-                raise self.error(f"'{name}' needs float operands, not bool", node)
-            if weak and not dtype.is_float:
-                args = [self._reweak(a, F32) for a in args]
-                result = F32
-        elif dtype == BOOL:
-            raise self.error(f"'{name}' needs numeric operands, not bool; use cast(...)", node)
-        return T.Apply(T.TType(result, shape), loc, op, tuple(args))
-
-    # -- calls --
-    def call(self, node: ast.Call, scope: IndexScope | None) -> T.Node:
-        func = node.func
-        if isinstance(func, ast.Subscript) and isinstance(func.value, ast.Name) and func.value.id in REDUCTIONS:
-            if scope is None:
-                raise self.error(
-                    f"'{func.value.id}[...](...)' binds indices and belongs to index form; in array form "
-                    f"write {func.value.id}(x, axis=...)",
-                    node,
-                )
-            return self.index_reduce(node, scope)
-        if not isinstance(func, ast.Name):
-            raise self.error("only named functions can be called", node)
-        name = func.id
-        if name in ELEMENTWISE:
-            return self.call_elementwise(name, node, scope)
-        if name in REDUCTIONS or name in ("argmax", "argmin"):
-            if scope is not None:
-                raise self.error(f"in index form reduce with {name}[k](...) over bound indices", node)
-            return self.reduction(name, node)
-        if name in SHAPE_FUNCS:
-            if scope is not None:
-                raise self.error(f"{name}(...) works on whole tensors; use it in array form", node)
-            return self.shape_func(name, node)
-        comp = self.ctx.library.find(name)
-        if comp is None:
-            known = sorted(ELEMENTWISE | SHAPE_FUNCS | set(REDUCTIONS)) + list(self.ctx.library.local)
-            raise self.error(f"unknown function or composite '{name}'{closest(name, known)}", func)
-        if scope is not None:
-            raise self.error(
-                f"composite '{name}' cannot be called inside index form; assign it to a name first",
-                node,
-            )
-        return self.composite_call(comp, node)
-
     def _check_index_name(self, name: str, node: ast.AST) -> None:
         if name in self.values or name in self.bindings.symbols or name in self.bindings.params or name in CONSTANTS:
             raise self.error(f"index '{name}' shadows a tensor, symbol or param of the same name", node)
-
-    def alone_uses(self, node: ast.AST, bound: dict[str, object], out: dict) -> dict:
-        """(binding, index) -> [(dim, loc, tensor)] for every access position holding the index alone."""
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Subscript)
-            and isinstance(node.func.value, ast.Name)
-            and node.func.value.id in REDUCTIONS
-        ):
-            inner = dict(bound)
-            for n in _index_names(node.func.slice) or []:
-                inner[n] = id(node)
-            for arg in node.args:
-                self.alone_uses(arg, inner, out)
-            return out
-        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in self.values:
-            shape = self.values[node.value.id][0].shape
-            items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-            explicit = [e for e in items if not (isinstance(e, ast.Constant) and e.value is Ellipsis)]
-            dims = shape[len(shape) - len(explicit) :] if len(explicit) <= len(shape) else ()
-            for item, dim in zip(explicit, dims):
-                if isinstance(item, ast.Name) and item.id in bound:
-                    out.setdefault((bound[item.id], item.id), []).append((dim, self.loc(item), node.value.id))
-            return out
-        for child in ast.iter_child_nodes(node):
-            self.alone_uses(child, bound, out)
-        return out
-
-
-_OP_SPELLING = {
-    "add": "+",
-    "sub": "-",
-    "mul": "*",
-    "div": "/",
-    "floordiv": "//",
-    "mod": "%",
-    "pow": "**",
-    "and": "&",
-    "or": "|",
-    "xor": "^",
-    "not": "~",
-    "lt": "<",
-    "le": "<=",
-    "gt": ">",
-    "ge": ">=",
-    "eq": "==",
-    "ne": "!=",
-}

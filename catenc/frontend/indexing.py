@@ -16,6 +16,7 @@ from catenc.dtypes import BOOL
 from catenc.frontend import typed as T
 from catenc.frontend.constraints import constraint_facts
 from catenc.frontend.operators import is_weak, shape_text
+from catenc.registry import REDUCTIONS
 from catenc.symbolic import (
     ONE,
     ZERO,
@@ -243,6 +244,33 @@ class IndexForm:
                 node,
             )
         return extent
+
+    def alone_uses(self, node: ast.AST, bound: dict[str, object], out: dict) -> dict:
+        """(binding, index) -> [(dim, loc, tensor)] for every access position holding the index alone."""
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Subscript)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in REDUCTIONS
+        ):
+            inner = dict(bound)
+            for n in _index_names(node.func.slice) or []:
+                inner[n] = id(node)
+            for arg in node.args:
+                self.alone_uses(arg, inner, out)
+            return out
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in self.values:
+            shape = self.values[node.value.id][0].shape
+            items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            explicit = [e for e in items if not (isinstance(e, ast.Constant) and e.value is Ellipsis)]
+            dims = shape[len(shape) - len(explicit) :] if len(explicit) <= len(shape) else ()
+            for item, dim in zip(explicit, dims):
+                if isinstance(item, ast.Name) and item.id in bound:
+                    out.setdefault((bound[item.id], item.id), []).append((dim, self.loc(item), node.value.id))
+            return out
+        for child in ast.iter_child_nodes(node):
+            self.alone_uses(child, bound, out)
+        return out
 
     def index_reduce(self, node: ast.Call, scope: IndexScope) -> T.Node:
         op = node.func.value.id

@@ -1,4 +1,4 @@
-"""Operator typing: weak literals, dtype unification and broadcasting.
+"""Operator typing: weak literals, dtype unification, broadcasting and elementwise result types.
 
 Literals and symbols are weak: they take the dtype of the strong operand they meet (`x * 2` keeps
 x's dtype). Shapes broadcast as in numpy, with dims compared by proof under the composite's facts.
@@ -12,6 +12,7 @@ import math
 from catenc.diagnostics import CatencError
 from catenc.dtypes import BOOL, F32, DType
 from catenc.frontend import typed as T
+from catenc.registry import BINARY_FLOAT, FLOAT_PREDICATES, UNARY_FLOAT
 from catenc.symbolic import ONE, Expr
 
 
@@ -137,6 +138,45 @@ class Operators:
             out.append(dim if dim is not None else ONE)
         return tuple(out)
 
+    def elementwise(self, op: str, args: list[T.Node], node: ast.AST) -> T.Node:
+        loc = self.loc(node)
+        if op == "where":
+            cond, a, b = args
+            if cond.type.dtype != BOOL:
+                raise self.error(f"the condition of where(...) must be bool, not {cond.type.dtype.name}", node)
+            a, b = self.unify([a, b], node)
+            shape = self.broadcast([cond.type.shape, a.type.shape, b.type.shape], node)
+            return T.Apply(T.TType(a.type.dtype, shape), loc, "where", (cond, a, b))
+        args = self.unify(args, node)
+        dtype = args[0].type.dtype
+        shape = self.broadcast([a.type.shape for a in args], node)
+        weak = all(is_weak(a) for a in args)
+        name = _OP_SPELLING.get(op, op)
+        result = dtype
+        if op in ("lt", "le", "gt", "ge", "eq", "ne"):
+            result = BOOL
+            if dtype == BOOL and op not in ("eq", "ne"):
+                raise self.error(f"cannot order bool values with '{name}'", node)
+        elif op in ("and", "or", "xor", "not"):
+            if dtype.is_float:
+                raise self.error(f"'{name}' needs bool or integer operands, not {dtype.name}", node)
+        elif op in FLOAT_PREDICATES:
+            if not dtype.is_float:
+                raise self.error(f"{op}(...) needs a float operand, not {dtype.name}", node)
+            result = BOOL
+        elif op in UNARY_FLOAT or op in BINARY_FLOAT or op == "div":
+            if dtype.is_int and not weak:
+                hint = "use '//' or cast(...)" if op == "div" else "use cast(x, f32)"
+                raise self.error(f"'{name}' needs float operands, not {dtype.name}; {hint}", node)
+            if dtype == BOOL:
+                raise self.error(f"'{name}' needs float operands, not bool", node)
+            if weak and not dtype.is_float:
+                args = [self._reweak(a, F32) for a in args]
+                result = F32
+        elif dtype == BOOL:
+            raise self.error(f"'{name}' needs numeric operands, not bool; use cast(...)", node)
+        return T.Apply(T.TType(result, shape), loc, op, tuple(args))
+
 
 def _fits(value: int, dtype: DType) -> bool:
     if dtype.kind == "uint":
@@ -147,3 +187,24 @@ def _fits(value: int, dtype: DType) -> bool:
 def shape_text(shape: tuple[Expr, ...]) -> str:
     """A shape as written in diagnostics: [M, 2*N]."""
     return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+_OP_SPELLING = {
+    "add": "+",
+    "sub": "-",
+    "mul": "*",
+    "div": "/",
+    "floordiv": "//",
+    "mod": "%",
+    "pow": "**",
+    "and": "&",
+    "or": "|",
+    "xor": "^",
+    "not": "~",
+    "lt": "<",
+    "le": "<=",
+    "gt": ">",
+    "ge": ">=",
+    "eq": "==",
+    "ne": "!=",
+}
