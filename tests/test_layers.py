@@ -1,0 +1,213 @@
+"""The layers of catenc/: no module imports one of a later layer, and no import circle.
+
+Every module under catenc/ is parsed with `ast` (nothing is imported), and every import in it
+counts: at module level, inside functions, under `if TYPE_CHECKING:`. A later stage reads the data
+of an earlier one, never the other way round, so the arrows all point back along the pipeline.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "catenc"
+
+# In pipeline order; a module may import its own layer and those listed before it. A prefix
+# ending in "." is a package (all its modules), anything else one module.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # Leaves: diagnostics, dtypes and the symbolic integers every stage uses; they know no stage.
+    (
+        "leaves",
+        ("catenc", "catenc.diagnostics", "catenc.dtypes", "catenc.symbolic", "catenc.resources", "catenc.pyparse"),
+    ),
+    # One declaration per primitive op, read by the checker, the IR builder, renderers and the reference.
+    ("registry", ("catenc.registry",)),
+    # Files to the typed program: knows no IR, schedule or backend.
+    ("frontend", ("catenc.frontend.",)),
+    # The typed program lowered to a graph of primitive ops.
+    ("ir", ("catenc.ir.",)),
+    # Kernel boundaries, tiles and the workspace: decisions recorded over the IR.
+    ("schedule", ("catenc.schedule.",)),
+    # IR + schedule to loop nests (and GPU work-groups): reads decisions, makes none.
+    ("lower", ("catenc.lower.",)),
+    # Renderers spell loop nests; templates hold the scaffolding.
+    ("codegen", ("catenc.codegen.",)),
+    # Runtime descriptors (which renderer, which toolchain), the manifest reader, the device host.
+    ("runtime", ("catenc.runtime.",)),
+    # Named passes and the pipeline per -O level, over the stages above.
+    ("passes", ("catenc.passes.",)),
+    # What one compile decided, the data emit, build and --test read.
+    ("plan", ("catenc.plan",)),
+    # One compile: the one place that wires the stages together.
+    ("driver", ("catenc.driver",)),
+    # Write sources, header and manifest, run the toolchain; load a built library.
+    ("outputs", ("catenc.emit", "catenc.build", "catenc.loader")),
+    # The numpy reference, --test and the coverage report: compile, build and load.
+    ("testing", ("catenc.testing.",)),
+    # Commands only.
+    ("cli", ("catenc.cli", "catenc.__main__")),
+)
+
+# Imports that break the layering today, each to be removed by the work named beside it; a test
+# below fails once one is gone, so that the list only shrinks.
+TEMPORARY: dict[tuple[str, str], str] = {}
+
+# Arrows issue 15 removed, which must stay gone (importer prefix, imported prefix).
+REMOVED_ARROWS = (
+    ("catenc.runtime.", "catenc.loader"),  # the loader <-> device host circle (runtime/manifest.py now)
+    ("catenc.emit", "catenc.driver"),  # emit read EntryPlan from the compiler (catenc/plan.py now)
+    ("catenc.emit", "catenc.compiler"),
+    ("catenc.codegen.", "catenc.plan"),  # codegen/names.py renamed an EntryPlan (catenc/emit.py does now)
+    ("catenc.driver", "catenc.codegen.gemm"),  # the compiler reached into codegen for the gemm tiles
+    ("catenc.runtime.", "catenc.frontend."),  # runtime.py used frontend's closest() (diagnostics now)
+)
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports_in(source: str, name: str, is_package: bool = False) -> set[str]:
+    """The catenc modules module `name` imports anywhere in `source` (`from a import b` is module
+    a.b when that is a module, else a)."""
+    package = name if is_package else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join([*parts[: len(parts) - node.level + 1], *([base] if base else [])])
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in MODULES:  # `import catenc.x.y` where y is a name
+                target = target.rpartition(".")[0]
+            if target.split(".")[0] == "catenc" and target != name:
+                found.add(target)
+    return found
+
+
+def imports_of(name: str) -> set[str]:
+    path = MODULES[name]
+    return imports_in(path.read_text(encoding="utf-8"), name, path.name == "__init__.py")
+
+
+GRAPH = {name: imports_of(name) for name in MODULES}
+
+
+def layer_of(name: str) -> int:
+    for index, (_, prefixes) in enumerate(LAYERS):
+        if any(matches(name, p) or name == p.rstrip(".") for p in prefixes):  # a package's __init__ too
+            return index
+    raise AssertionError(f"{name} is in no layer of tests/test_layers.py: add it to the one it belongs to")
+
+
+def matches(name: str, prefix: str) -> bool:
+    return name.startswith(prefix) if prefix.endswith(".") else name == prefix
+
+
+def test_every_module_has_a_layer() -> None:
+    for name in MODULES:
+        layer_of(name)
+
+
+def test_no_import_circle() -> None:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(name: str) -> None:  # Tarjan's strongly connected components
+        index[name] = low[name] = len(index)
+        stack.append(name)
+        for target in sorted(GRAPH[name]):
+            if target not in index:
+                visit(target)
+                low[name] = min(low[name], low[target])
+            elif target in stack:
+                low[name] = min(low[name], index[target])
+        if low[name] == index[name]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == name:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for name in sorted(GRAPH):
+        if name not in index:
+            visit(name)
+    assert not circles, "modules that import each other, directly or around a circle: " + "; ".join(
+        " <-> ".join(circle) for circle in circles
+    )
+
+
+def layer_violations() -> list[tuple[str, str]]:
+    return sorted(
+        (name, target) for name, targets in GRAPH.items() for target in targets if layer_of(target) > layer_of(name)
+    )
+
+
+def test_no_import_from_a_later_layer() -> None:
+    found = [
+        f"{name} ({LAYERS[layer_of(name)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
+        for name, target in layer_violations()
+        if (name, target) not in TEMPORARY
+    ]
+    assert not found, "imports back up the pipeline:\n" + "\n".join(found)
+
+
+def test_temporary_exceptions_are_still_needed() -> None:
+    stale = sorted(set(TEMPORARY) - set(layer_violations()))
+    assert not stale, f"these imports are gone: remove them from TEMPORARY: {stale}"
+
+
+@pytest.mark.parametrize("arrow", REMOVED_ARROWS, ids=lambda arrow: " -> ".join(arrow))
+def test_removed_arrows_stay_gone(arrow: tuple[str, str]) -> None:
+    importer, imported = arrow
+    found = sorted(
+        (name, target)
+        for name, targets in GRAPH.items()
+        if matches(name, importer)
+        for target in targets
+        if matches(target, imported)
+    )
+    assert not found, f"{importer}* must not import {imported}*: {found}"
+
+
+def test_the_parser_sees_every_kind_of_import() -> None:
+    """Imports inside functions, under TYPE_CHECKING and relative ones count."""
+    source = """
+from typing import TYPE_CHECKING
+from catenc.frontend import typed as T
+from . import names
+from ..ir.nodes import Graph
+import catenc.symbolic
+if TYPE_CHECKING:
+    from catenc.plan import EntryPlan
+def f():
+    from catenc.runtime.device_host import device_symbols
+"""
+    assert imports_in(source, "catenc.codegen.c") == {
+        "catenc.frontend.typed",
+        "catenc.codegen.names",
+        "catenc.ir.nodes",
+        "catenc.symbolic",
+        "catenc.plan",
+        "catenc.runtime.device_host",
+    }
+    assert "catenc.runtime.device_host" in GRAPH["catenc.loader"]  # imported inside a method
