@@ -189,6 +189,73 @@ def test_removed_arrows_stay_gone(arrow: tuple[str, str]) -> None:
     assert not found, f"{importer}* must not import {imported}*: {found}"
 
 
+# A backend is a runtime descriptor plus a renderer's spelling table: the rest of catenc asks them
+# (capabilities, attributes, tables), never which backend it is working for.
+BACKEND_TABLES = ("catenc.runtime.", "catenc.codegen.")
+BACKEND_NAMES = frozenset({"c", "cpu", "gpu", "host", "cuda", "opencl"})
+BACKEND_FIELDS = frozenset({"language", "target", "calling_convention", "convention"})
+BACKEND_CLASSES = frozenset(
+    {"Runtime", "CRuntime", "GpuRuntime", "CudaRuntime", "OpenCLRuntime", "CRenderer", "GpuRenderer"}
+    | {"CudaRenderer", "OpenCLRenderer"}
+)
+
+# Temporary: driver.py's GPU branch, which the pass pipeline replacing driver.py (issue 15, item 1)
+# removes; delete this entry with it. (module, the branch as ast.unparse writes it)
+BRANCH_EXCEPTIONS = frozenset({("catenc.driver", "runtime.target == 'gpu'")})
+
+
+def backend_branches(source: str) -> list[str]:
+    """Comparisons of a backend field with a backend's name (or a tuple of names), and isinstance
+    tests of a backend's class, each with its line number, in line order."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            inside = [n for side in sides for n in ast.walk(side)]
+            named = any(isinstance(n, ast.Constant) and n.value in BACKEND_NAMES for n in inside)
+            field = any(
+                (isinstance(side, ast.Attribute) and side.attr in BACKEND_FIELDS)
+                or (isinstance(side, ast.Name) and side.id in BACKEND_FIELDS)
+                for side in sides
+            )
+            branch = named and field
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance":
+            classes = {
+                n.id if isinstance(n, ast.Name) else n.attr
+                for n in ast.walk(node.args[-1])
+                if isinstance(n, (ast.Name, ast.Attribute))
+            }
+            branch = bool(classes & BACKEND_CLASSES)
+        else:
+            continue
+        if branch:
+            found.append((node.lineno, f"line {node.lineno}: {ast.unparse(node)}"))
+    return [text for _, text in sorted(found)]
+
+
+def test_no_backend_branches_outside_the_runtime_and_renderer_tables() -> None:
+    found = [
+        f"{MODULES[name].relative_to(PACKAGE.parent)} {branch}"
+        for name in MODULES
+        if not any(matches(name, prefix) for prefix in BACKEND_TABLES)
+        for branch in backend_branches(MODULES[name].read_text(encoding="utf-8"))
+        if (name, branch.partition(": ")[2]) not in BRANCH_EXCEPTIONS
+    ]
+    assert not found, "branches on a backend (ask the runtime descriptor or the renderer instead):\n" + "\n".join(found)
+
+
+def test_backend_branches_are_recognised() -> None:
+    source = """
+if runtime.target == "gpu": pass
+if entry.convention != "cuda": pass
+if language not in ("c",): pass
+if isinstance(renderer, codegen.GpuRenderer): pass
+if runtime.language in HOST_LANGUAGES: pass
+if stmt.target in outputs: pass
+"""
+    assert [line.split(":")[0] for line in backend_branches(source)] == ["line 2", "line 3", "line 4", "line 5"]
+
+
 def test_the_parser_sees_every_kind_of_import() -> None:
     """Imports inside functions, under TYPE_CHECKING and relative ones count."""
     source = """
