@@ -582,6 +582,18 @@ def test_a_cuda_build_needs_a_gpu_and_other_languages_are_refused(tmp_path: Path
         load(path)
 
 
+def test_the_calling_convention_says_which_arguments_follow_the_workspace(tmp_path: Path, built: Path):
+    entry = json.loads(json.dumps(ENTRIES[0]))
+    entry["args"].append({"name": "stream", "role": "stream"})
+    runtime = {"name": "gcc", "language": "c", "config": {}, "calling_convention": "cuda"}
+    library = load(write_manifest(tmp_path, built, [entry], runtime=runtime))
+    with pytest.raises(TypeError, match="takes 10 arguments"):  # 7 of the entry, workspace, its size, stream
+        library["scale_add"].call_raw()
+    runtime["calling_convention"] = "fortran"
+    with pytest.raises(ManifestError, match="unknown calling_convention 'fortran'"):
+        load(write_manifest(tmp_path, built, ENTRIES, runtime=runtime))
+
+
 def test_sha256_mismatch(tmp_path: Path, built: Path):
     path = write_manifest(tmp_path, built, ENTRIES)
     manifest = json.loads(path.read_text())
