@@ -107,12 +107,14 @@ class Reduction:
 
 # ---- numpy meanings that numpy lacks or spells differently -------------------------------------
 
-_erf = np.frompyfunc(math.erf, 1, 1)
+
+def _math64(fn: Callable[[float], float]) -> Callable[[np.ndarray], np.ndarray]:
+    """A function of the math module applied elementwise, as float64 (numpy has no erf)."""
+    ufunc = np.frompyfunc(fn, 1, 1)
+    return lambda x: np.asarray(ufunc(np.asarray(x, dtype=np.float64)), dtype=np.float64)
 
 
-def erf64(x: np.ndarray) -> np.ndarray:
-    """math.erf elementwise, as float64 (numpy has no erf)."""
-    return np.asarray(_erf(np.asarray(x, dtype=np.float64)), dtype=np.float64)
+erf64 = _math64(math.erf)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:

@@ -12,16 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from catenc import registry
 from catenc.codegen.names import C_KEYWORDS, C_LOCALS, C_MACROS_AND_TYPES, C_NAMES, CXX_KEYWORDS, Reserved
 from catenc.dtypes import DTYPES, DType
 from catenc.ir.nodes import Binary, Buffer, Cast, Const, Gather, Load, Local, SymInt, Unary, Value, Where, walk
 from catenc.lower.loops import Assign, Declare, For, Gemm, If, LaneReduce, LoopKernel, Stmt, Store, identity
 from catenc.schedule.contractions import ACC
 from catenc.symbolic import ZERO, Expr, merge_divmod, product, sym
-
-FLOAT_FUNCS = (
-    "sqrt exp exp2 log log2 log1p expm1 sin cos tan tanh sinh cosh asin acos atan erf floor ceil trunc".split()
-)
 
 
 @dataclass(frozen=True)
@@ -65,58 +62,17 @@ class CRenderer:
     float_suffix = {"f32": "f", "f64": ""}  # of literals
     math_suffix = {"f32": "f", "f64": ""}  # of libm function names (expf, exp)
     global_space = ""  # address space of the buffers a kernel takes
-    unary_float = {
-        "neg": "(-{0})",
-        "recip": "({one} / {0})",
-        "abs": "fabs{s}({0})",
-        "round": "rint{s}({0})",
-        "isnan": "(isnan({0}) != 0)",
-        "isinf": "(isinf({0}) != 0)",
-        "round_f16": "catenc_round_f16_{t}({0})",
-        "round_bf16": "catenc_round_bf16_{t}({0})",
-        **{f: f + "{s}({0})" for f in FLOAT_FUNCS},
-    }
+    # The primitives' spellings (catenc/registry.py): on float operands, on integer ones (their
+    # arithmetic wraps: computed in the unsigned type), comparisons of any dtype, bool operands.
+    unary_float = registry.unary_spellings("float")
     # Transcendentals of values computed in float: branch-free polynomials the loop vectoriser
     # can inline (templates/vecmath.c.j2 states each one's accuracy), not a libm call per element.
-    vector_math_f32 = {f: f"catenc_v{f}_f32({{0}})" for f in ("exp", "expm1", "log", "log1p", "tanh", "erf")}
-    binary_float = {
-        "add": "({0} + {1})",
-        "sub": "({0} - {1})",
-        "mul": "({0} * {1})",
-        "div": "({0} / {1})",
-        "floordiv": "catenc_floordiv_{t}({0}, {1})",
-        "mod": "catenc_mod_{t}({0}, {1})",
-        "max": "catenc_max_{t}({0}, {1})",
-        "min": "catenc_min_{t}({0}, {1})",
-        "pow": "pow{s}({0}, {1})",
-        "atan2": "atan2{s}({0}, {1})",
-    }
-    # Integer arithmetic wraps: computed in the unsigned type, converted back.
-    binary_int = {
-        "add": "({c})(({u}){0} + ({u}){1})",
-        "sub": "({c})(({u}){0} - ({u}){1})",
-        "mul": "({c})(({u}){0} * ({u}){1})",
-        "floordiv": "catenc_floordiv_{t}({0}, {1})",
-        "mod": "catenc_mod_{t}({0}, {1})",
-        "max": "catenc_max_{t}({0}, {1})",
-        "min": "catenc_min_{t}({0}, {1})",
-        "pow": "catenc_pow_{t}({0}, {1})",
-        "and": "({c})({0} & {1})",
-        "or": "({c})({0} | {1})",
-        "xor": "({c})({0} ^ {1})",
-    }
-    unary_int = {
-        "neg": "({c})(0 - ({u}){0})",
-        "abs": "({0} < 0 ? ({c})(0 - ({u}){0}) : {0})",
-        "not": "({c})(~{0})",
-    }
-    compare = {
-        "lt": "({0} < {1})",
-        "le": "({0} <= {1})",
-        "eq": "({0} == {1})",
-        "ne": "({0} != {1})",
-    }
-    bool_ops = {"and": "({0} & {1})", "or": "({0} | {1})", "xor": "({0} ^ {1})", "not": "(!{0})"}
+    vector_math_f32 = registry.vector_math_f32()
+    binary_float = registry.binary_spellings("float")
+    binary_int = registry.binary_spellings("int")
+    unary_int = registry.unary_spellings("int")
+    compare = registry.binary_spellings("any")
+    bool_ops = registry.spellings("bool")
 
     # ---- types and literals ----
     def ctype(self, dtype: DType) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from catenc import registry
 from catenc.codegen.names import (
     C_KEYWORDS,
     C_LOCALS,
@@ -371,6 +372,8 @@ class CudaRenderer(GpuRenderer):
     shuffle_down = "__shfl_down_sync(0xffffffffu, {0}, {1})"
     preamble = "#include <cuda_runtime.h>\n#include <math.h>\n#include <stdint.h>\n"
     host_template = "cuda_host.cu.j2"
+    unary_float = registry.unary_spellings("float", "cuda")
+    binary_float = registry.binary_spellings("float", "cuda")
 
 
 class OpenCLRenderer(GpuRenderer):
@@ -380,6 +383,8 @@ class OpenCLRenderer(GpuRenderer):
     kernel_qualifier = "__kernel void"
     device_inline = "static inline"
     math_suffix = {"f32": "", "f64": ""}  # OpenCL C's math functions are overloaded
+    unary_float = registry.unary_spellings("float", "opencl")
+    binary_float = registry.binary_spellings("float", "opencl")
     global_space = "__global "
     local_qualifier = "__local"
     local_space = "__local "

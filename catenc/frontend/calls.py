@@ -18,7 +18,7 @@ from catenc.frontend.constraints import Bindings, coerce_param, decide, shape_pa
 from catenc.frontend.indexing import IndexScope
 from catenc.frontend.operators import is_weak, shape_text
 from catenc.frontend.shapes import SHAPE_FUNCS
-from catenc.registry import ELEMENTWISE, REDUCTIONS
+from catenc.registry import ARITY, ELEMENTWISE, REDUCTIONS
 from catenc.symbolic import ONE, ZERO, Expr, floordiv, mod, sym
 
 MAX_CALL_DEPTH = 32
@@ -96,7 +96,7 @@ class Calls:
             arg = self.strengthen(self.expr(node.args[0], scope))
             dtype = self.dtype_arg(node.args[1])
             return T.Apply(T.TType(dtype, arg.type.shape), self.loc(node), "cast", (arg,))
-        arity = {"where": 3, "clip": 3, "pow": 2, "maximum": 2, "minimum": 2, "atan2": 2}.get(name, 1)
+        arity = ARITY[name]
         self.positional(node, arity, arity, f"{name}(...)")
         self.keywords(node, ())
         if name == "where" and scope is not None:

@@ -30,6 +30,7 @@ from catenc.ir.nodes import (
     Value,
     Where,
 )
+from catenc.registry import LOWERINGS, OPS, Lowering
 from catenc.symbolic import ONE, ZERO, Expr, Facts, simplify, sym
 
 Index = tuple[Expr, ...]
@@ -451,21 +452,10 @@ def symint(expr: Expr, dtype: DType = I64) -> Value:
 
 
 def apply(op: str, args: list[Value], dtype: DType, result: DType, arg_dtype: DType) -> Value:
-    """Lower one elementwise function of the body language to primitive ops."""
-    x = args[0] if args else None
-    compute = x.dtype if x is not None else dtype
-
-    def c(v: float) -> Value:
-        return Const(compute, v)
-
-    if op in ("add", "sub", "mul", "div", "floordiv", "mod", "pow", "atan2", "and", "or", "xor"):
-        return Binary(dtype, op, args[0], args[1])
-    if op in ("lt", "le", "eq", "ne"):
-        return Binary(BOOL, op, args[0], args[1])
-    if op in ("gt", "ge"):
-        return Binary(BOOL, {"gt": "lt", "ge": "le"}[op], args[1], args[0])
-    if op in ("maximum", "minimum"):
-        return Binary(dtype, op[:3], args[0], args[1])
+    """Lower one elementwise function or operator of the body language to primitive ops: itself
+    when it is a primitive, else its lowering in the registry; `where`, `cast` and `sign`, whose
+    nodes depend on dtypes, are built here."""
+    x = args[0]
     if op == "where":
         return Where(dtype, args[0], args[1], args[2])
     if op == "cast":
@@ -473,53 +463,35 @@ def apply(op: str, args: list[Value], dtype: DType, result: DType, arg_dtype: DT
             source = x if x.dtype.is_float else Cast(F32, x)  # f64 rounds to f16 once, not via f32
             return Unary(F32, f"round_{result.name}", source)
         return x if x.dtype == dtype else Cast(dtype, x)
-    if op == "relu":
-        return Binary(compute, "max", x, c(0))
     if op == "sign":
-        zero = x if compute.is_float else c(0)
-        inner = Where(compute, Binary(BOOL, "lt", x, c(0)), c(-1), zero)
-        return Where(compute, Binary(BOOL, "lt", c(0), x), c(1), inner)
-    if op == "rsqrt":
-        return Unary(compute, "recip", Unary(compute, "sqrt", x))
-    if op == "reciprocal":
-        return Unary(compute, "recip", x)
-    if op == "sigmoid":
-        return _sigmoid(x, c)
-    if op == "silu":
-        return Binary(compute, "mul", x, _sigmoid(x, c))
-    if op == "gelu":
-        erf = Unary(compute, "erf", Binary(compute, "mul", x, c(0.7071067811865476)))
-        return Binary(compute, "mul", Binary(compute, "mul", c(0.5), x), Binary(compute, "add", c(1), erf))
-    if op == "gelu_tanh":
-        cube = Binary(compute, "mul", Binary(compute, "mul", x, x), x)
-        inner = Binary(
-            compute,
-            "mul",
-            c(0.7978845608028654),
-            Binary(compute, "add", x, Binary(compute, "mul", c(0.044715), cube)),
-        )
-        return Binary(
-            compute,
-            "mul",
-            Binary(compute, "mul", c(0.5), x),
-            Binary(compute, "add", c(1), Unary(compute, "tanh", inner)),
-        )
-    if op == "softplus":
-        tail = Unary(compute, "log1p", Unary(compute, "exp", Unary(compute, "neg", Unary(compute, "abs", x))))
-        return Binary(compute, "add", Binary(compute, "max", x, c(0)), tail)
-    if op == "isfinite":
-        bad = Binary(BOOL, "or", Unary(BOOL, "isnan", x), Unary(BOOL, "isinf", x))
-        return Unary(BOOL, "not", bad)
-    if op in ("isnan", "isinf"):
-        return Unary(BOOL, op, x)
-    if op == "not":
-        return Unary(dtype, "not", x)
-    return Unary(compute, op, x)
+        zero = x if x.dtype.is_float else Const(x.dtype, 0)  # a float keeps NaN and -0
+        inner = Where(x.dtype, Binary(BOOL, "lt", x, Const(x.dtype, 0)), Const(x.dtype, -1), zero)
+        return Where(x.dtype, Binary(BOOL, "lt", Const(x.dtype, 0), x), Const(x.dtype, 1), inner)
+    entry = OPS[op]
+    # a unary function computes in its operand's dtype; operators and binary functions in the result's
+    compute = x.dtype if entry.arity == 1 and entry.rule != "bits" else dtype
+    if entry.primitive:
+        return _primitive(op, args, compute)
+    return _expand(LOWERINGS[op], args, compute)
 
 
-def _sigmoid(x: Value, c) -> Value:
-    return Unary(
-        x.dtype,
-        "recip",
-        Binary(x.dtype, "add", c(1), Unary(x.dtype, "exp", Unary(x.dtype, "neg", x))),
-    )
+def _primitive(op: str, args: list[Value], compute: DType) -> Value:
+    """A primitive op's node: bool for predicates and comparisons, bitwise ops in their operand's
+    dtype, the rest in `compute`."""
+    rule = OPS[op].rule
+    dtype = BOOL if rule in ("float_predicate", "order", "equality") else args[0].dtype if rule == "bits" else compute
+    return Unary(dtype, op, args[0]) if len(args) == 1 else Binary(dtype, op, args[0], args[1])
+
+
+def _expand(tree: Lowering, args: list[Value], compute: DType) -> Value:
+    """A registry lowering over the operands (literals in `compute`); an op it names that has a
+    lowering of its own is expanded in turn."""
+    if tree[0] == "arg":
+        return args[tree[1]]
+    if tree[0] == "const":
+        return Const(compute, tree[1])
+    _, name, operands = tree
+    values = [_expand(t, args, compute) for t in operands]
+    if OPS[name].primitive:
+        return _primitive(name, values, compute)
+    return _expand(LOWERINGS[name], values, compute)

@@ -13,14 +13,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
 
 from catenc.dtypes import DType
+from catenc.registry import BINARY_OPS as BINARY_OPS  # the op names of Unary, Binary and Reduce nodes
+from catenc.registry import REDUCE_OPS as REDUCE_OPS
+from catenc.registry import UNARY_OPS as UNARY_OPS
 from catenc.symbolic import Expr
-
-UNARY_OPS = frozenset(
-    "neg recip sqrt exp exp2 log log2 log1p expm1 sin cos tan tanh sinh cosh asin acos atan erf "
-    "floor ceil round trunc abs not isnan isinf round_f16 round_bf16".split()
-)
-BINARY_OPS = frozenset("add sub mul div floordiv mod max min pow atan2 and or xor lt le eq ne".split())
-REDUCE_OPS = frozenset("sum prod max min argmax argmin".split())
 
 
 @dataclass(frozen=True)

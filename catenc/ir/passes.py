@@ -23,11 +23,9 @@ from catenc.ir.nodes import (
     loads,
     walk,
 )
+from catenc.registry import EXPENSIVE_OPS
 from catenc.symbolic import Expr, sym
 
-EXPENSIVE_OPS = frozenset(
-    "exp exp2 log log2 log1p expm1 sin cos tan tanh sinh cosh asin acos atan erf pow atan2 sqrt div recip".split()
-)
 # A producer this deep stays materialised: a long chain of statements would otherwise become one
 # expression nested as deep as the chain is long, which every later pass and the C compiler recurse on.
 MAX_INLINED_DEPTH = 500

@@ -30,6 +30,7 @@ from catenc.dtypes import DTYPES
 from catenc.frontend.composites import Composite, Library, load_composite_file
 from catenc.loader import CatencStatusError, ManifestError, load
 from catenc.plan import EntryPlan, FilePlan, Options
+from catenc.registry import ROWS, Row
 from catenc.resources import package_path
 from catenc.runtime.descriptor import Runtime
 from catenc.testing.check import entry_sizes, run_once
@@ -84,7 +85,7 @@ BUILTIN_ROWS = Path(__file__).resolve().parent / "builtin_rows"
 
 def library_ops(extra_dirs: tuple[str, ...], primitives: bool = True) -> list[tuple[str, Composite, str]]:
     """(family, composite, search directory) of every op: bundled first, then --ops dirs, then
-    (for the rows of the language's own functions) catenc/testing/builtin_rows."""
+    the rows of the language's own functions (catenc/testing/builtin_rows and the registry's)."""
     found: dict[str, tuple[str, Composite, str]] = {}
     dirs = [(str(package_path("ops")), "catenc:ops")] + [(d, d) for d in extra_dirs]
     if primitives:
@@ -96,7 +97,36 @@ def library_ops(extra_dirs: tuple[str, ...], primitives: bool = True) -> list[tu
             file = load_composite_file(str(path), f"{display}/{path.name}")
             for name, comp in file.composites.items():
                 found[name] = (path.stem, comp, directory)
+    if primitives:
+        for name, comp in registry_rows().items():
+            found[name] = ("primitives", comp, str(BUILTIN_ROWS))
     return list(found.values())
+
+
+def registry_rows() -> dict[str, Composite]:
+    """The rows of the language's own ops, one composite `prim_<row>` per row of the registry."""
+    text = "\n".join(_row_text(row) for row in ROWS)
+    with tempfile.TemporaryDirectory(prefix="catenc-rows-") as scratch:
+        path = Path(scratch) / "primitives.toml"
+        path.write_text(text)
+        return load_composite_file(str(path), "catenc:registry/primitives.toml").composites
+
+
+def _row_text(row: Row) -> str:
+    names = ["x", "w"][: row.operands]
+    dims = "N" if row.reduced else "N, C"
+    reference = f"import math\ndef reference({', '.join(names)}, **_):\n    return {row.reference}"
+    lines = [
+        f"[composite.prim_{row.name}]",
+        f"types = {{ T = {json.dumps(list(row.dtypes))} }}",
+        f"inputs = {json.dumps([f'{name}: T[N, C]' for name in names])}",
+        f"outputs = {json.dumps([f'y: {row.output}[{dims}]'])}",
+        f"body = {json.dumps(row.body)}",
+        f"test.reference = {json.dumps(reference)}",
+    ]
+    if row.ranges:
+        lines.append("test.ranges = { " + ", ".join(f"{name} = [{lo}, {hi}]" for name, lo, hi in row.ranges) + " }")
+    return "\n".join(lines) + "\n"
 
 
 def op_dtypes(comp: Composite) -> tuple[str | None, list[str]]:

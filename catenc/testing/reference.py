@@ -14,14 +14,8 @@ import numpy as np
 
 from catenc.dtypes import DType, bf16_to_f32, f32_to_bf16
 from catenc.frontend import typed as T
+from catenc.registry import OPS, REDUCTION_OPS
 from catenc.symbolic import Expr
-
-_erf = np.frompyfunc(math.erf, 1, 1)
-
-
-def erf(x: np.ndarray) -> np.ndarray:
-    """math.erf elementwise, as float64 (numpy has no erf)."""
-    return np.asarray(_erf(np.asarray(x, dtype=np.float64)), dtype=np.float64)
 
 
 def compute_dtype(dtype: DType) -> np.dtype:
@@ -286,17 +280,6 @@ class _IndexGrid:
 # ---- elementwise semantics ----
 
 
-def _int_pow(base: np.ndarray, exponent: np.ndarray) -> np.ndarray:
-    base, exponent = np.broadcast_arrays(base, exponent)
-    safe = np.where(exponent < 0, 0, exponent)
-    out = np.power(base, safe)
-    negative = exponent < 0
-    one = base == 1
-    minus_one = base == -1 if np.issubdtype(base.dtype, np.signedinteger) else np.zeros_like(one)
-    special = np.where(one, 1, np.where(minus_one, np.where(exponent % 2 == 0, 1, -1), 0))
-    return np.where(negative, special, out).astype(base.dtype)
-
-
 def _cast(x: np.ndarray, to: DType) -> np.ndarray:
     if to.name == "bool":
         return x != 0
@@ -315,96 +298,13 @@ def _cast(x: np.ndarray, to: DType) -> np.ndarray:
 
 
 def apply(op: str, args: list[np.ndarray], dtype: DType, arg_dtype: DType) -> np.ndarray:
-    x = args[0] if args else None
-    is_float = arg_dtype.is_float
+    """An elementwise op's numpy meaning from the registry (its integer one on integer operands)."""
     if op == "cast":
-        return _cast(x, dtype)
-    if op == "where":
-        return np.where(args[0], args[1], args[2])
-    if op in _BINARY:
-        a, b = args
-        if op == "floordiv" and not is_float:
-            return np.where(b == 0, 0, np.floor_divide(a, np.where(b == 0, 1, b)))
-        if op == "mod" and not is_float:
-            return np.where(b == 0, 0, np.mod(a, np.where(b == 0, 1, b)))
-        if op == "pow" and not is_float:
-            return _int_pow(a, b)
-        return _BINARY[op](a, b)
-    if op == "gelu":
-        return (0.5 * x * (1.0 + erf(x.astype(np.float64) / math.sqrt(2.0)))).astype(x.dtype)
-    if op == "erf":
-        return erf(x.astype(np.float64))
-    if op == "neg" and not is_float:
-        return (np.zeros_like(x) - x).astype(x.dtype)
-    return _UNARY[op](x)
-
-
-def _sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def _gelu_tanh(x):
-    c = np.asarray(math.sqrt(2.0 / math.pi), dtype=x.dtype)
-    return 0.5 * x * (1.0 + np.tanh(c * (x + np.asarray(0.044715, dtype=x.dtype) * x * x * x)))
-
-
-_UNARY = {
-    "neg": np.negative,
-    "abs": np.abs,
-    "sign": np.sign,
-    "relu": lambda x: np.maximum(x, np.zeros((), x.dtype)),
-    "exp": np.exp,
-    "exp2": np.exp2,
-    "log": np.log,
-    "log2": np.log2,
-    "log1p": np.log1p,
-    "expm1": np.expm1,
-    "sqrt": np.sqrt,
-    "rsqrt": lambda x: 1.0 / np.sqrt(x),
-    "reciprocal": lambda x: 1.0 / x,
-    "sin": np.sin,
-    "cos": np.cos,
-    "tan": np.tan,
-    "tanh": np.tanh,
-    "sinh": np.sinh,
-    "cosh": np.cosh,
-    "asin": np.arcsin,
-    "acos": np.arccos,
-    "atan": np.arctan,
-    "floor": np.floor,
-    "ceil": np.ceil,
-    "round": np.round,
-    "trunc": np.trunc,
-    "sigmoid": _sigmoid,
-    "silu": lambda x: x * _sigmoid(x),
-    "gelu_tanh": _gelu_tanh,
-    "softplus": lambda x: np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x))),
-    "isnan": np.isnan,
-    "isinf": np.isinf,
-    "isfinite": np.isfinite,
-    "not": np.invert,
-}
-_BINARY = {
-    "add": np.add,
-    "sub": np.subtract,
-    "mul": np.multiply,
-    "div": np.divide,
-    "floordiv": np.floor_divide,
-    "mod": np.mod,
-    "pow": np.power,
-    "maximum": np.maximum,
-    "minimum": np.minimum,
-    "atan2": np.arctan2,
-    "and": np.bitwise_and,
-    "or": np.bitwise_or,
-    "xor": np.bitwise_xor,
-    "lt": np.less,
-    "le": np.less_equal,
-    "gt": np.greater,
-    "ge": np.greater_equal,
-    "eq": np.equal,
-    "ne": np.not_equal,
-}
+        return _cast(args[0], dtype)
+    entry = OPS[op]
+    if entry.numpy_int is not None and not arg_dtype.is_float:
+        return entry.numpy_int(*args)
+    return entry.numpy(*args)
 
 
 def reduction_identity(op: str, dtype: DType) -> float | int:
@@ -421,6 +321,6 @@ def reduction_identity(op: str, dtype: DType) -> float | int:
 def reduce(op: str, x: np.ndarray, axes: tuple[int, ...], keepdims: bool, dtype: DType) -> np.ndarray:
     if op == "mean":
         return np.mean(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
-    fn = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[op]
+    fn = REDUCTION_OPS[op].numpy
     initial = reduction_identity(op, dtype)
     return fn(x, axis=axes, keepdims=keepdims, initial=initial).astype(x.dtype)
