@@ -115,6 +115,7 @@ def _math64(fn: Callable[[float], float]) -> Callable[[np.ndarray], np.ndarray]:
 
 
 erf64 = _math64(math.erf)
+erfc64 = _math64(math.erfc)  # 1 - erf(x) loses every digit where erf(x) nears 1
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -281,6 +282,7 @@ _OPS: tuple[Op, ...] = (
         3,
         "catenc_verf_f32",
     ),
+    _unary_float("erfc", "transcendental", erfc64, "np.vectorize(math.erfc)(x.astype(np.float64))", -3, 3),
     # -- rounding --
     _unary_float("floor", "cheap", np.floor, "np.floor(x)", -5, 5),
     _unary_float("ceil", "cheap", np.ceil, "np.ceil(x)", -5, 5),

@@ -352,6 +352,13 @@ CASES = [
         words=("exp",),
     ),
     Case(
+        "float_function_of_integers",
+        {"f": {"inputs": ["i: i32[N]"], "outputs": ["y: f32[N]"], "body": "t = i * 2\ny = erfc(t)"}},
+        at="y = erfc(t)",
+        token="erfc(t)",
+        words=("erfc", "float", "i32", "cast"),
+    ),
+    Case(
         "unknown_keyword_argument",
         {
             "f": {

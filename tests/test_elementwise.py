@@ -106,6 +106,7 @@ UNARY = {
     "acos": (np.arccos, _uniform(-1, 1)),
     "atan": (np.arctan, _uniform(-10, 10)),
     "erf": (np_erf, _uniform(-4, 4)),
+    "erfc": (np.vectorize(math.erfc, otypes=[np.float64]), _uniform(-4, 10)),  # numpy has no erfc: math's
     "floor": (np.floor, _halves),
     "ceil": (np.ceil, _halves),
     "round": (np.round, _halves),
@@ -174,7 +175,7 @@ CAST_TARGETS = ("i8", "u8", "i16", "i32", "i64", "u32", "u64")
 # functions checked at special values (inf, nan, 0, -0, domain edges): numpy's results
 SPECIAL_FNS = (
     "exp exp2 log log2 log1p expm1 sqrt rsqrt reciprocal sin cos tan tanh sinh cosh asin acos "
-    "atan erf floor ceil round trunc sigmoid softplus abs sign relu"
+    "atan erf erfc floor ceil round trunc sigmoid softplus abs sign relu"
 ).split()
 
 
