@@ -1,0 +1,341 @@
+"""The graph IR's invariants, checked after every pass: a malformed graph is caught at the pass
+that made it, not later in rendered C.
+
+`verify_graph` returns the problems it finds (each names the compute or buffer at fault); an
+empty list means the graph is well formed. It never raises.
+
+Index bounds are proved with `catenc.symbolic` under what the graph itself guarantees: every
+compute and reduction index ranges over its extent, and a `where` guard's comparison of index
+expressions holds on its chosen side (and fails on the other). A take's position is proved in
+range from its clamp (`max(min(p, size - 1), 0)`) and the guard that its axis is not empty.
+What the entry's `where` constraints guarantee is not in the graph: pass them as `facts`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from catenc.dtypes import BOOL, F32, I64
+from catenc.frontend.constraints import RuntimeCheck, constraint_facts
+from catenc.ir.build import compute_dtype
+from catenc.ir.nodes import (
+    BINARY_OPS,
+    REDUCE_OPS,
+    UNARY_OPS,
+    Binary,
+    Buffer,
+    Const,
+    Gather,
+    Graph,
+    Load,
+    Local,
+    Reduce,
+    SymInt,
+    Unary,
+    Value,
+    Where,
+    format_value,
+)
+from catenc.symbolic import ONE, ZERO, Expr, Facts, const, maximum, minimum, prove_nonneg
+
+ROLES = ("input", "output", "temp", "status", "view")
+WRITTEN_BY_CALLER = ("input", "view")  # a view is a slice of an input
+COMPARISONS = frozenset({"lt", "le", "eq", "ne"})
+LOGICAL = frozenset({"and", "or", "xor"})
+TESTS = frozenset({"isnan", "isinf", "not"})  # unary ops whose result is a bool
+HALF_ROUNDING = frozenset({"round_f16", "round_bf16"})  # a float -> f32 rounded to a half's precision
+MAX_SHOWN = 60  # characters of a value shown in a problem
+
+
+def check_facts(checks: Sequence[RuntimeCheck]) -> Facts:
+    """What an entry's constraints guarantee (its runtime checks hold whenever a kernel runs)."""
+    facts = Facts()
+    for check in checks:
+        facts = facts.with_nonneg(*constraint_facts(check.lhs, check.op, check.rhs))
+    return facts
+
+
+def verify_graph(graph: Graph, facts: Facts | None = None) -> list[str]:
+    """Every problem of a graph: names, roles, dtypes, loads in bounds, writes before reads.
+    `facts`: what holds besides the graph's own ranges (e.g. `check_facts` of the entry)."""
+    facts = facts or Facts()
+    problems = _verify_buffers(graph)
+    buffers = {b.name: b for b in graph.buffers}
+    written = {b.name for b in graph.buffers if b.role in WRITTEN_BY_CALLER}
+    sizes = frozenset(_shape_symbols(buffers))  # once per graph: per compute it grows with computes x buffers
+    computed: set[str] = set()
+    for compute in graph.computes:
+        where = f"compute {compute.name}"
+        buf = buffers.get(compute.name)
+        if compute.name in computed:
+            problems.append(f"{where}: buffer {compute.name} is computed more than once")
+        computed.add(compute.name)
+        if buf is None:
+            problems.append(f"{where}: writes no buffer of the graph")
+        elif buf.role in WRITTEN_BY_CALLER:
+            problems.append(f"{where}: writes {buf.role} buffer {buf.name}, which only the caller writes")
+        else:
+            if len(compute.shape) != len(buf.shape) or any(
+                not _equal(a, b, facts) for a, b in zip(compute.shape, buf.shape)
+            ):
+                problems.append(
+                    f"{where}: its index ranges [{', '.join(map(str, compute.shape))}] are not the shape "
+                    f"[{', '.join(map(str, buf.shape))}] of buffer {buf.name}"
+                )
+            if compute.body.dtype != compute_dtype(buf.dtype):
+                problems.append(
+                    f"{where}: body has dtype {compute.body.dtype.name}, buffer {buf.name} ({buf.dtype.name}) "
+                    f"computes in {compute_dtype(buf.dtype).name}"
+                )
+        names = [n for n, _ in compute.indices]
+        if len(set(names)) != len(names):
+            problems.append(f"{where}: index names repeat ({', '.join(names)})")
+        scope = facts
+        for name, extent in compute.indices:
+            scope = scope.with_range(name, extent)
+        problems += [f"{where}: {p}" for p in _verify_value(compute.body, buffers, written, scope, set(names), sizes)]
+        written.add(compute.name)
+    for buf in graph.outputs:
+        if buf.name not in computed:
+            problems.append(f"output {buf.name}: no compute writes it")
+    return problems
+
+
+def _equal(a: Expr, b: Expr, facts: Facts) -> bool:
+    return a == b or (proved_nonneg(a - b, facts) and proved_nonneg(b - a, facts))
+
+
+def _verify_buffers(graph: Graph) -> list[str]:
+    problems = []
+    seen: set[str] = set()
+    for buf in graph.buffers:
+        if buf.name in seen:
+            problems.append(f"buffer {buf.name}: declared more than once")
+        seen.add(buf.name)
+        if buf.role not in ROLES:
+            problems.append(f"buffer {buf.name}: unknown role '{buf.role}' (one of {', '.join(ROLES)})")
+        if (buf.role == "view") != (buf.view_of is not None):
+            problems.append(f"buffer {buf.name}: role {buf.role} with view_of {buf.view_of}")
+        if buf.view_of is not None:
+            base = next((b for b in graph.buffers if b.name == buf.view_of[0]), None)
+            if base is None or base.role != "input":
+                problems.append(f"buffer {buf.name}: a view of {buf.view_of[0]}, which is not an input")
+    return problems
+
+
+@dataclass(frozen=True)
+class _Scope:
+    facts: Facts
+    bound: frozenset[str]  # index names in scope
+    sizes: frozenset[str]  # the symbols of buffer shapes
+
+
+def _verify_value(
+    body: Value, buffers: dict[str, Buffer], written: set[str], facts: Facts, bound: set[str], sizes: frozenset[str]
+) -> list[str]:
+    """Problems of one compute's body (without recursion: bodies nest as deep as programs run)."""
+    problems: list[str] = []
+    checked: set[tuple[int, int]] = set()  # (id of node, id of scope): shared subtrees are checked once
+    scopes = [_Scope(facts, frozenset(bound), sizes)]  # alive, so ids stay unique
+    stack: list[tuple[Value, _Scope]] = [(body, scopes[0])]
+    while stack:
+        node, scope = stack.pop()
+        key = (id(node), id(scope))
+        if key in checked:
+            continue
+        checked.add(key)
+        problems += _node_problems(node, buffers, written, scope)
+        for child, child_scope in _children_in_scope(node, scope):
+            if child_scope is not scope:
+                scopes.append(child_scope)
+            stack.append((child, child_scope))
+    return problems
+
+
+def _children_in_scope(node: Value, scope: _Scope) -> Iterator[tuple[Value, _Scope]]:
+    if isinstance(node, Where):
+        yes, no = guard_facts(node.cond)
+        yield node.cond, scope
+        yield node.a, replace(scope, facts=scope.facts.with_nonneg(*yes))
+        yield node.b, replace(scope, facts=scope.facts.with_nonneg(*no))
+    elif isinstance(node, Reduce):
+        facts = scope.facts
+        for name, extent in node.indices:
+            facts = facts.with_range(name, extent)
+        yield node.body, replace(scope, facts=facts, bound=scope.bound | {n for n, _ in node.indices})
+    else:
+        for child in node.children():
+            yield child, scope
+
+
+def _node_problems(node: Value, buffers: dict[str, Buffer], written: set[str], scope: _Scope) -> list[str]:
+    if isinstance(node, Load):
+        return _load_problems(node, buffers, written, scope)
+    if isinstance(node, Local):
+        return [f"local {node.name} in a graph (locals appear only in loop nests)"]
+    if isinstance(node, Reduce):
+        names = [n for n, _ in node.indices]
+        out = [f"{show(node)}: unknown reduction {node.op}"] if node.op not in REDUCE_OPS else []
+        if set(names) & scope.bound or len(set(names)) != len(names):
+            out.append(f"{show(node)}: reduction index names repeat or shadow an enclosing index")
+        want = I64 if node.op in ("argmax", "argmin") else node.body.dtype
+        if node.dtype != want:
+            out.append(f"{show(node)}: {node.op} of {node.body.dtype.name} has dtype {node.dtype.name}")
+        return out
+    return _dtype_problems(node)
+
+
+def _dtype_problems(node: Value) -> list[str]:
+    """Whether a node's dtype follows from its operands' (a half dtype never computes)."""
+    if node.dtype.is_half:
+        return [f"{show(node)}: computes in {node.dtype.name} (halves compute in f32)"]
+    if isinstance(node, Unary):
+        if node.op not in UNARY_OPS:
+            return [f"{show(node)}: unknown unary op {node.op}"]
+        want = BOOL if node.op in TESTS and node.op != "not" else node.x.dtype
+        if node.op in HALF_ROUNDING:
+            want = F32 if node.x.dtype.is_float else None
+        if node.op == "not" and node.x.dtype != BOOL:
+            want = None
+        if node.dtype != want:
+            return [f"{show(node)}: {node.op} of {node.x.dtype.name} has dtype {node.dtype.name}"]
+    elif isinstance(node, Binary):
+        if node.op not in BINARY_OPS:
+            return [f"{show(node)}: unknown binary op {node.op}"]
+        if node.a.dtype != node.b.dtype:
+            return [f"{show(node)}: operands of {node.op} differ in dtype ({node.a.dtype.name}, {node.b.dtype.name})"]
+        want = BOOL if node.op in COMPARISONS else node.a.dtype
+        if node.op in LOGICAL and node.a.dtype.is_float:
+            return [f"{show(node)}: {node.op} of {node.a.dtype.name}"]
+        if node.dtype != want:
+            return [f"{show(node)}: {node.op} of {node.a.dtype.name} has dtype {node.dtype.name}"]
+    elif isinstance(node, Where):
+        if node.cond.dtype != BOOL:
+            return [f"{show(node)}: condition has dtype {node.cond.dtype.name}, not bool"]
+        if not node.a.dtype == node.b.dtype == node.dtype:
+            return [
+                f"{show(node)}: branches ({node.a.dtype.name}, {node.b.dtype.name}) differ from its dtype "
+                f"{node.dtype.name}"
+            ]
+    elif isinstance(node, Const) and isinstance(node.value, float) and not node.dtype.is_float:
+        return [f"{show(node)}: a float constant of dtype {node.dtype.name}"]
+    elif isinstance(node, SymInt) and node.dtype == BOOL:
+        return [f"{show(node)}: an index expression of dtype bool"]
+    return []
+
+
+def _load_problems(node: Load, buffers: dict[str, Buffer], written: set[str], scope: _Scope) -> list[str]:
+    buf = buffers.get(node.buffer)
+    if buf is None:
+        return [f"{show(node)}: reads unknown buffer {node.buffer}"]
+    out = []
+    if node.buffer not in written:
+        out.append(f"{show(node)}: reads {node.buffer} before it is computed")
+    if node.dtype != compute_dtype(buf.dtype):
+        out.append(f"{show(node)}: loads {node.dtype.name} from {buf.dtype.name} buffer {buf.name}")
+    if len(node.index) != len(buf.shape):
+        return out + [f"{show(node)}: {len(node.index)} indices for {buf.name} of rank {len(buf.shape)}"]
+    unbound = set().union(*(e.free_symbols() for e in node.index)) - scope.bound - scope.sizes
+    if unbound:
+        out.append(f"{show(node)}: index names {', '.join(sorted(unbound))} are not bound")
+    for axis, (index, dim) in enumerate(zip(node.index, buf.shape)):
+        if isinstance(node, Gather) and axis == node.axis:
+            if node.position.dtype != I64:
+                out.append(f"{show(node)}: position has dtype {node.position.dtype.name}, not i64")
+            low, high = int_range(node.position)
+        else:
+            low, high = index, index
+        if low is high and _plainly_inside(index, dim, scope.facts):
+            continue
+        shown = index if low is index else "position"
+        if not (low is not None and proved_nonneg(low, scope.facts)):
+            out.append(f"{show(node)}: cannot prove 0 <= {shown} on axis {axis}")
+        if not (high is not None and proved_nonneg(dim - high - 1, scope.facts)):
+            out.append(f"{show(node)}: cannot prove {shown} < {dim} on axis {axis} of {buf.name}")
+    return out
+
+
+def _plainly_inside(index: Expr, dim: Expr, facts: Facts) -> bool:
+    """The common cases, without a proof: an index that ranges over exactly the dim, or 0 on a
+    dim of size 1."""
+    if dim == ONE:
+        return index == ZERO
+    name = index.as_symbol()
+    return name is not None and any(n == name and extent == dim for n, extent in facts.ranges)
+
+
+@lru_cache(maxsize=1 << 16)
+def proved_nonneg(e: Expr, facts: Facts) -> bool:
+    """prove_nonneg, remembered: the verifier runs after every pass over mostly unchanged computes."""
+    return prove_nonneg(e, facts)
+
+
+def _shape_symbols(buffers: dict[str, Buffer]) -> set[str]:
+    return {name for b in buffers.values() for dim in b.shape for name in dim.free_symbols()}
+
+
+def as_expr(value: Value) -> Expr | None:
+    """An integer value as an index expression, when it is one (constants, index expressions
+    and their sums and products)."""
+    if isinstance(value, Const) and isinstance(value.value, int) and not isinstance(value.value, bool):
+        return const(value.value)
+    if isinstance(value, SymInt) and not value.dtype.is_float:
+        return value.expr
+    if isinstance(value, Binary) and value.op in _EXPR_OPS and not value.dtype.is_float:
+        a, b = as_expr(value.a), as_expr(value.b)
+        if a is None or b is None:
+            return None
+        return _EXPR_OPS[value.op](a, b)
+    return None
+
+
+_EXPR_OPS = {  # integer ops of values that are ops of index expressions (both divide by flooring)
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "floordiv": lambda a, b: a // b,
+    "mod": lambda a, b: a % b,
+}
+
+
+def int_range(value: Value) -> tuple[Expr | None, Expr | None]:
+    """Bounds (low, high) of an integer value, None where unknown: what a clamp guarantees."""
+    exact = as_expr(value)
+    if exact is not None:
+        return exact, exact
+    if isinstance(value, Binary) and value.op in ("max", "min"):
+        (la, ha), (lb, hb) = int_range(value.a), int_range(value.b)
+        if value.op == "max":
+            low = maximum(la, lb) if la is not None and lb is not None else la if la is not None else lb
+            return low, maximum(ha, hb) if ha is not None and hb is not None else None
+        high = minimum(ha, hb) if ha is not None and hb is not None else ha if ha is not None else hb
+        return minimum(la, lb) if la is not None and lb is not None else None, high
+    return None, None
+
+
+def guard_facts(cond: Value) -> tuple[list[Expr], list[Expr]]:
+    """Facts (e >= 0) that hold where cond is true, and where it is false: comparisons of index
+    expressions, through and, or and not."""
+    if isinstance(cond, Binary) and cond.op in COMPARISONS:
+        a, b = as_expr(cond.a), as_expr(cond.b)
+        if a is None or b is None:
+            return [], []
+        less, less_equal = constraint_facts(a, "<", b), constraint_facts(a, "<=", b)
+        at_least, above = constraint_facts(a, ">=", b), constraint_facts(a, ">", b)
+        equal = constraint_facts(a, "==", b)
+        return {"lt": (less, at_least), "le": (less_equal, above), "eq": (equal, []), "ne": ([], equal)}[cond.op]
+    if isinstance(cond, Binary) and cond.op in ("and", "or"):
+        (t1, f1), (t2, f2) = guard_facts(cond.a), guard_facts(cond.b)
+        return (t1 + t2, []) if cond.op == "and" else ([], f1 + f2)
+    if isinstance(cond, Unary) and cond.op == "not":
+        yes, no = guard_facts(cond.x)
+        return no, yes
+    return [], []
+
+
+def show(value: Value) -> str:
+    """A value as a problem shows it: its text, cut short."""
+    text = format_value(value)
+    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."

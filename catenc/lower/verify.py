@@ -1,0 +1,178 @@
+"""The loop nests' invariants, checked after every pass: every name a statement uses is bound
+where it runs, and stores go only where a kernel may write.
+
+`verify_loops` returns the problems it finds (each names the kernel and the statement's local,
+index or buffer at fault); an empty list means the loop nests are well formed. It never raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from catenc.ir.nodes import Buffer, Load, Local, Reduce, SymInt, Value, walk
+from catenc.ir.verify import show
+from catenc.lower.loops import Assign, Declare, For, Gemm, If, LaneReduce, LoopKernel, Stmt, Store, gemm_axes
+from catenc.schedule.contractions import ACC
+from catenc.symbolic import Expr
+
+WRITABLE = ("output", "temp", "status")
+
+
+def verify_loops(kernels: tuple[LoopKernel, ...], buffers: Iterable[Buffer] | Mapping[str, Buffer]) -> list[str]:
+    """Every problem of the loop nests of one entry over its graph's buffers."""
+    known = {b.name: b for b in (buffers.values() if isinstance(buffers, Mapping) else buffers)}
+    problems = []
+    seen: set[str] = set()
+    for kernel in kernels:
+        if kernel.name in seen:
+            problems.append(f"kernel {kernel.name}: name used by two kernels")
+        seen.add(kernel.name)
+        problems += [f"kernel {kernel.name}: {p}" for p in _KernelChecker(kernel, known).run()]
+    return problems
+
+
+@dataclass
+class _Scope:
+    """What is bound where a statement runs: loop indices, and declared locals with their dtypes."""
+
+    indices: set[str] = field(default_factory=set)
+    locals: dict = field(default_factory=dict)
+
+    def inner(self) -> _Scope:
+        return _Scope(set(self.indices), dict(self.locals))
+
+
+class _KernelChecker:
+    def __init__(self, kernel: LoopKernel, buffers: dict[str, Buffer]) -> None:
+        self.kernel = kernel
+        self.buffers = buffers
+        self.params = set(kernel.symbols)
+        self.used: set[str] = set()  # buffers the body reads or writes
+        self.problems: list[str] = []
+
+    def run(self) -> list[str]:
+        for name in self.kernel.buffers:
+            if name not in self.buffers:
+                self.problems.append(f"takes unknown buffer {name}")
+        self.body(self.kernel.body, _Scope())
+        for name in sorted(self.used - set(self.kernel.buffers)):
+            self.problems.append(f"uses buffer {name}, which is not in its buffer list")
+        return self.problems
+
+    def body(self, stmts: tuple[Stmt, ...], scope: _Scope) -> None:
+        for stmt in stmts:
+            self.stmt(stmt, scope)
+
+    def stmt(self, stmt: Stmt, scope: _Scope) -> None:
+        if isinstance(stmt, For):
+            self.expr(stmt.extent, scope, f"extent of loop {stmt.index}")
+            inner = self.bind(stmt.index, scope)
+            self.body(stmt.body, inner)
+        elif isinstance(stmt, Declare):
+            self.value(stmt.value, scope)
+            if stmt.name in scope.locals or stmt.name in scope.indices:
+                self.problems.append(f"local {stmt.name} is declared again where it is already bound")
+            if stmt.value.dtype != stmt.dtype:
+                self.problems.append(f"local {stmt.name}: {stmt.dtype.name} given a {stmt.value.dtype.name} value")
+            scope.locals[stmt.name] = stmt.dtype
+        elif isinstance(stmt, Assign):
+            self.value(stmt.value, scope)
+            self.assigned(stmt.name, stmt.value, scope)
+        elif isinstance(stmt, If):
+            self.value(stmt.cond, scope)
+            self.body(stmt.body, scope.inner())
+        elif isinstance(stmt, Store):
+            self.store(stmt.buffer, stmt.index, scope)
+            self.value(stmt.value, scope)
+        elif isinstance(stmt, LaneReduce):
+            self.expr(stmt.extent, scope, f"extent of loop {stmt.index}")
+            inner = self.bind(stmt.index, scope)
+            for acc, value in stmt.reductions:
+                self.value(value, inner)
+                self.assigned(acc, value, scope)
+            if stmt.store is not None:
+                self.store(stmt.store[0], stmt.store[1], inner)
+        elif isinstance(stmt, Gemm):
+            self.gemm(stmt, scope)
+        else:  # a statement of a later lowering: check what it holds
+            inner = getattr(stmt, "body", None)
+            if isinstance(inner, tuple):
+                self.body(inner, scope.inner())
+
+    def bind(self, index: str, scope: _Scope) -> _Scope:
+        if index in scope.indices or index in scope.locals or index in self.params:
+            self.problems.append(f"loop index {index} shadows a name already bound")
+        inner = scope.inner()
+        inner.indices.add(index)
+        return inner
+
+    def assigned(self, name: str, value: Value, scope: _Scope) -> None:
+        if name not in scope.locals:
+            self.problems.append(f"assigns local {name} before it is declared")
+        elif scope.locals[name] != value.dtype:
+            self.problems.append(f"local {name}: {scope.locals[name].name} assigned a {value.dtype.name} value")
+
+    def store(self, name: str, index: tuple[Expr, ...], scope: _Scope) -> None:
+        self.used.add(name)
+        buf = self.buffers.get(name)
+        if buf is None:
+            self.problems.append(f"stores to unknown buffer {name}")
+            return
+        if buf.role not in WRITABLE:
+            self.problems.append(f"stores to {buf.role} buffer {name}")
+        if len(index) != len(buf.shape):
+            self.problems.append(f"stores to {name} with {len(index)} indices, its rank is {len(buf.shape)}")
+        for e in index:
+            self.expr(e, scope, f"index of a store to {name}")
+
+    def gemm(self, stmt: Gemm, scope: _Scope) -> None:
+        c = stmt.contraction
+        panels = () if stmt.pack is None else ((stmt.pack, ("temp",)),)  # a GPU gemm has none
+        for name, role in ((c.output, WRITABLE), *panels):
+            buf = self.buffers.get(name)
+            if buf is None or buf.role not in role:
+                self.problems.append(f"gemm writes {name}, which is no {' or '.join(role)} buffer")
+            self.used.add(name)
+        inner = scope.inner()
+        for name, extent in gemm_axes(stmt):
+            self.expr(extent, scope, f"extent of gemm axis {name}")
+            inner = self.bind(name, inner)
+        for e in (c.offset, c.row_stride, c.col_stride):
+            self.expr(e, inner, "gemm offset or stride")
+        self.value(c.a, inner)
+        self.value(c.b, inner)
+        if c.epilogue is not None:
+            product = inner.inner()
+            product.locals[ACC] = c.dtype
+            self.value(c.epilogue, product)
+
+    def expr(self, e: Expr, scope: _Scope, what: str) -> None:
+        unbound = e.free_symbols() - scope.indices - self.params
+        if unbound:
+            self.problems.append(f"{what} uses {', '.join(sorted(unbound))}, bound by no loop or parameter")
+
+    def value(self, value: Value, scope: _Scope) -> None:
+        for node in walk(value):
+            if isinstance(node, Local):
+                if node.name not in scope.locals:
+                    self.problems.append(f"{show(value)}: local {node.name} is used before it is declared")
+                elif scope.locals[node.name] != node.dtype:
+                    self.problems.append(
+                        f"{show(value)}: local {node.name} is {scope.locals[node.name].name}, read as {node.dtype.name}"
+                    )
+            elif isinstance(node, Reduce):
+                self.problems.append(f"{show(node)}: a reduction left in a loop nest")
+            elif isinstance(node, Load):
+                self.used.add(node.buffer)
+                buf = self.buffers.get(node.buffer)
+                if buf is None:
+                    self.problems.append(f"{show(node)}: reads unknown buffer {node.buffer}")
+                elif len(node.index) != len(buf.shape):
+                    self.problems.append(
+                        f"{show(node)}: {len(node.index)} indices for {buf.name} of rank {len(buf.shape)}"
+                    )
+                for e in node.index:
+                    self.expr(e, scope, f"index of {node.buffer}")
+            elif isinstance(node, SymInt):
+                self.expr(node.expr, scope, f"({node.expr})")
