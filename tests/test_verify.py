@@ -38,7 +38,7 @@ def problems_of(entry: EntryPlan) -> list[str]:
     """Every problem of an entry's graph, schedule and loop nests."""
     facts = check_facts(entry.checks)
     found = verify_graph(entry.graph, facts) + verify_schedule(entry.schedule, facts)
-    found += verify_loops(entry.kernels, entry.schedule.graph.buffers)
+    found += verify_loops(entry.kernels, entry.schedule.graph.buffers, facts)
     return [f"{entry.name}: {p}" for p in found]
 
 
@@ -52,7 +52,7 @@ def test_samples_verify_clean(sample, runtime_name, opt):
     assert [p for entry in plan.entries for p in problems_of(entry)] == []
 
 
-@pytest.mark.parametrize("runtime_name, opt", [("clang", "0"), ("clang", "2"), ("opencl", "2")])
+@pytest.mark.parametrize("runtime_name, opt", [("clang", "2"), ("opencl", "2")])
 def test_gpt2_verifies_clean(runtime_name, opt):
     plan = plan_file(str(ROOT / "samples" / "gpt2" / "gpt2.toml"), options(runtime_name, opt))
     assert len(plan.entries) > 1
@@ -392,6 +392,21 @@ def test_store_to_an_input(plans):
     store = next(s for s in iter_stmts(kernel.body) if isinstance(s, Store))
     problems = _loops(entry, kernel, _rewrite(kernel.body, store, (replace(store, buffer="x"),)))
     assert_names(problems, f"kernel {kernel.name}", "stores to input buffer x")
+
+
+def test_store_or_load_past_the_bound_in_a_loop_nest(plans):
+    entry = plans["softmax0"]
+    kernel = entry.kernels[-1]
+    store = next(s for s in iter_stmts(kernel.body) if isinstance(s, Store))
+    shifted = replace(store, index=(store.index[0], store.index[1] + 1))
+    problems = _loops(entry, kernel, _rewrite(kernel.body, store, (shifted,)))
+    assert_names(problems, f"kernel {kernel.name}", "store to y", f"cannot prove {store.index[1] + 1} < D")
+    load = first_load(store.value, "e")
+    reread = replace(
+        store, value=replace_node(store.value, load, replace(load, index=(load.index[0] - 1, load.index[1])))
+    )
+    problems = _loops(entry, kernel, _rewrite(kernel.body, store, (reread,)))
+    assert_names(problems, f"kernel {kernel.name}", f"cannot prove 0 <= {load.index[0] - 1}")
 
 
 def test_buffer_missing_from_the_kernel_list(plans):

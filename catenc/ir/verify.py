@@ -197,7 +197,7 @@ def _dtype_problems(node: Value) -> list[str]:
         want = BOOL if node.op in TESTS and node.op != "not" else node.x.dtype
         if node.op in HALF_ROUNDING:
             want = F32 if node.x.dtype.is_float else None
-        if node.op == "not" and node.x.dtype != BOOL:
+        if node.op == "not" and node.x.dtype.is_float:  # logical on bool, bitwise on integers
             want = None
         if node.dtype != want:
             return [f"{show(node)}: {node.op} of {node.x.dtype.name} has dtype {node.dtype.name}"]
@@ -240,20 +240,27 @@ def _load_problems(node: Load, buffers: dict[str, Buffer], written: set[str], sc
     unbound = set().union(*(e.free_symbols() for e in node.index)) - scope.bound - scope.sizes
     if unbound:
         out.append(f"{show(node)}: index names {', '.join(sorted(unbound))} are not bound")
-    for axis, (index, dim) in enumerate(zip(node.index, buf.shape)):
-        if isinstance(node, Gather) and axis == node.axis:
-            if node.position.dtype != I64:
-                out.append(f"{show(node)}: position has dtype {node.position.dtype.name}, not i64")
-            low, high = int_range(node.position)
+    if isinstance(node, Gather) and node.position.dtype != I64:
+        out.append(f"{show(node)}: position has dtype {node.position.dtype.name}, not i64")
+    return out + [f"{show(node)}: {p}" for p in bounds_problems(node.index, buf, scope.facts, node)]
+
+
+def bounds_problems(index: tuple[Expr, ...], buf: Buffer, facts: Facts, load: Load | None = None) -> list[str]:
+    """What cannot be proved of `buf[index]` being in bounds under facts (a gather's computed
+    axis: from the range of its position)."""
+    out = []
+    for axis, (e, dim) in enumerate(zip(index, buf.shape)):
+        if isinstance(load, Gather) and axis == load.axis:
+            low, high = int_range(load.position)
         else:
-            low, high = index, index
-        if low is high and _plainly_inside(index, dim, scope.facts):
+            low, high = e, e
+        if low is high and _plainly_inside(e, dim, facts):
             continue
-        shown = index if low is index else "position"
-        if not (low is not None and proved_nonneg(low, scope.facts)):
-            out.append(f"{show(node)}: cannot prove 0 <= {shown} on axis {axis}")
-        if not (high is not None and proved_nonneg(dim - high - 1, scope.facts)):
-            out.append(f"{show(node)}: cannot prove {shown} < {dim} on axis {axis} of {buf.name}")
+        shown = e if low is e else "position"
+        if not (low is not None and proved_nonneg(low, facts)):
+            out.append(f"cannot prove 0 <= {shown} on axis {axis}")
+        if not (high is not None and proved_nonneg(dim - high - 1, facts)):
+            out.append(f"cannot prove {shown} < {dim} on axis {axis} of {buf.name}")
     return out
 
 

@@ -10,17 +10,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from catenc.ir.nodes import Buffer, Load, Local, Reduce, SymInt, Value, walk
-from catenc.ir.verify import show
+from catenc.ir.nodes import Buffer, Load, Local, Reduce, SymInt, Value, Where
+from catenc.ir.verify import bounds_problems, guard_facts, show
 from catenc.lower.loops import Assign, Declare, For, Gemm, If, LaneReduce, LoopKernel, Stmt, Store, gemm_axes
 from catenc.schedule.contractions import ACC
-from catenc.symbolic import Expr
+from catenc.symbolic import Call, Expr, Facts, const
 
 WRITABLE = ("output", "temp", "status")
 
 
-def verify_loops(kernels: tuple[LoopKernel, ...], buffers: Iterable[Buffer] | Mapping[str, Buffer]) -> list[str]:
-    """Every problem of the loop nests of one entry over its graph's buffers."""
+def verify_loops(
+    kernels: tuple[LoopKernel, ...], buffers: Iterable[Buffer] | Mapping[str, Buffer], facts: Facts | None = None
+) -> list[str]:
+    """Every problem of the loop nests of one entry over its graph's buffers (`facts`: what the
+    entry's checks guarantee, as for verify_graph)."""
     known = {b.name: b for b in (buffers.values() if isinstance(buffers, Mapping) else buffers)}
     problems = []
     seen: set[str] = set()
@@ -28,7 +31,7 @@ def verify_loops(kernels: tuple[LoopKernel, ...], buffers: Iterable[Buffer] | Ma
         if kernel.name in seen:
             problems.append(f"kernel {kernel.name}: name used by two kernels")
         seen.add(kernel.name)
-        problems += [f"kernel {kernel.name}: {p}" for p in _KernelChecker(kernel, known).run()]
+        problems += [f"kernel {kernel.name}: {p}" for p in _KernelChecker(kernel, known, facts or Facts()).run()]
     return problems
 
 
@@ -38,14 +41,16 @@ class _Scope:
 
     indices: set[str] = field(default_factory=set)
     locals: dict = field(default_factory=dict)
+    facts: Facts = Facts()  # loop ranges and the conditions of enclosing ifs
 
-    def inner(self) -> _Scope:
-        return _Scope(set(self.indices), dict(self.locals))
+    def inner(self, *guards: Expr) -> _Scope:
+        return _Scope(set(self.indices), dict(self.locals), self.facts.with_nonneg(*guards))
 
 
 class _KernelChecker:
-    def __init__(self, kernel: LoopKernel, buffers: dict[str, Buffer]) -> None:
+    def __init__(self, kernel: LoopKernel, buffers: dict[str, Buffer], facts: Facts) -> None:
         self.kernel = kernel
+        self.facts = facts
         self.buffers = buffers
         self.params = set(kernel.symbols)
         self.used: set[str] = set()  # buffers the body reads or writes
@@ -55,7 +60,7 @@ class _KernelChecker:
         for name in self.kernel.buffers:
             if name not in self.buffers:
                 self.problems.append(f"takes unknown buffer {name}")
-        self.body(self.kernel.body, _Scope())
+        self.body(self.kernel.body, _Scope(facts=self.facts))
         for name in sorted(self.used - set(self.kernel.buffers)):
             self.problems.append(f"uses buffer {name}, which is not in its buffer list")
         return self.problems
@@ -67,7 +72,7 @@ class _KernelChecker:
     def stmt(self, stmt: Stmt, scope: _Scope) -> None:
         if isinstance(stmt, For):
             self.expr(stmt.extent, scope, f"extent of loop {stmt.index}")
-            inner = self.bind(stmt.index, scope)
+            inner = self.bind(stmt.index, stmt.extent, scope)
             self.body(stmt.body, inner)
         elif isinstance(stmt, Declare):
             self.value(stmt.value, scope)
@@ -81,13 +86,13 @@ class _KernelChecker:
             self.assigned(stmt.name, stmt.value, scope)
         elif isinstance(stmt, If):
             self.value(stmt.cond, scope)
-            self.body(stmt.body, scope.inner())
+            self.body(stmt.body, scope.inner(*guard_facts(stmt.cond)[0]))
         elif isinstance(stmt, Store):
             self.store(stmt.buffer, stmt.index, scope)
             self.value(stmt.value, scope)
         elif isinstance(stmt, LaneReduce):
             self.expr(stmt.extent, scope, f"extent of loop {stmt.index}")
-            inner = self.bind(stmt.index, scope)
+            inner = self.bind(stmt.index, stmt.extent, scope)
             for acc, value in stmt.reductions:
                 self.value(value, inner)
                 self.assigned(acc, value, scope)
@@ -100,11 +105,12 @@ class _KernelChecker:
             if isinstance(inner, tuple):
                 self.body(inner, scope.inner())
 
-    def bind(self, index: str, scope: _Scope) -> _Scope:
+    def bind(self, index: str, extent: Expr, scope: _Scope) -> _Scope:
         if index in scope.indices or index in scope.locals or index in self.params:
             self.problems.append(f"loop index {index} shadows a name already bound")
         inner = scope.inner()
         inner.indices.add(index)
+        inner.facts = inner.facts.with_range(index, unfold_mod(extent))
         return inner
 
     def assigned(self, name: str, value: Value, scope: _Scope) -> None:
@@ -125,6 +131,7 @@ class _KernelChecker:
             self.problems.append(f"stores to {name} with {len(index)} indices, its rank is {len(buf.shape)}")
         for e in index:
             self.expr(e, scope, f"index of a store to {name}")
+        self.problems += [f"store to {name}: {p}" for p in bounds_problems(index, buf, scope.facts)]
 
     def gemm(self, stmt: Gemm, scope: _Scope) -> None:
         c = stmt.contraction
@@ -137,7 +144,7 @@ class _KernelChecker:
         inner = scope.inner()
         for name, extent in gemm_axes(stmt):
             self.expr(extent, scope, f"extent of gemm axis {name}")
-            inner = self.bind(name, inner)
+            inner = self.bind(name, extent, inner)
         for e in (c.offset, c.row_stride, c.col_stride):
             self.expr(e, inner, "gemm offset or stride")
         self.value(c.a, inner)
@@ -153,26 +160,52 @@ class _KernelChecker:
             self.problems.append(f"{what} uses {', '.join(sorted(unbound))}, bound by no loop or parameter")
 
     def value(self, value: Value, scope: _Scope) -> None:
-        for node in walk(value):
-            if isinstance(node, Local):
-                if node.name not in scope.locals:
-                    self.problems.append(f"{show(value)}: local {node.name} is used before it is declared")
-                elif scope.locals[node.name] != node.dtype:
-                    self.problems.append(
-                        f"{show(value)}: local {node.name} is {scope.locals[node.name].name}, read as {node.dtype.name}"
-                    )
-            elif isinstance(node, Reduce):
-                self.problems.append(f"{show(node)}: a reduction left in a loop nest")
-            elif isinstance(node, Load):
-                self.used.add(node.buffer)
-                buf = self.buffers.get(node.buffer)
-                if buf is None:
-                    self.problems.append(f"{show(node)}: reads unknown buffer {node.buffer}")
-                elif len(node.index) != len(buf.shape):
-                    self.problems.append(
-                        f"{show(node)}: {len(node.index)} indices for {buf.name} of rank {len(buf.shape)}"
-                    )
-                for e in node.index:
-                    self.expr(e, scope, f"index of {node.buffer}")
-            elif isinstance(node, SymInt):
-                self.expr(node.expr, scope, f"({node.expr})")
+        stack = [(value, scope.facts)]
+        while stack:
+            node, facts = stack.pop()
+            self.node(node, scope, facts)
+            if isinstance(node, Where):
+                yes, no = guard_facts(node.cond)
+                stack += [(node.cond, facts), (node.a, facts.with_nonneg(*yes)), (node.b, facts.with_nonneg(*no))]
+            else:
+                stack += [(child, facts) for child in node.children()]
+
+    def node(self, node: Value, scope: _Scope, facts: Facts) -> None:
+        if isinstance(node, Local):
+            if node.name not in scope.locals:
+                self.problems.append(f"local {node.name} is used before it is declared")
+            elif scope.locals[node.name] != node.dtype:
+                self.problems.append(f"local {node.name} is {scope.locals[node.name].name}, read as {node.dtype.name}")
+        elif isinstance(node, Reduce):
+            self.problems.append(f"{show(node)}: a reduction left in a loop nest")
+        elif isinstance(node, Load):
+            self.used.add(node.buffer)
+            buf = self.buffers.get(node.buffer)
+            if buf is None:
+                self.problems.append(f"{show(node)}: reads unknown buffer {node.buffer}")
+            elif len(node.index) != len(buf.shape):
+                rank = len(buf.shape)
+                self.problems.append(f"{show(node)}: {len(node.index)} indices for {buf.name} of rank {rank}")
+            else:
+                self.problems += [f"{show(node)}: {p}" for p in bounds_problems(node.index, buf, facts, node)]
+            for e in node.index:
+                self.expr(e, scope, f"index of {node.buffer}")
+        elif isinstance(node, SymInt):
+            self.expr(node.expr, scope, f"({node.expr})")
+
+
+def unfold_mod(e: Expr) -> Expr:
+    """e with each `a % c` written `a - c*(a // c)` (what it is, with floor division): a
+    leftover loop of extent `n % c` then proves its index `c*(n // c) + i` below n."""
+    total = const(0)
+    for monomial, coefficient in e.terms:
+        term = const(coefficient)
+        for atom, power in monomial:
+            piece = Expr.atom(atom)
+            if isinstance(atom, Call) and atom.func == "mod":
+                a, c = (unfold_mod(arg) for arg in atom.args)
+                piece = a - c * (a // c)
+            for _ in range(power):
+                term = term * piece
+        total = total + term
+    return total
