@@ -242,6 +242,13 @@ def test_output_written_twice_or_never(plans):
     assert_names(verify_graph(never), "output y", "no compute writes it")
 
 
+def test_status_never_written(plans):
+    graph = plans["shifted0"].graph
+    (status,) = [b for b in graph.buffers if b.role == "status"]
+    dropped = replace(graph, computes=tuple(c for c in graph.computes if c.name != status.name))
+    assert_names(verify_graph(dropped), f"status {status.name}", "no compute writes it")
+
+
 def test_compute_writes_an_input(plans):
     graph = plans["softmax0"].graph
     graph = replace(graph, computes=graph.computes + (replace(compute(graph, "y"), name="x"),))

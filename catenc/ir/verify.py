@@ -97,9 +97,9 @@ def verify_graph(graph: Graph, facts: Facts | None = None) -> list[str]:
             scope = scope.with_range(name, extent)
         problems += [f"{where}: {p}" for p in _verify_value(compute.body, buffers, written, scope, set(names), sizes)]
         written.add(compute.name)
-    for buf in graph.outputs:
-        if buf.name not in computed:
-            problems.append(f"output {buf.name}: no compute writes it")
+    for buf in graph.buffers:
+        if buf.role in ("output", "status") and buf.name not in computed:
+            problems.append(f"{buf.role} {buf.name}: no compute writes it")
     return problems
 
 

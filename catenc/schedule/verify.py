@@ -59,7 +59,8 @@ def _verify_cover(schedule: Schedule) -> list[str]:
     kept = [n for n in dict.fromkeys(names) if n in computes]
     if kept != order:
         first = next(a for a, b in zip(kept, order) if a != b)
-        problems.append(f"compute {first}: kernels run it out of graph order (at {kept.index(first)} of {order})")
+        at, want = kept.index(first), order.index(first)
+        problems.append(f"compute {first}: kernels run it out of graph order (as compute {at}, the graph's {want})")
     seen: set[str] = set()
     for kernel in schedule.kernels:
         if kernel.name in seen:
