@@ -15,10 +15,12 @@ import numpy as np
 from catenc import registry
 from catenc.codegen.names import C_KEYWORDS, C_LOCALS, C_MACROS_AND_TYPES, C_NAMES, CXX_KEYWORDS, Reserved
 from catenc.dtypes import DTYPES, DType
-from catenc.ir.nodes import Binary, Buffer, Cast, Const, Gather, Load, Local, SymInt, Unary, Value, Where, walk
-from catenc.lower.loops import Assign, Declare, For, Gemm, If, LaneReduce, LoopKernel, Stmt, Store, identity
+from catenc.ir.nodes import Binary, Buffer, Cast, Const, Gather, Load, Local, SymInt, Unary, Value, Where
+from catenc.lower.flat import flatten
+from catenc.lower.lanes import BASE, FULL, LANE, LANES, WIDTH, expand_lanes, lane
+from catenc.lower.loops import Assign, Declare, For, Gemm, If, LaneReduce, LoopKernel, Stmt, Store
 from catenc.schedule.contractions import ACC
-from catenc.symbolic import ZERO, Expr, merge_divmod, product, sym
+from catenc.symbolic import Expr, product, sym
 
 
 @dataclass(frozen=True)
@@ -309,88 +311,48 @@ class CRenderer:
             self._hoisted = saved
 
     def lane_reduce(self, stmt: LaneReduce, pad: str, lines: list[str]) -> None:
-        """Lane arrays (one per accumulator) filled a vector at a time, the tail into the
-        accumulators, then each array combined as a tree (fixed order, vector code)."""
-        ctype, i, n = self.ctype(stmt.dtype), self.indent, stmt.lanes
-        op = {"add": "sum", "mul": "prod"}.get(stmt.op, stmt.op)
-        start = self.literal(identity(op, stmt.dtype), stmt.dtype)
-        if n & (n - 1):
-            raise ValueError(f"lane count {n} is not a power of two")
-        count = len(stmt.reductions)
-
-        def lanes(k: int, at: str) -> Local:
-            return Local(stmt.dtype, f"catenc_lanes[{k}][{at}]")
-
-        def steps(target, pad_: str) -> list[str]:
-            return [line for k in range(count) for line in self.lane_step(stmt, k, target(k), pad_)]
-
-        def combine(k: int) -> list[str]:
-            pair = Binary(stmt.dtype, stmt.op, lanes(k, "catenc_l"), lanes(k, "catenc_l + catenc_w"))
-            return self.assignment(lanes(k, "catenc_l").name, pair, pad + i * 3)
-
-        extent = stmt.extent.to_c()
+        """The loops lowering gives the statement (catenc/lower/lanes.py), in their frame."""
+        loops = expand_lanes(stmt, self.buffers)
+        ctype, i, n, extent = self.ctype(loops.dtype), self.indent, loops.lanes, loops.extent.to_c()
+        start = self.value(loops.start)
         lines += [
             f"{pad}{{",
-            f"{pad}{i}{ctype} catenc_lanes[{count}][{n}];",
-            f"{pad}{i}const int64_t catenc_full = ({extent}) - ({extent}) % {n};",
-            f"{pad}{i}for (int64_t catenc_l = 0; catenc_l < {n}; ++catenc_l) {{",
-            *[f"{pad}{i * 2}{lanes(k, 'catenc_l').name} = {start};" for k in range(count)],
+            f"{pad}{i}{ctype} {LANES}[{loops.count}][{n}];",
+            f"{pad}{i}const int64_t {FULL} = ({extent}) - ({extent}) % {n};",
+            f"{pad}{i}for (int64_t {LANE} = 0; {LANE} < {n}; ++{LANE}) {{",
+            *[f"{pad}{i * 2}{lane(k, LANE)} = {start};" for k in range(loops.count)],
             f"{pad}{i}}}",
-            f"{pad}{i}for (int64_t catenc_base = 0; catenc_base < catenc_full; catenc_base += {n}) {{",
-            *[f"{pad}{i * 2}{line}" for line in self.prefetches(stmt)],
-            f"{pad}{i * 2}for (int64_t catenc_l = 0; catenc_l < {n}; ++catenc_l) {{",
-            f"{pad}{i * 3}const int64_t {stmt.index} = catenc_base + catenc_l;",
-            *steps(lambda k: lanes(k, "catenc_l"), pad + i * 3),
+            f"{pad}{i}for (int64_t {BASE} = 0; {BASE} < {FULL}; {BASE} += {n}) {{",
+            *[f"{pad}{i * 2}CATENC_PREFETCH({buffer}, {flat.to_c()});" for buffer, flat in loops.prefetches],
+            f"{pad}{i * 2}for (int64_t {LANE} = 0; {LANE} < {n}; ++{LANE}) {{",
+            f"{pad}{i * 3}const int64_t {loops.index} = {BASE} + {LANE};",
+            *self.straight(loops.body, pad + i * 3),
             f"{pad}{i * 2}}}",
             f"{pad}{i}}}",
-            f"{pad}{i}for (int64_t {stmt.index} = catenc_full; {stmt.index} < {extent}; ++{stmt.index}) {{",
-            *steps(lambda k: Local(stmt.dtype, stmt.reductions[k][0]), pad + i * 2),
+            f"{pad}{i}for (int64_t {loops.index} = {FULL}; {loops.index} < {extent}; ++{loops.index}) {{",
+            *self.straight(loops.tail, pad + i * 2),
             f"{pad}{i}}}",
-            f"{pad}{i}for (int64_t catenc_w = {n // 2}; catenc_w > 0; catenc_w /= 2)",
-            f"{pad}{i * 2}for (int64_t catenc_l = 0; catenc_l < catenc_w; ++catenc_l) {{",
-            *[line for k in range(count) for line in combine(k)],
+            f"{pad}{i}for (int64_t {WIDTH} = {n // 2}; {WIDTH} > 0; {WIDTH} /= 2)",
+            f"{pad}{i * 2}for (int64_t {LANE} = 0; {LANE} < {WIDTH}; ++{LANE}) {{",
+            *self.straight(loops.combine, pad + i * 3),
             f"{pad}{i * 2}}}",
+            *self.straight(loops.finish, pad + i),
+            f"{pad}}}",
         ]
-        for k, (acc, _) in enumerate(stmt.reductions):
-            total = Binary(stmt.dtype, stmt.op, Local(stmt.dtype, acc), lanes(k, "0"))
-            lines += self.assignment(acc, total, pad + i)
-        lines.append(f"{pad}}}")
 
-    prefetch_bytes = 4096  # how far ahead jammed rows are fetched
-
-    def prefetches(self, stmt: LaneReduce) -> list[str]:
-        """For jammed rows (several matrix rows streamed at once): a hint per row to fetch
-        what the loop reads prefetch_bytes later, so that more of memory's latency overlaps."""
-        if not stmt.more:
-            return []
-        out = []
-        for _, value in stmt.reductions:
-            for load in walk(value):
-                if not (isinstance(load, Load) and load.index and stmt.index in load.index[-1].free_symbols()):
-                    continue
-                if any(stmt.index in e.free_symbols() for e in load.index[:-1]):
-                    continue
-                ahead = self.prefetch_bytes // self.buffers[load.buffer].dtype.itemsize
-                index = tuple(e.substitute({stmt.index: sym("catenc_base") + ahead}) for e in load.index)
-                line = f"CATENC_PREFETCH({load.buffer}, {self.flat_index(index, self.buffers[load.buffer].shape)});"
-                if line not in out:
-                    out.append(line)
-        return out
-
-    def lane_step(self, stmt: LaneReduce, k: int, target: Local, pad: str) -> list[str]:
-        """`target = op(target, value)` for reduction k, the value also stored where the
-        statement says."""
-        value = stmt.reductions[k][1]
-        if stmt.store is None:
-            return self.assignment(target.name, Binary(stmt.dtype, stmt.op, target, value), pad)
-        buffer, index = stmt.store
-        buf = self.buffers[buffer]
-        item = Local(stmt.dtype, "catenc_item")
-        return [
-            *self.assignment(f"const {self.ctype(stmt.dtype)} {item.name}", value, pad),
-            f"{pad}{buffer}[{self.flat_index(index, buf.shape)}] = {item.name};",
-            *self.assignment(target.name, Binary(stmt.dtype, stmt.op, target, item), pad),
-        ]
+    def straight(self, body: tuple[Stmt, ...], pad: str) -> list[str]:
+        """Straight-line statements inside a frame of their own (a declaration is const), each
+        with the locals its value needs hoisted before it."""
+        lines = []
+        for stmt in body:
+            if isinstance(stmt, Declare):
+                lines += self.assignment(f"const {self.ctype(stmt.dtype)} {stmt.name}", stmt.value, pad)
+            elif isinstance(stmt, Store):
+                flat = self.flat_index(stmt.index, self.buffers[stmt.buffer].shape)
+                lines.append(f"{pad}{stmt.buffer}[{flat}] = {self.value(stmt.value)};")
+            else:
+                lines += self.assignment(stmt.name, stmt.value, pad)
+        return lines
 
     # ---- contractions: packing functions and one call of the gemm driver ----
     def gemm(self, stmt: Gemm, pad: str, lines: list[str], parallel: bool) -> None:
@@ -572,14 +534,6 @@ class CRenderer:
             f"{pad}{i}{_carry(axes[:-1])}",
             f"{pad}}}",
         ]
-
-
-def flatten(index, shape) -> Expr:
-    """The row-major position of an index in a shape (last index fastest)."""
-    flat = ZERO
-    for i, d in zip(index, shape):
-        flat = flat * d + i
-    return merge_divmod(flat)
 
 
 def output_index(c) -> str:

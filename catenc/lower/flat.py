@@ -1,0 +1,32 @@
+"""Flattened positions: a multi-index as one row-major position (last index fastest) and back."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from catenc.symbolic import ZERO, Expr, merge_divmod, product
+
+Axes = Sequence[tuple[str, Expr]]  # (index name, extent), outermost first
+
+
+def flatten(index: Sequence[Expr], shape: Sequence[Expr]) -> Expr:
+    """The row-major position of an index in a shape (last index fastest)."""
+    flat = ZERO
+    for i, d in zip(index, shape):
+        flat = flat * d + i
+    return merge_divmod(flat)
+
+
+def flat_extent(axes: Axes) -> Expr:
+    """How many positions the axes span."""
+    return product([extent for _, extent in axes])
+
+
+def unflatten(axes: Axes) -> tuple[tuple[str, Expr | None, Expr | None], ...]:
+    """Each axis index from a flattened position: (name, divisor, modulus), the index being
+    position / divisor % modulus (None: that step is left out; last index fastest)."""
+    last = len(axes) - 1
+    return tuple(
+        (name, None if k == last else product([e for _, e in axes[k + 1 :]]), extent if k > 0 else None)
+        for k, (name, extent) in enumerate(axes)
+    )
