@@ -17,10 +17,11 @@ from catenc.codegen.names import C_KEYWORDS, C_LOCALS, C_MACROS_AND_TYPES, C_NAM
 from catenc.dtypes import DTYPES, DType
 from catenc.ir.nodes import Binary, Buffer, Cast, Const, Gather, Load, Local, SymInt, Unary, Value, Where
 from catenc.lower.flat import flatten
+from catenc.lower.gemm import AT, ContextField, GemmCall, Odometer, PackSide, gemm_call
 from catenc.lower.lanes import BASE, FULL, LANE, LANES, WIDTH, expand_lanes, lane
 from catenc.lower.loops import Assign, Declare, For, Gemm, If, LaneReduce, LoopKernel, Stmt, Store
 from catenc.schedule.contractions import ACC
-from catenc.symbolic import Expr, product, sym
+from catenc.symbolic import Expr, product
 
 
 @dataclass(frozen=True)
@@ -356,215 +357,170 @@ class CRenderer:
 
     # ---- contractions: packing functions and one call of the gemm driver ----
     def gemm(self, stmt: Gemm, pad: str, lines: list[str], parallel: bool) -> None:
-        c = stmt.contraction
+        """The call lowering gives the statement (catenc/lower/gemm.py): its helper functions,
+        then the batch loop around the driver and the epilogue."""
+        call = gemm_call(stmt, self._kernel, self.buffers, parallel)
+        c = call.contraction
         name = f"{self._kernel.name}_g{len(self._functions)}"
-        fields = self.gemm_context_fields(c, stmt.pack)
-        self._functions.append(self.gemm_context(name, fields))
-        self._functions.append(self.pack_function(name, fields, "a", c))
-        self._functions.append(self.pack_function(name, fields, "b", c))
-        if c.epilogue is not None:
-            self._functions.append(self.epilogue_function(name, fields, c))
+        self._functions.append(self.gemm_context(name, call.fields))
+        self._functions += [self.pack_function(name, call, side) for side in call.sides]
+        if call.epilogue is not None:
+            self._functions.append(self.epilogue_function(name, call))
         t, i = c.dtype.name, self.indent
-        init = ", ".join(f".{f} = {f}" for f, _ in fields)
+        init = ", ".join(f".{f.name} = {f.name}" for f in call.fields)
         out = f"{c.output} + ({c.offset.to_c()})"
-        rows, cols, depth = flat_extent(c.rows), flat_extent(c.cols), flat_extent(c.depth)
-        per = 64 // c.dtype.itemsize  # each thread's panels start 64-byte aligned
+        rows, cols, depth = call.rows.to_c(), call.cols.to_c(), call.depth.to_c()
+        per = call.slot_align
         slot = f"((catenc_gemm_pack_elements_{t}({rows}, {cols}, {depth}) + {per - 1}) / {per} * {per})"
-        pack = f"{stmt.pack} + catenc_slot * {slot}"
+        pack = f"{call.pack} + catenc_slot * {slot}"
         args = [rows, cols, depth, f"{name}_pack_a", f"{name}_pack_b", "&catenc_ctx", out]
         args += [c.row_stride.to_c(), c.col_stride.to_c(), pack]
-        batch_parallel = parallel and bool(c.batch)
-        lines += [f"{pad}{{", f"{pad}{i}const int64_t catenc_count = {flat_extent(c.batch)};"]
-        if batch_parallel:
-            # small products of a batch: one thread per product (each with its panels), not
-            # both threads on every product
+        lines += [f"{pad}{{", f"{pad}{i}const int64_t catenc_count = {call.count.to_c()};"]
+        if call.batch_parallel:
             apart = f"catenc_count > 1 && 2.0 * ({rows}) * ({cols}) * ({depth}) < CATENC_GEMM_BATCH_FLOPS"
             pragma = self.batch_pragma.format(apart=apart, slots=self.batch_slots)
             lines += [f"{pad}{i}{line}" for line in pragma.splitlines()]
         lines += [
             f"{pad}{i}for (int64_t catenc_b = 0; catenc_b < catenc_count; ++catenc_b) {{",
-            *[f"{pad}{i * 2}{line}" for line in unflatten(c.batch, "catenc_b", const=True)],
-            f"{pad}{i * 2}const int catenc_slot = {self.thread_index if batch_parallel else '0'};",
+            *[f"{pad}{i * 2}{line}" for line in self.indices(call.batch, "catenc_b", const=True)],
+            f"{pad}{i * 2}const int catenc_slot = {self.thread_index if call.batch_parallel else '0'};",
             f"{pad}{i * 2}const struct {name}_ctx catenc_ctx = {{{init}}};",
             f"{pad}{i * 2}catenc_gemm_{t}({', '.join(args)});",
         ]
-        if c.epilogue is not None:
-            if parallel:
+        if call.epilogue is not None:
+            if call.epilogue_parallel:
                 lines += self.pragma_lines(f"({rows}) * ({cols})", pad + i * 2)
-            step = f"{rows} - catenc_m < 4 ? {rows} - catenc_m : 4"
+            n = call.epilogue_rows
+            step = f"{rows} - catenc_m < {n} ? {rows} - catenc_m : {n}"
             lines += [
-                f"{pad}{i * 2}for (int64_t catenc_m = 0; catenc_m < {rows}; catenc_m += 4)",
+                f"{pad}{i * 2}for (int64_t catenc_m = 0; catenc_m < {rows}; catenc_m += {n})",
                 f"{pad}{i * 3}{name}_epilogue(&catenc_ctx, catenc_m, {step}, 0, {cols});",
             ]
         lines += [f"{pad}{i}}}", f"{pad}}}"]
 
-    def gemm_context_fields(self, c, pack: str) -> list[tuple[str, str]]:
-        """What the packing and epilogue functions read: the operands' buffers (the output too,
-        with an epilogue), the symbols, the batch indices."""
-        fields = []
-        for name in self._kernel.buffers:
-            ctype = self.buffers[name].dtype.ctype
-            if name == c.output and c.epilogue is not None:
-                fields.append((name, f"{ctype}*"))
-            elif name not in (c.output, pack):
-                fields.append((name, f"const {ctype}*"))
-        fields += [(s, "int64_t") for s in self._kernel.symbols]
-        fields += [(n, "int64_t") for n, _ in c.batch]
-        return fields
+    def field_type(self, field: ContextField) -> str:
+        if field.dtype is None:
+            return "int64_t"
+        return f"{field.dtype.ctype}*" if field.writable else f"const {field.dtype.ctype}*"
 
-    def gemm_context(self, name: str, fields: list[tuple[str, str]]) -> str:
-        members = "".join(f" {ctype} {field};" for field, ctype in fields)
+    def gemm_context(self, name: str, fields: tuple[ContextField, ...]) -> str:
+        members = "".join(f" {self.field_type(f)} {f.name};" for f in fields)
         return f"struct {name}_ctx {{{members or ' int catenc_unused;'} }};"
 
-    def unpack_context(self, name: str, fields: list[tuple[str, str]]) -> list[str]:
+    def unpack_context(self, name: str, fields: tuple[ContextField, ...]) -> list[str]:
         """The first lines of a gemm helper: the context's fields as locals of their own names."""
         i = self.indent
         lines = [f"{i}const struct {name}_ctx* catenc_c = (const struct {name}_ctx*)catenc_ctx;"]
-        for field, ftype in fields:
-            restrict = f" {self.restrict}" if ftype.endswith("*") else ""
-            lines.append(f"{i}{ftype}{restrict} {field} = catenc_c->{field};")
-            lines.append(f"{i}(void){field};")
+        for field in fields:
+            restrict = f" {self.restrict}" if field.dtype is not None else ""
+            lines.append(f"{i}{self.field_type(field)}{restrict} {field.name} = catenc_c->{field.name};")
+            lines.append(f"{i}(void){field.name};")
         return lines
 
-    def epilogue_function(self, name: str, fields: list[tuple[str, str]], c) -> str:
+    def epilogue_function(self, name: str, call: GemmCall) -> str:
         """Applies the fused epilogue in place to rows [m0, m0+mb) x columns [n0, n0+nb)."""
-        i = self.indent
+        c, i = call.contraction, self.indent
         pad = i * 2
-        position = output_index(c)
+        element = f"{c.output}[{call.position.to_c()}]"
         return "\n".join(
             [
                 f"static void {name}_epilogue(const void* catenc_ctx, int64_t catenc_m0, int64_t catenc_mb, "
                 "int64_t catenc_n0, int64_t catenc_nb)",
                 "{",
-                *self.unpack_context(name, fields),
+                *self.unpack_context(name, call.fields),
                 f"{i}for (int64_t catenc_m = catenc_m0; catenc_m < catenc_m0 + catenc_mb; ++catenc_m) {{",
-                *[f"{pad}{line}" for line in unflatten(c.rows, "catenc_m", const=True)],
+                *[f"{pad}{line}" for line in self.indices(call.row_indices, "catenc_m", const=True)],
                 *self.odometer_loop(
-                    c.cols,
+                    call.epilogue,
                     "catenc_n0",
                     "catenc_j",
                     "catenc_nb",
-                    c.epilogue,
-                    f"{c.output}[{position}]",
+                    element,
                     pad,
-                    i,
-                    prologue=[f"const {self.ctype(c.dtype)} {ACC} = {c.output}[{position}];"],
+                    prologue=[f"const {self.ctype(c.dtype)} {ACC} = {element};"],
                 ),
                 f"{i}}}",
                 "}",
             ]
         )
 
-    def pack_function(self, name: str, fields: list[tuple[str, str]], side: str, c) -> str:
-        """Packs panels of operand `side` ("a": rows x depth, "b": depth x cols) for the driver."""
-        ctype, t, i = self.ctype(c.dtype), c.dtype.name, self.indent
-        head = [
-            f"static void {name}_pack_{side}(const void* catenc_ctx, {ctype}* catenc_dst, int64_t catenc_first,",
-            f"{i * 2}int64_t catenc_panels, int64_t catenc_k0, int64_t catenc_kb)",
-            "{",
-            *self.unpack_context(name, fields),
-        ]
-        if side == "a":
-            body = self.pack_panels(c, c.rows, c.a, f"CATENC_GEMM_MR_{t}")
-        else:
-            body = self.pack_panels(c, c.cols, c.b, f"CATENC_GEMM_NR_{t}")
-        return "\n".join(head + body + ["}"])
-
-    def pack_panels(self, c, axes, value: Value, width: str) -> list[str]:
-        """Panels of `width` positions along `axes`: position j of panel p at depth k goes to
+    def pack_function(self, name: str, call: GemmCall, side: PackSide) -> str:
+        """Packs panels of one operand for the driver: position j of panel p at depth k goes to
         out[k*width + j], zero past the end. Depth outside, positions inside: each depth step
         writes one contiguous row of the panel (A's rows and B's columns alike)."""
-        i = self.indent
-        pad = i * 3
-        extent = flat_extent(axes)
-        return [
+        c = call.contraction
+        ctype, i, pad = self.ctype(c.dtype), self.indent, self.indent * 3
+        width, extent = f"CATENC_GEMM_{side.width}_{c.dtype.name}", side.extent.to_c()
+        out = f"catenc_out[catenc_k * {width} + catenc_j]"
+        head = [
+            f"static void {name}_pack_{side.side}(const void* catenc_ctx, {ctype}* catenc_dst, int64_t catenc_first,",
+            f"{i * 2}int64_t catenc_panels, int64_t catenc_k0, int64_t catenc_kb)",
+            "{",
+            *self.unpack_context(name, call.fields),
+        ]
+        body = [
             f"{i}for (int64_t catenc_p = 0; catenc_p < catenc_panels; ++catenc_p) {{",
-            f"{i * 2}{self.ctype(c.dtype)}* {self.restrict} catenc_out = catenc_dst + catenc_p * catenc_kb * {width};",
+            f"{i * 2}{ctype}* {self.restrict} catenc_out = catenc_dst + catenc_p * catenc_kb * {width};",
             f"{i * 2}const int64_t catenc_n0 = (catenc_first + catenc_p) * {width};",
             f"{i * 2}const int64_t catenc_valid = {extent} - catenc_n0 < {width} ? {extent} - catenc_n0 : {width};",
             f"{i * 2}for (int64_t catenc_k = 0; catenc_k < catenc_kb; ++catenc_k) {{",
             f"{pad}const int64_t catenc_q = catenc_k0 + catenc_k;",
-            *[f"{pad}{line}" for line in unflatten(c.depth, "catenc_q", const=True)],
-            *self.odometer_loop(
-                axes,
-                "catenc_n0",
-                "catenc_j",
-                "catenc_valid",
-                value,
-                f"catenc_out[catenc_k * {width} + catenc_j]",
-                pad,
-                i,
-            ),
-            f"{pad}for (int64_t catenc_j = catenc_valid; catenc_j < {width}; ++catenc_j) "
-            f"catenc_out[catenc_k * {width} + catenc_j] = 0;",
+            *[f"{pad}{line}" for line in self.indices(call.depth_indices, "catenc_q", const=True)],
+            *self.odometer_loop(side.fill, "catenc_n0", "catenc_j", "catenc_valid", out, pad),
+            f"{pad}for (int64_t catenc_j = catenc_valid; catenc_j < {width}; ++catenc_j) {out} = 0;",
             f"{i * 2}}}",
             f"{i}}}",
         ]
+        return "\n".join(head + body + ["}"])
 
     def odometer_loop(
-        self, axes, start: str, counter: str, count: str, value: Value, target: str, pad: str, i: str, prologue=()
+        self, walk: Odometer, start: str, counter: str, count: str, target: str, pad: str, prologue=()
     ) -> list[str]:
-        """`for counter < count: target = value` where the axes' indices walk the flattened
-        positions start, start+1, ...: one index is computed directly; over several, the last
-        index runs in an affine inner loop (vectorisable) and the others are carried."""
-        if len(axes) == 1:
-            ((name, _),) = axes
+        """`for counter < count: target = value` along the walk lowering chose (lower/gemm.py)."""
+        i = self.indent
+        if not walk.carried:
             return [
                 f"{pad}for (int64_t {counter} = 0; {counter} < {count}; ++{counter}) {{",
-                f"{pad}{i}const int64_t {name} = {start} + {counter};",
+                f"{pad}{i}const int64_t {walk.last[0]} = {start} + {counter};",
                 *[f"{pad}{i}{line}" for line in prologue],
-                *self.assignment(target, value, pad + i),
+                *self.assignment(target, walk.value, pad + i),
                 f"{pad}}}",
             ]
-        last, extent = axes[-1][0], axes[-1][1].to_c()
-        outer = tuple(axes[:-1]) + (("catenc_at", axes[-1][1]),)
+        last, extent = walk.last[0], walk.last[1].to_c()
         left = f"{count} - catenc_done"
         return [
-            *[f"{pad}{line}" for line in unflatten(outer, start, const=False)],
+            *[f"{pad}{line}" for line in self.indices(walk.begin, start, const=False)],
             f"{pad}for (int64_t catenc_done = 0; catenc_done < {count};) {{",
-            f"{pad}{i}const int64_t catenc_run = {left} < {extent} - catenc_at ? {left} : {extent} - catenc_at;",
+            f"{pad}{i}const int64_t catenc_run = {left} < {extent} - {AT} ? {left} : {extent} - {AT};",
             f"{pad}{i}for (int64_t catenc_t = 0; catenc_t < catenc_run; ++catenc_t) {{",
-            f"{pad}{i * 2}const int64_t {last} = catenc_at + catenc_t;",
+            f"{pad}{i * 2}const int64_t {last} = {AT} + catenc_t;",
             f"{pad}{i * 2}const int64_t {counter} = catenc_done + catenc_t;",
             *[f"{pad}{i * 2}{line}" for line in prologue],
-            *self.assignment(target, value, pad + i * 2),
+            *self.assignment(target, walk.value, pad + i * 2),
             f"{pad}{i}}}",
             f"{pad}{i}catenc_done += catenc_run;",
-            f"{pad}{i}catenc_at = 0;",
-            f"{pad}{i}{_carry(axes[:-1])}",
+            f"{pad}{i}{AT} = 0;",
+            f"{pad}{i}{self.carry(walk.carried)}",
             f"{pad}}}",
         ]
 
+    def indices(self, divisions, flat: str, const: bool) -> list[str]:
+        """Declarations of indices from a flattened position, as lower.flat.unflatten divides it."""
+        qualifier = "const int64_t" if const else "int64_t"
+        lines = []
+        for name, divisor, modulus in divisions:
+            value = flat if divisor is None else f"({flat}) / ({divisor.to_c()})"
+            if modulus is not None:
+                value = f"{value} % ({modulus.to_c()})"
+            lines.append(f"{qualifier} {name} = {value};")
+        return lines
 
-def output_index(c) -> str:
-    """The flat C index of the contraction's output element at the current indices."""
-    rows = flatten([sym(n) for n, _ in c.rows], [e for _, e in c.rows])
-    cols = flatten([sym(n) for n, _ in c.cols], [e for _, e in c.cols])
-    return (c.offset + rows * c.row_stride + cols * c.col_stride).to_c()
-
-
-def flat_extent(axes) -> str:
-    return product([extent for _, extent in axes]).to_c()
-
-
-def unflatten(axes, flat: str, const: bool) -> list[str]:
-    """Declarations of the axes' indices from a flattened position (last index fastest)."""
-    qualifier = "const int64_t" if const else "int64_t"
-    lines = []
-    for k, (name, extent) in enumerate(axes):
-        value = flat if k == len(axes) - 1 else f"({flat}) / ({product([e for _, e in axes[k + 1 :]]).to_c()})"
-        if k > 0:
-            value = f"{value} % ({extent.to_c()})"
-        lines.append(f"{qualifier} {name} = {value};")
-    return lines
-
-
-def _carry(axes) -> str:
-    """Advance a multi-index by one, last index fastest (the first one never wraps)."""
-    text = f"++{axes[0][0]};"
-    for name, extent in axes[1:]:
-        text = f"if (++{name} == {extent.to_c()}) {{ {name} = 0; {text} }}"
-    return text
+    def carry(self, axes) -> str:
+        """Advance a multi-index by one, last index fastest (the first one never wraps)."""
+        text = f"++{axes[0][0]};"
+        for name, extent in axes[1:]:
+            text = f"if (++{name} == {extent.to_c()}) {{ {name} = 0; {text} }}"
+        return text
 
 
 def prelude_tables(math_suffix: dict[str, str] = CRenderer.math_suffix, device_inline: str = "") -> dict:

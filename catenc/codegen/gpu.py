@@ -26,13 +26,15 @@ from catenc.codegen.names import (
 )
 from catenc.dtypes import DType
 from catenc.ir.nodes import Binary, Local
+from catenc.lower.flat import flat_extent, unflatten
+from catenc.lower.gemm import output_position
 from catenc.lower.gpu import Barrier, BlockReduce, FirstItem, GpuKernel, ThreadLoop, TiledGemm
 from catenc.lower.loops import identity, iter_stmts
 from catenc.schedule.contractions import ACC
 from catenc.schedule.kernels import Schedule
 from catenc.symbolic import Expr
 
-from .c import BufferArg, CRenderer, flat_extent, output_index, unflatten
+from .c import BufferArg, CRenderer
 
 ITEM = "catenc_item"  # the work-item's index in its group
 SCRATCH = "catenc_scratch"  # the group's local memory for reductions
@@ -176,7 +178,7 @@ class GpuRenderer(CRenderer):
         """Which point the work-item (element mapping) or its group (row mapping) computes."""
         i = self.indent
         if kernel.mapping == "element":
-            total = flat_extent(kernel.points)
+            total = flat_extent(kernel.points).to_c()
             lines = [
                 f"{i}const int64_t catenc_point = (int64_t){self.group_id} * {kernel.block} + {self.local_id};",
                 f"{i}if (catenc_point >= {total}) return;",
@@ -186,7 +188,7 @@ class GpuRenderer(CRenderer):
                 f"{i}const int64_t catenc_point = (int64_t){self.group_id};",
                 f"{i}const int {ITEM} = (int){self.local_id};",
             ]
-        return lines + [f"{i}{line}" for line in unflatten(kernel.points, "catenc_point", const=True)]
+        return lines + [f"{i}{line}" for line in self.indices(unflatten(kernel.points), "catenc_point", const=True)]
 
     # ---- the group's statements ----
     def statement(self, stmt, pad: str, depth: int, lines: list[str], parallel: bool) -> None:
@@ -267,7 +269,7 @@ class GpuRenderer(CRenderer):
         c, t = stmt.contraction, stmt.tile
         ctype, i, side = self.ctype(c.dtype), self.indent, t.side
         per_row, per_col = t.rows // side, t.cols // side
-        rows, cols, depth = flat_extent(c.rows), flat_extent(c.cols), flat_extent(c.depth)
+        rows, cols, depth = flat_extent(c.rows).to_c(), flat_extent(c.cols).to_c(), flat_extent(c.depth).to_c()
         zero = self.literal(0.0, c.dtype)
         lines += [
             f"{i}const int {ITEM} = (int){self.local_id};",
@@ -311,10 +313,10 @@ class GpuRenderer(CRenderer):
             f"{i * 3}const int64_t catenc_row = catenc_m0 + catenc_ty + catenc_i * {side};",
             f"{i * 3}const int64_t catenc_col = catenc_n0 + catenc_tx + catenc_j * {side};",
             f"{i * 3}if (catenc_row < {rows} && catenc_col < {cols}) {{",
-            *[f"{i * 4}{line}" for line in unflatten(c.rows, "catenc_row", const=True)],
-            *[f"{i * 4}{line}" for line in unflatten(c.cols, "catenc_col", const=True)],
+            *[f"{i * 4}{line}" for line in self.indices(unflatten(c.rows), "catenc_row", const=True)],
+            *[f"{i * 4}{line}" for line in self.indices(unflatten(c.cols), "catenc_col", const=True)],
             f"{i * 4}const {ctype} {ACC} = catenc_c[catenc_i][catenc_j];",
-            *self.assignment(f"{c.output}[{output_index(c)}]", c.epilogue or Local(c.dtype, ACC), i * 4),
+            *self.assignment(f"{c.output}[{output_position(c).to_c()}]", c.epilogue or Local(c.dtype, ACC), i * 4),
             f"{i * 3}}}",
             f"{i * 2}}}",
             f"{i}}}",
@@ -326,7 +328,7 @@ class GpuRenderer(CRenderer):
             return []
         return [
             f"{pad}const int64_t catenc_b = catenc_group / catenc_tiles_n / catenc_tiles_m;",
-            *[f"{pad}{line}" for line in unflatten(c.batch, "catenc_b", const=True)],
+            *[f"{pad}{line}" for line in self.indices(unflatten(c.batch), "catenc_b", const=True)],
         ]
 
     def stage_tile(self, c, side: str, width: int, t, pad: str) -> list[str]:
@@ -335,7 +337,7 @@ class GpuRenderer(CRenderer):
         consecutive items take consecutive positions along a's depth and b's columns."""
         ctype, i = self.ctype(c.dtype), self.indent
         axes, value = (c.rows, c.a) if side == "a" else (c.cols, c.b)
-        extent, depth = flat_extent(axes), flat_extent(c.depth)
+        extent, depth = flat_extent(axes).to_c(), flat_extent(c.depth).to_c()
         origin = "catenc_m0" if side == "a" else "catenc_n0"
         if side == "a":  # depth fastest: a row of a row-major operand is contiguous
             position = [f"const int catenc_p = catenc_e / {t.depth}, catenc_kk = catenc_e % {t.depth};"]
@@ -347,8 +349,8 @@ class GpuRenderer(CRenderer):
             f"{pad}{i}const int64_t catenc_at = {origin} + catenc_p, catenc_q = catenc_k0 + catenc_kk;",
             f"{pad}{i}{ctype} catenc_v = {self.literal(0.0, c.dtype)};",
             f"{pad}{i}if (catenc_at < {extent} && catenc_q < {depth}) {{",
-            *[f"{pad}{i * 2}{line}" for line in unflatten(axes, "catenc_at", const=True)],
-            *[f"{pad}{i * 2}{line}" for line in unflatten(c.depth, "catenc_q", const=True)],
+            *[f"{pad}{i * 2}{line}" for line in self.indices(unflatten(axes), "catenc_at", const=True)],
+            *[f"{pad}{i * 2}{line}" for line in self.indices(unflatten(c.depth), "catenc_q", const=True)],
             *self.assignment("catenc_v", value, pad + i * 2),
             f"{pad}{i}}}",
             f"{pad}{i}catenc_tile_{side}[catenc_kk][catenc_p] = catenc_v;",

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from catenc.symbolic import ZERO, Expr, merge_divmod, product
 
 Axes = Sequence[tuple[str, Expr]]  # (index name, extent), outermost first
+Divisions = tuple[tuple[str, Expr | None, Expr | None], ...]  # (index name, divisor, modulus)
 
 
 def flatten(index: Sequence[Expr], shape: Sequence[Expr]) -> Expr:
@@ -22,7 +23,7 @@ def flat_extent(axes: Axes) -> Expr:
     return product([extent for _, extent in axes])
 
 
-def unflatten(axes: Axes) -> tuple[tuple[str, Expr | None, Expr | None], ...]:
+def unflatten(axes: Axes) -> Divisions:
     """Each axis index from a flattened position: (name, divisor, modulus), the index being
     position / divisor % modulus (None: that step is left out; last index fastest)."""
     last = len(axes) - 1
