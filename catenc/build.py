@@ -137,11 +137,8 @@ def build(plan: FilePlan, options: Options, request: BuildRequest) -> dict[str, 
     stem = stem_of(request.path)
     names = file_names(stem, runtime.source_suffix)
     out_dir = output_directory(request.out_dir)
-    parallel = runtime.parallel(options.config)
     origin = Path(request.path).name  # no directory of the build machine in the outputs
-    source = render_source(
-        plan.entries, stem, origin, runtime.renderer(), parallel, runtime.source_suffix, options.gemm_tiles
-    )
+    source = render_source(plan.entries, stem, origin, runtime.renderer(), runtime.source_suffix)
     emit = _emitted(request.emit, runtime)
     staging, staging_lock = None, None
     try:
@@ -168,6 +165,11 @@ def build(plan: FilePlan, options: Options, request: BuildRequest) -> dict[str, 
             if kind in emit:
                 (staging / names[kind]).write_text(text)
         produced = [k for k in ("c", "h", "so", "o", "a", "ir", "schedule", "loops") if k in emit]
+        for n, (pass_name, text) in enumerate(plan.dumps, 1):  # --dump-after
+            kind = f"after {pass_name}"
+            names[kind] = f"{stem}.{n:02}.{pass_name}.txt"
+            (staging / names[kind]).write_text(text)
+            produced.append(kind)
         if "manifest" in emit:
             manifest = build_manifest(plan, options, staging, names, produced, commands)
             (staging / names["manifest"]).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -411,9 +413,13 @@ def build_manifest(plan: FilePlan, options: Options, staging: Path, names: dict,
             "config": dict(sorted(options.config.items())),
             "calling_convention": runtime.calling_convention,
             "opt_level": options.opt,
+            **({"disabled_passes": sorted(options.disabled_passes)} if options.disabled_passes else {}),
         },
         "inputs": [{"path": display, "sha256": sha256_file(real)} for display, real in input_files(plan, options)],
-        "files": [{"path": names[k], "role": ROLES[k], "sha256": sha256_file(staging / names[k])} for k in produced],
+        "files": [
+            {"path": names[k], "role": ROLES.get(k, "pass_dump"), "sha256": sha256_file(staging / names[k])}
+            for k in produced
+        ],
         "build": {"commands": commands},
         "entries": [_entry_manifest(e) for e in plan.entries],
     }

@@ -22,7 +22,7 @@ import click
 from catenc import __version__
 from catenc.build import EMIT_KINDS, BuildRequest, build, emit_kinds, stage_dumps, write_atomic
 from catenc.diagnostics import CatencError, closest, format_diagnostic
-from catenc.driver import plan_file
+from catenc.driver import plan_file, print_pipeline
 from catenc.dtypes import DTYPES
 from catenc.frontend.composites import load_composite_file
 from catenc.plan import FilePlan, Options
@@ -338,6 +338,17 @@ def main() -> None:
     type=click.IntRange(0, 4),
     help="Print the stages to stderr (see Debug levels below).",
 )
+@click.option("--print-passes", is_flag=True, help="Print the pass pipeline of the -O level and runtime.")
+@click.option(
+    "--dump-after",
+    "dump_after",
+    multiple=True,
+    metavar="PASS|all",
+    help="Write the structure after PASS (or every pass) beside the outputs (repeatable).",
+)
+@click.option("--disable-pass", "disabled_passes", multiple=True, metavar="PASS", help="Skip an optional pass.")
+@click.option("--time-passes", is_flag=True, help="Print the time each pass took to stderr.")
+@click.option("--verify-ir", is_flag=True, help="Check the IR's invariants after every pass (also CATENC_VERIFY_IR=1).")
 @click.option("-MD", "make_deps", is_flag=True, help="Write a Make depfile.")
 @click.option("-MF", "depfile", default=None, metavar="FILE", help="Depfile path.")
 @click.option("-MT", "dep_target", default=None, metavar="TARGET", help="Depfile target.")
@@ -424,6 +435,11 @@ def _compile(
     emit_text,
     test_sizes,
     debug_level,
+    print_passes,
+    dump_after,
+    disabled_passes,
+    time_passes,
+    verify_ir,
     make_deps,
     depfile,
     dep_target,
@@ -447,7 +463,13 @@ def _compile(
         defines=parse_defines(defines),
         include_dirs=tuple(include_dirs),
         composites=tuple(composites),
+        disabled_passes=_pass_names(disabled_passes),
+        dump_after=_pass_names(dump_after),
+        verify_ir=verify_ir,
+        time_passes=time_passes,
     )
+    if print_passes:
+        click.echo(print_pipeline(options))
     emit = emit_kinds(parse_emit(emit_text) or (), sources_only, object_only)
     if test_sizes is not None and "so" not in emit:
         if sources_only or object_only:
@@ -460,6 +482,8 @@ def _compile(
     plan = plan_file(file, options)
     if not plan.entries:
         raise CatencError(f"{file}: no composite to compile (rank-polymorphic ones have no entry)")
+    if time_passes:
+        click.echo(plan.pass_times, err=True)
     if test_sizes is not None:
         _check_test_sizes(plan, test_sizes)
     if debug_level:
@@ -476,6 +500,11 @@ def _compile(
     if test_sizes is None:
         return 0
     return _run_test(plan, written, test_sizes, quiet)
+
+
+def _pass_names(values: tuple[str, ...]) -> tuple[str, ...]:
+    """Pass names given repeatedly or comma-separated, in order, once each."""
+    return tuple(dict.fromkeys(name.strip() for value in values for name in value.split(",") if name.strip()))
 
 
 def _check_test_sizes(plan: FilePlan, sizes_text: str) -> None:

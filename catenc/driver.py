@@ -1,4 +1,5 @@
-"""The pipeline for one composite file: frontend -> ir -> schedule -> lower, per entry.
+"""One compile: the frontend checks each composite, then the pass pipeline of the -O level
+(catenc/passes/pipelines.py) takes it from typed program to loop nests.
 
 `plan_file` returns an `EntryPlan` per compiled composite, holding every stage's result so the
 CLI can print any of them and codegen can render the last.
@@ -6,27 +7,18 @@ CLI can print any of them and codegen can render the last.
 
 from __future__ import annotations
 
-from dataclasses import replace
+import os
 from pathlib import Path
 
 from catenc.diagnostics import CatencError, closest
 from catenc.frontend.check import EntryContext, check_entry
-from catenc.frontend.composites import (
-    Composite,
-    Library,
-    load_composite_file,
-)
-from catenc.ir.build import build_graph
-from catenc.lower.gpu import lower_gpu
-from catenc.lower.loops import lower_schedule
-from catenc.lower.share import share_identical_kernels
-from catenc.lower.vectorize import split_reduction_lanes
+from catenc.frontend.composites import Composite, Library, load_composite_file
+from catenc.ir.verify import check_facts
+from catenc.lower.gpu import GpuProgram
+from catenc.passes.manager import Instruments, VerifyError, run_pipeline
+from catenc.passes.pipelines import Target, build_pipeline
 from catenc.plan import EntryPlan, FilePlan, Options
 from catenc.resources import package_path
-from catenc.schedule.contractions import Contraction
-from catenc.schedule.kernels import schedule_graph
-from catenc.schedule.tiles import pack_elements
-from catenc.symbolic import Expr, product
 
 
 def search_dirs(include_dirs: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -69,9 +61,12 @@ def _plan_file(path: str, options: Options) -> FilePlan:
             )
         comps.append(comp)
     check_defines(comps, options.defines)
-    entries = [plan_entry(comp, library, options) for comp in comps]
+    instruments = instruments_for(options)
+    entries = [plan_entry(comp, library, options, instruments) for comp in comps]
     _check_unique_symbols(entries)
-    return FilePlan(root, library, tuple(entries))
+    dumps = tuple((name, "\n\n".join(texts) + "\n") for name, texts in instruments.dumps.items())
+    times = instruments.format_times() if options.time_passes else ""
+    return FilePlan(root, library, tuple(entries), dumps, times)
 
 
 def check_defines(comps: list[Composite], defines: dict[str, object]) -> None:
@@ -95,47 +90,26 @@ def check_defines(comps: list[Composite], defines: dict[str, object]) -> None:
                 )
 
 
-def plan_entry(comp: Composite, library: Library, options: Options) -> EntryPlan:
+def plan_entry(
+    comp: Composite, library: Library, options: Options, instruments: Instruments | None = None
+) -> EntryPlan:
+    """Check one composite and run the pipeline of its -O level over it."""
+    instruments = instruments or instruments_for(options)
     ctx = EntryContext(library)
     fixed = {k: v for k, v in options.defines.items()}
     program, bindings = check_entry(comp, ctx, fixed)
     free = [s for s in comp.symbols() if s not in comp.derived and s not in _fixed_symbols(comp, fixed)]
     derived = {name: bindings.symbols[name] for name in comp.derived}
     specialized = {s: int(fixed[s]) for s in comp.symbols() if s in fixed and s not in comp.derived}
-    graph = build_graph(program)
-    fuse = options.opt != "0"
-    tiles = options.gemm_tiles
-
-    parallel = options.runtime.parallel(options.config)
-
-    def pack_size(c: Contraction) -> Expr:
-        extent = [product([e for _, e in axes]) for axes in (c.rows, c.cols, c.depth)]
-        elements = pack_elements(tiles[c.dtype.name], *extent)
-        if not (c.batch and parallel):
-            return elements
-        per = 64 // c.dtype.itemsize  # each batch thread's panels start 64-byte aligned
-        return options.runtime.renderer.batch_slots * ((elements + per - 1) // per) * per
-
-    runtime = options.runtime
-    gpu = runtime.target == "gpu"
-    schedule = schedule_graph(
-        graph,
-        fuse=fuse,
-        contractions=bool(tiles) or (gpu and fuse),
-        pack_size=pack_size if tiles else None,
-        views=fuse and not gpu,
-    )
     symbol = options.prefix + comp.name
-    kernels = lower_schedule(schedule, parallel=not gpu)
-    kernels = tuple(replace(kernel, name=f"{symbol}_k{n}") for n, kernel in enumerate(kernels))
-    if fuse and not gpu:
-        storage = {b.name: b.dtype for b in schedule.graph.buffers}
-        kernels = tuple(split_reduction_lanes(k, options.vector_lanes, storage) for k in kernels)
-        kernels = share_identical_kernels(kernels, {b.name: b for b in schedule.graph.buffers})
-    gpu_kernels = ()
-    if gpu:
-        block, tile = runtime.block_size(options.config), runtime.gemm_tile(options.config)
-        gpu_kernels = tuple(lower_gpu(kernel, block, tile) for kernel in kernels)
+    target = Target.of(options.runtime, options.config)
+    pipeline = build_pipeline(options.opt, target, symbol, check_facts(ctx.checks), options.tune)
+    try:
+        trace = run_pipeline(pipeline, program, instruments)
+    except VerifyError as error:
+        raise VerifyError(f"{comp.name}: {error}") from None
+    graph, final = trace[0], trace[-1]
+    loops = final.loops if isinstance(final, GpuProgram) else final
     return EntryPlan(
         comp,
         program,
@@ -145,11 +119,32 @@ def plan_entry(comp: Composite, library: Library, options: Options) -> EntryPlan
         specialized,
         tuple(ctx.checks),
         graph,
-        schedule,
-        kernels,
-        gpu_kernels,
-        runtime.calling_convention,
+        loops.schedule,
+        loops.kernels,
+        final.kernels if isinstance(final, GpuProgram) else (),
+        options.runtime.calling_convention,
     )
+
+
+def print_pipeline(options: Options) -> str:
+    """--print-passes: the pipeline the options give, the disabled passes marked."""
+    pipeline = build_pipeline(options.opt, Target.of(options.runtime, options.config), tune=options.tune)
+    return pipeline.format(options.disabled_passes)
+
+
+def instruments_for(options: Options) -> Instruments:
+    """The pass instruments the options ask for; CATENC_VERIFY_IR=1 turns the verifier on too."""
+    instruments = Instruments(
+        disabled=frozenset(options.disabled_passes),
+        dump_after=frozenset(options.dump_after),
+        verify=options.verify_ir or os.environ.get("CATENC_VERIFY_IR") == "1",
+        timing=options.time_passes,
+    )
+    try:
+        instruments.check(build_pipeline(options.opt, Target.of(options.runtime, options.config), tune=options.tune))
+    except ValueError as error:
+        raise CatencError(str(error)) from None
+    return instruments
 
 
 def _fixed_symbols(comp: Composite, fixed: dict[str, object]) -> set[str]:

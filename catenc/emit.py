@@ -141,19 +141,17 @@ def render_source(
     stem: str,
     source: str,
     renderer: CRenderer,
-    parallel: bool,
     suffix: str = ".c",
-    tiles: dict[str, GemmTiles] | None = None,
 ) -> str:
     check_entry_names(entries, renderer)
     if renderer.work_groups:
         return render_gpu_source(entries, stem, source, renderer, suffix)
     prelude = _ENV.get_template("prelude.c.j2").render(**prelude_tables())
     prelude += "\n" + _ENV.get_template("vecmath.c.j2").render()
-    used = {k.contraction.dtype.name for e in entries for k in e.schedule.kernels if k.contraction is not None}
-    if used:
-        prelude += "\n" + render_gemm_support({dtype: tiles[dtype] for dtype in sorted(used)})
-    context = [_entry_context(e, renderer, parallel) for e, _ in renamed_entries(entries, renderer)]
+    tiles = gemm_tiles(entries)
+    if tiles:
+        prelude += "\n" + render_gemm_support(tiles)
+    context = [_entry_context(e, renderer) for e, _ in renamed_entries(entries, renderer)]
     return _ENV.get_template("model.c.j2").render(
         source_name=f"{stem}{suffix}",
         header_name=f"{stem}.h",
@@ -281,10 +279,23 @@ def _gpu_host_context(entry: EntryPlan, buffers, temps, original: dict[str, str]
     return {**host, "host": host}
 
 
-def _entry_context(entry: EntryPlan, renderer: CRenderer, parallel: bool) -> dict:
+def gemm_tiles(entries: tuple[EntryPlan, ...]) -> dict[str, GemmTiles]:
+    """The tiles of every dtype the entries' packed gemms use: the support code is one per dtype,
+    so every entry of a file must have chosen the same."""
+    tiles: dict[str, GemmTiles] = {}
+    for entry in entries:
+        for dtype, chosen in entry.schedule.tiles:
+            if tiles.setdefault(dtype, chosen) != chosen:
+                raise ValueError(
+                    f"{entry.name}: {dtype} gemm tiles {chosen} differ from another entry's {tiles[dtype]}"
+                )
+    return dict(sorted(tiles.items()))
+
+
+def _entry_context(entry: EntryPlan, renderer: CRenderer) -> dict:
     graph = entry.schedule.graph
     args = buffer_args(graph.buffers)
-    kernels = [renderer.kernel(k, args, parallel) for k in entry.kernels if k.shares is None]
+    kernels = [renderer.kernel(k, args) for k in entry.kernels if k.shares is None]
     temps = []
     for view in graph.buffers:
         if view.view_of is not None:

@@ -5,18 +5,17 @@ The driver (catenc/driver.py) fills these; emit, build and --test read them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from catenc.frontend import typed as T
-from catenc.frontend.check import RuntimeCheck
 from catenc.frontend.composites import Composite, CompositeFile, Library
+from catenc.frontend.constraints import RuntimeCheck
 from catenc.ir.nodes import Graph
 from catenc.lower.gpu import GpuKernel
 from catenc.lower.loops import LoopKernel
 from catenc.runtime.descriptor import Runtime
-from catenc.schedule.contractions import GEMM_DTYPES
 from catenc.schedule.kernels import Schedule
-from catenc.schedule.tiles import GemmTiles, default_tiles
 from catenc.symbolic import Expr
 
 
@@ -29,18 +28,11 @@ class Options:
     defines: dict[str, object] = field(default_factory=dict)
     include_dirs: tuple[str, ...] = ()
     composites: tuple[str, ...] = ()
-
-    @property
-    def vector_lanes(self) -> int:
-        """f32 lanes per vector of the target (4 at -O0: plain code there)."""
-        return self.runtime.vector_lanes(self.config) if self.opt != "0" else 4
-
-    @property
-    def gemm_tiles(self) -> dict[str, GemmTiles]:
-        """Micro-kernel and cache tiles of the packed gemm, per dtype (empty: no packed gemm)."""
-        if self.opt == "0" or not self.runtime.packed_gemm:
-            return {}
-        return {dtype: default_tiles(dtype, 4 * self.vector_lanes) for dtype in sorted(GEMM_DTYPES)}
+    disabled_passes: tuple[str, ...] = ()  # --disable-pass: optional passes skipped
+    dump_after: tuple[str, ...] = ()  # --dump-after: passes (or "all") whose result is written out
+    verify_ir: bool = False  # --verify-ir: check the invariants after every pass
+    time_passes: bool = False  # --time-passes: time every pass
+    tune: Callable[[Schedule], Schedule] | None = None  # changes the schedule's decisions (never results)
 
 
 @dataclass(frozen=True)
@@ -72,6 +64,8 @@ class FilePlan:
     root: CompositeFile
     library: Library
     entries: tuple[EntryPlan, ...]
+    dumps: tuple[tuple[str, str], ...] = ()  # (pass, its results for every entry), in pipeline order
+    pass_times: str = ""  # the --time-passes table
 
     @property
     def files_read(self) -> dict[str, str]:

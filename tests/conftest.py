@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import textwrap
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +22,10 @@ from catenc.driver import plan_file
 from catenc.loader import Library, load
 from catenc.plan import Options
 from catenc.runtime.descriptor import load_runtime
+
+# Every compile of the suite, in-process or through `catenc` subprocesses, checks the IR's
+# invariants after every pass (docs/cli.md, --verify-ir): a pass that breaks one fails its test.
+os.environ["CATENC_VERIFY_IR"] = "1"
 
 # Sizes every test binds a free symbol to: 1, primes, a larger non-multiple of 16.
 SIZES = (1, 7, 13, 37)

@@ -199,10 +199,6 @@ BACKEND_CLASSES = frozenset(
     | {"CudaRenderer", "OpenCLRenderer"}
 )
 
-# Temporary: driver.py's GPU branch, which the pass pipeline replacing driver.py (issue 15, item 1)
-# removes; delete this entry with it. (module, the branch as ast.unparse writes it)
-BRANCH_EXCEPTIONS = frozenset({("catenc.driver", "runtime.target == 'gpu'")})
-
 
 def backend_branches(source: str) -> list[str]:
     """Comparisons of a backend field with a backend's name (or a tuple of names), and isinstance
@@ -239,7 +235,6 @@ def test_no_backend_branches_outside_the_runtime_and_renderer_tables() -> None:
         for name in MODULES
         if not any(matches(name, prefix) for prefix in BACKEND_TABLES)
         for branch in backend_branches(MODULES[name].read_text(encoding="utf-8"))
-        if (name, branch.partition(": ")[2]) not in BRANCH_EXCEPTIONS
     ]
     assert not found, "branches on a backend (ask the runtime descriptor or the renderer instead):\n" + "\n".join(found)
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from conftest import compile_text, randn
 
-from catenc.codegen.c import CRenderer
 from catenc.diagnostics import CatencError
 from catenc.runtime.descriptor import load_runtime
+from catenc.schedule.kernels import PARALLEL_WORK
 
 SOURCE = """
 [composite.scale_rows]
@@ -38,7 +38,7 @@ def test_openmp_is_the_default(built):
 
 def test_parallel_loop_has_a_size_threshold(built):
     _, source = built
-    threshold = CRenderer.parallel_threshold
+    threshold = PARALLEL_WORK
     pragma = f"#pragma omp parallel for schedule(static) if((3LL*D*N) >= {threshold})"
     assert pragma in source
     # the row body is a function of its own (restrict pointers survive OpenMP outlining)

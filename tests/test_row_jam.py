@@ -9,7 +9,7 @@ from conftest import randn, runtime
 
 from catenc.driver import plan_file
 from catenc.lower.loops import LaneReduce, iter_stmts
-from catenc.lower.vectorize import JAM
+from catenc.passes.pipelines import ROW_JAM as JAM
 from catenc.plan import Options
 from catenc.symbolic import merge_divmod, sym
 

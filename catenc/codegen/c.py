@@ -50,7 +50,6 @@ class CRenderer:
     restrict = "restrict"
     # guarded, so the file also compiles warning-free without OpenMP
     parallel_pragma = "#ifdef _OPENMP\n#pragma omp parallel for schedule(static) if({work} >= {threshold})\n#endif"
-    parallel_threshold = 1 << 16  # flops + stores below which a kernel stays on one thread
     # A batch of small products runs one product per thread, each with its own panels.
     batch_slots = 2
     batch_pragma = "#ifdef _OPENMP\n#pragma omp parallel for schedule(static) num_threads({slots}) if({apart})\n#endif"
@@ -182,7 +181,7 @@ class CRenderer:
         arg = self.value(v.x)
         if dtype.name == "bool":
             return self.spell(self.bool_ops[v.op], [arg], dtype)
-        if self.ctype(dtype) == "float" and v.op in self.vector_math_f32:
+        if self._kernel.decisions.vector_math and self.ctype(dtype) == "float" and v.op in self.vector_math_f32:
             return self.vector_math_f32[v.op].format(arg)
         table = self.unary_float if dtype.is_float else self.unary_int
         return self.spell(table[v.op], [arg], dtype)
@@ -222,14 +221,14 @@ class CRenderer:
         return conversion.format(text) if conversion else text
 
     # ---- statements and kernels ----
-    def kernel(self, kernel: LoopKernel, buffers: dict[str, BufferArg], parallel: bool) -> str:
+    def kernel(self, kernel: LoopKernel, buffers: dict[str, BufferArg]) -> str:
         """The kernel's C function, preceded by the helper functions it calls (gemm packing)."""
         self.start_kernel(kernel, buffers)
         params = [self.buffer_param(buffers[name]) for name in kernel.buffers]
         params += [f"int64_t {s}" for s in kernel.symbols]
         self._params = params
         lines = [f"{self.kernel_qualifier} {kernel.name}({', '.join(params) or 'void'})", "{"]
-        self.statements(kernel.body, 1, lines, parallel)
+        self.statements(kernel.body, 1, lines, kernel.decisions.parallel)
         lines.append("}")
         return "\n\n".join(self._functions + ["\n".join(lines)])
 
@@ -285,7 +284,7 @@ class CRenderer:
             self.gemm(stmt, pad, lines, parallel)
 
     def pragma_lines(self, work: str, pad: str) -> list[str]:
-        text = self.parallel_pragma.format(work=work, threshold=self.parallel_threshold)
+        text = self.parallel_pragma.format(work=work, threshold=self._kernel.decisions.parallel_work)
         return [f"{pad}{line}" for line in text.splitlines()]
 
     def parallel_loop(self, loop: For, pad: str, lines: list[str]) -> None:

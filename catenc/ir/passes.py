@@ -168,8 +168,9 @@ def is_cheap(value: Value) -> bool:
     return not summary.has_reduce and summary.op_names.isdisjoint(EXPENSIVE_OPS) and summary.ops <= 3
 
 
-def inline_decision(producer: Compute, sites: list[Site]) -> tuple[bool, str]:
-    """Whether to inline a temp compute at the sites that read it, and why (for --debug 1)."""
+def inline_decision(producer: Compute, sites: list[Site], rereads: int = 2) -> tuple[bool, str]:
+    """Whether to inline a temp compute at the sites that read it, and why (for --debug 1): an
+    expensive elementwise value is recomputed at up to `rereads` sites."""
     sites = list(dict.fromkeys(sites))
     if not sites:
         return False, "unused"
@@ -184,7 +185,7 @@ def inline_decision(producer: Compute, sites: list[Site]) -> tuple[bool, str]:
         return False, "reduction whose result is read many times (broadcast or several consumers)"
     if is_cheap(producer.body):
         return True, "cheap elementwise"
-    if reuse_free and len(sites) <= 2:
+    if reuse_free and len(sites) <= rereads:
         return True, "elementwise read once per element"
     return False, "expensive elementwise value read many times"
 
@@ -205,7 +206,7 @@ def _expander(producer: Compute, suffixes: dict[Load, int]):
     return expand
 
 
-def inline_computes(graph: Graph) -> tuple[Graph, list[str]]:
+def inline_computes(graph: Graph, rereads: int = 2) -> tuple[Graph, list[str]]:
     """Inline temp computes into their consumers where that costs no extra work; returns the
     new graph and one note per producer kept materialised.
 
@@ -213,12 +214,13 @@ def inline_computes(graph: Graph) -> tuple[Graph, list[str]]:
     its consumers and what it reads (their sites or bodies changed). The work is in proportion
     to the program, not to the number of times a growing body is inlined or inlined into:
     a consumer's producers are spliced into it in one pass, when it is next needed as a whole."""
-    return _Inliner(graph).run()
+    return _Inliner(graph, rereads).run()
 
 
 class _Inliner:
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, rereads: int) -> None:
         self.graph = graph
+        self.rereads = rereads
         self.serial = count(1)  # numbers the copies of inlined bodies (their reductions' names)
         self.computes = {c.name: c for c in graph.computes}  # in graph order
         self.position = {c.name: k for k, c in enumerate(graph.computes)}
@@ -260,7 +262,7 @@ class _Inliner:
         for producer in result.computes:
             if producer.name in self.temps:
                 sites = [s for c in readers.get(producer.name, []) for s in self.sites(c, producer.name)]
-                notes.append(f"{producer.name}: materialised ({inline_decision(producer, sites)[1]})")
+                notes.append(f"{producer.name}: materialised ({inline_decision(producer, sites, self.rereads)[1]})")
         return result, notes
 
     def consider(self, name: str) -> list[str]:
@@ -273,7 +275,7 @@ class _Inliner:
             if name in self.pending_reads.get(c, ()):  # a pending body reads the producer: splice first
                 self.compute(c)
         sites = [s for c in consumers for s in self.sites(self.computes[c], name)]
-        if not inline_decision(producer, sites)[0]:
+        if not inline_decision(producer, sites, self.rereads)[0]:
             return []  # decided against, until its sites or body change
         for c in consumers:
             consumer = self._adopt_indices(self.computes[c], producer)

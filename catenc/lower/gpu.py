@@ -27,6 +27,7 @@ from catenc.lower.loops import (
     Gemm,
     If,
     LoopKernel,
+    LoopProgram,
     Stmt,
     Store,
     format_body,
@@ -34,6 +35,7 @@ from catenc.lower.loops import (
     stmt_values,
 )
 from catenc.schedule.contractions import Contraction
+from catenc.schedule.kernels import Decisions
 from catenc.symbolic import Expr, product, sym
 
 
@@ -105,6 +107,7 @@ class GpuKernel:
     symbols: tuple[str, ...]
     fused: tuple[str, ...]
     flops: Expr
+    decisions: Decisions
 
     @property
     def groups(self) -> Expr:
@@ -121,9 +124,23 @@ class GpuKernel:
         return (total + self.block - 1) // self.block
 
 
+@dataclass(frozen=True)
+class GpuProgram:
+    """The loop nests of one schedule and their GPU form, one work-group kernel each."""
+
+    loops: LoopProgram
+    kernels: tuple[GpuKernel, ...]
+
+
 def lower_gpu(kernel: LoopKernel, block: int, tile: GemmTile) -> GpuKernel:
     """The GPU form of one loop kernel (see the module doc for the three mappings)."""
-    base = dict(buffers=kernel.buffers, symbols=kernel.symbols, fused=kernel.fused, flops=kernel.flops)
+    base = dict(
+        buffers=kernel.buffers,
+        symbols=kernel.symbols,
+        fused=kernel.fused,
+        flops=kernel.flops,
+        decisions=kernel.decisions,
+    )
     if len(kernel.body) == 1 and isinstance(kernel.body[0], Gemm):
         gemm = kernel.body[0]
         body = (TiledGemm(gemm.contraction, tile),)

@@ -9,7 +9,7 @@ row); a reduction under a `where` guard stays under an `if` so guarded reads sta
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import count
 
 from catenc.dtypes import BOOL, I64, DType
@@ -29,7 +29,7 @@ from catenc.ir.nodes import (
 )
 from catenc.ir.passes import substitute
 from catenc.schedule.contractions import Contraction
-from catenc.schedule.kernels import Kernel, Schedule
+from catenc.schedule.kernels import Decisions, Kernel, Schedule
 from catenc.symbolic import ONE, ZERO, Expr, sym
 
 
@@ -109,7 +109,16 @@ class LoopKernel:
     fused: tuple[str, ...]  # names of the computes it evaluates
     flops: Expr
     work: Expr  # flops plus elements stored: what decides whether threads pay off
+    decisions: Decisions  # how it runs, as the schedule decided
     shares: str | None = None  # the earlier kernel whose function this one calls (lower/share.py)
+
+
+@dataclass(frozen=True)
+class LoopProgram:
+    """The loop nests of one schedule: the structure the loop passes rewrite."""
+
+    schedule: Schedule
+    kernels: tuple[LoopKernel, ...]
 
 
 @dataclass(eq=False)  # each frame is its own loop: hashed and compared by identity
@@ -119,12 +128,14 @@ class _Frame:
     stmts: list[Stmt] = field(default_factory=list)
 
 
-def lower_schedule(schedule: Schedule, parallel: bool = False) -> tuple[LoopKernel, ...]:
-    """Every kernel of a schedule as a loop nest; `parallel` marks the outermost row loop."""
-    return tuple(_lower_kernel(schedule, kernel, parallel) for kernel in schedule.kernels)
+def lower_schedule(schedule: Schedule, symbol: str) -> LoopProgram:
+    """Every kernel of a schedule as a loop nest, named `<symbol>_k<n>`; a kernel the schedule
+    runs on threads gets its outermost iterating loop marked parallel."""
+    kernels = (_lower_kernel(schedule, kernel) for kernel in schedule.kernels)
+    return LoopProgram(schedule, tuple(replace(k, name=f"{symbol}_k{n}") for n, k in enumerate(kernels)))
 
 
-def _lower_kernel(schedule: Schedule, kernel: Kernel, parallel: bool) -> LoopKernel:
+def _lower_kernel(schedule: Schedule, kernel: Kernel) -> LoopKernel:
     if kernel.contraction is not None:
         return _lower_gemm(schedule, kernel)
     lowerer = _KernelLowerer(kernel, _names_in_use(schedule))
@@ -159,7 +170,7 @@ def _lower_kernel(schedule: Schedule, kernel: Kernel, parallel: bool) -> LoopKer
     first = next((k for k, (_, extent) in enumerate(kernel.outer) if extent != ONE), None)
     for k, (name, extent) in reversed(list(enumerate(kernel.outer))):
         if extent != ONE:  # a unit loop's index is 0 wherever it is used
-            body = (For(name, extent, body, parallel and k == first),)
+            body = (For(name, extent, body, kernel.decisions.parallel and k == first),)
     return _loop_kernel(schedule, kernel, body, flops, flops + stored)
 
 
@@ -177,7 +188,7 @@ def _loop_kernel(schedule: Schedule, kernel: Kernel, body: tuple[Stmt, ...], flo
     strides = {name for b in graph.buffers if b.name in buffers for dim in b.shape for name in dim.free_symbols()}
     symbols = sorted((_free_symbols(body) | strides) - _bound_names(body))
     fused = tuple(m.name for m in kernel.members)
-    return LoopKernel(kernel.name, body, buffers, tuple(symbols), fused, flops, work)
+    return LoopKernel(kernel.name, body, buffers, tuple(symbols), fused, flops, work, kernel.decisions)
 
 
 def _names_in_use(schedule: Schedule) -> set[str]:

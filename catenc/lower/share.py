@@ -34,7 +34,7 @@ def _canonical(kernel: LoopKernel, buffers: dict[str, Buffer]) -> object:
     renamer = _Renamer({name: f"b{k}" for k, name in enumerate(kernel.buffers)})
     body = tuple(renamer.stmt(s) for s in kernel.body)
     params = tuple((buffers[name].dtype, buffers[name].role in ("input", "view")) for name in kernel.buffers)
-    return (params, kernel.symbols, str(kernel.work), body)
+    return (params, kernel.symbols, str(kernel.work), kernel.decisions, body)
 
 
 class _Renamer:

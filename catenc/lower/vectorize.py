@@ -30,30 +30,34 @@ def lanes_for(dtype: DType, vector_lanes: int) -> int:
     return min(MAX_LANES, max(4, 2 * vector_lanes * 4 // itemsize))
 
 
-def split_reduction_lanes(kernel: LoopKernel, vector_lanes: int, storage: dict[str, DType]) -> LoopKernel:
-    """Every simple reduction loop of the kernel as a LaneReduce, reduced values reused
-    (storage: each buffer's storage dtype), and rows of reductions jammed (jam_rows)."""
-    return replace(kernel, body=jam_rows(_reuse(_rewrite(kernel.body, vector_lanes), storage)))
+def split_reduction_lanes(kernel: LoopKernel, storage: dict[str, DType]) -> LoopKernel:
+    """Every simple reduction loop of the kernel as a LaneReduce with the lanes its decisions
+    give (none: unchanged), reduced values reused (storage: each buffer's storage dtype)."""
+    if not kernel.decisions.vector_lanes:
+        return kernel
+    return replace(kernel, body=_reuse(_rewrite(kernel.body, kernel.decisions.vector_lanes), storage))
 
 
-JAM = 2  # rows of a matrix-vector product reduced in one pass
+def jam_rows(kernel: LoopKernel) -> LoopKernel:
+    """Rows of reductions jammed, as many at a time as the kernel's decisions say."""
+    return kernel if kernel.decisions.jam < 2 else replace(kernel, body=_jam_rows(kernel.body, kernel.decisions.jam))
 
 
-def jam_rows(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+def _jam_rows(body: tuple[Stmt, ...], jam: int) -> tuple[Stmt, ...]:
     """A loop whose every iteration is one reduction and a few stores (a matrix-vector
-    product: y[j] = f(sum_k w[j, k] * x[k])) runs JAM iterations at a time, their reductions in
+    product: y[j] = f(sum_k w[j, k] * x[k])) runs `jam` iterations at a time, their reductions in
     one LaneReduce: several rows streamed at once and the vector x read once for all of them.
     The leftover iterations run as before."""
     out: list[Stmt] = []
     for stmt in body:
         if isinstance(stmt, (For, If)):
-            stmt = replace(stmt, body=jam_rows(stmt.body))
-        out += _jammed(stmt) if isinstance(stmt, For) else [stmt]
+            stmt = replace(stmt, body=_jam_rows(stmt.body, jam))
+        out += _jammed(stmt, jam) if isinstance(stmt, For) else [stmt]
     return tuple(out)
 
 
-def _jammed(loop: For) -> list[Stmt]:
-    if len(loop.body) < 3 or loop.extent.is_const and loop.extent.value < 2 * JAM:
+def _jammed(loop: For, jam: int) -> list[Stmt]:
+    if len(loop.body) < 3 or loop.extent.is_const and loop.extent.value < 2 * jam:
         return [loop]
     start, reduce, *tail = loop.body
     if not (isinstance(start, Declare) and isinstance(start.value, Const) and isinstance(reduce, LaneReduce)):
@@ -69,20 +73,20 @@ def _jammed(loop: For) -> list[Stmt]:
         return [loop]
     block = f"{loop.index}_jam"
     rows, jammed, reductions = [], [], []
-    for r in range(JAM):
+    for r in range(jam):
         names = {start.name: f"{start.name}_{r}"} | {s.name: f"{s.name}_{r}" for s in tail if isinstance(s, Declare)}
-        at = {loop.index: sym(block) * JAM + r}
+        at = {loop.index: sym(block) * jam + r}
         rows.append(replace(start, name=names[start.name]))
         reductions.append((names[start.name], substitute(reduce.value, at)))
         jammed += [_renamed(s, names, at) for s in tail]
     (first, value), *more = reductions
     lanes = replace(reduce, acc=first, value=value, more=tuple(more))
-    main = replace(loop, index=block, extent=loop.extent // JAM, body=(*rows, lanes, *jammed))
-    left = loop.extent % JAM
+    main = replace(loop, index=block, extent=loop.extent // jam, body=(*rows, lanes, *jammed))
+    left = loop.extent % jam
     if left.is_const and left.value == 0:
         return [main]
     rest = f"{loop.index}_rest"
-    at = {loop.index: (loop.extent // JAM) * JAM + sym(rest)}
+    at = {loop.index: (loop.extent // jam) * jam + sym(rest)}
     return [main, For(rest, left, tuple(_renamed(s, {}, at) for s in loop.body))]
 
 

@@ -69,6 +69,11 @@ class Runtime:
     path: str = ""  # where the descriptor was loaded from, display form
     source_file: str = ""  # the same, on disk
 
+    @property
+    def work_groups(self) -> bool:
+        """Kernels run as GPU work-groups (catenc/lower/gpu.py), not as loop nests on the host."""
+        return self.target == "gpu"
+
     def parallel(self, config: Mapping[str, str]) -> bool:
         """Whether loops marked parallel are rendered parallel under this config."""
         return False

@@ -13,11 +13,35 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from catenc.ir.nodes import Buffer, Compute, Graph, format_shape, format_value, loads
-from catenc.ir.passes import fold_constants, inline_computes, remove_dead_computes, split_constant_slices
-from catenc.schedule.contractions import Contraction, extract_contractions, materialise_costly_operands
+from catenc.schedule.contractions import Contraction, extract_contractions
+from catenc.schedule.tiles import GemmTiles
 from catenc.symbolic import ONE, ZERO, Call, Expr, product, prove_nonneg, sym
 
 WORKSPACE_ALIGNMENT = 64
+
+
+# Work (flops plus elements stored) below which a kernel's parallel loop stays on one thread:
+# waking the OpenMP team costs more than small kernels save.
+PARALLEL_WORK = 1 << 16
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """How one kernel runs: choices that change its speed, never its results (a tuner may
+    change any of them within the legal values)."""
+
+    parallel: bool = False  # its outermost iterating loop (a gemm: its batch) runs on threads
+    parallel_work: int = PARALLEL_WORK  # ... once its work reaches this many operations
+    vector_lanes: int = 0  # f32 lanes of the target's vectors; reductions get 2 vectors of partial sums (0: none)
+    jam: int = 1  # rows of a matrix-vector product reduced in one pass (1: none)
+    vector_math: bool = False  # f32 transcendentals as vectorisable polynomials (vecmath), not libm calls
+
+    def describe(self) -> str:
+        threads = f"threads from work {self.parallel_work}" if self.parallel else "one thread"
+        lanes = f"{self.vector_lanes}-lane reductions" if self.vector_lanes else "scalar reductions"
+        jam = f"{self.jam} rows jammed" if self.jam > 1 else "no row jam"
+        math = "vector math" if self.vector_math else "libm math"
+        return f"{threads}, {lanes}, {jam}, {math}"
 
 
 @dataclass(frozen=True)
@@ -31,6 +55,7 @@ class Kernel:
     reason: str  # why this kernel did not fuse with the previous one
     contraction: Contraction | None = None  # the kernel is this packed gemm
     pack: str | None = None  # the workspace buffer its packed panels live in
+    decisions: Decisions = Decisions()
 
 
 @dataclass(frozen=True)
@@ -44,11 +69,14 @@ class Slot:
 
 @dataclass(frozen=True)
 class Schedule:
+    """Every decision about one graph: its kernels, where each value lives, the gemm tiles."""
+
     graph: Graph
     kernels: tuple[Kernel, ...]
-    slots: tuple[Slot, ...]
-    workspace_bytes: Expr
-    notes: tuple[str, ...]
+    slots: tuple[Slot, ...] = ()
+    workspace_bytes: Expr = ZERO
+    notes: tuple[str, ...] = ()
+    tiles: tuple[tuple[str, GemmTiles], ...] = ()  # (dtype, tiles) of the packed gemms; one per dtype in a file
 
     def slot_of(self, buffer: str) -> Slot | None:
         for slot in self.slots:
@@ -57,51 +85,67 @@ class Schedule:
         return None
 
 
-PackSize = Callable[[Contraction], Expr]  # elements of packed panels a contraction needs
+PackSize = Callable[[Contraction, GemmTiles, bool], Expr]  # elements of packed panels (threaded batch or not)
 
 
-def schedule_graph(
-    graph: Graph,
-    fuse: bool = True,
-    contractions: bool = False,
-    pack_size: PackSize | None = None,
-    views: bool = False,
-) -> Schedule:
-    """Inline, fuse into kernels and plan the workspace; `fuse=False` (at -O0) keeps one
-    compute per kernel. With `contractions`, each contraction becomes a gemm kernel of its
-    own, with packed panels in the workspace when `pack_size` says how many elements. With
-    `views`, constant slices of inputs become pointers of their own (see split_constant_slices)."""
-    graph = remove_dead_computes(fold_constants(graph))
-    found_contractions: dict[str, Contraction] = {}
-    if fuse:
-        costly: list[str] = []
-        if contractions:
-            graph, costly = materialise_costly_operands(graph)
-        graph, notes = inline_computes(graph)
-        notes += costly
-        if views:
-            graph = split_constant_slices(graph)
-        if contractions:
-            graph, found_contractions, found = extract_contractions(graph)
-            notes += found
-    else:
-        notes = []
-    groups = group_kernels(graph, fuse, set(found_contractions))
+def form_kernels(graph: Graph, notes: tuple[str, ...] = ()) -> Schedule:
+    """One kernel per compute, in graph order: the schedule before any fusion."""
+    return Schedule(graph, _kernels(graph, group_kernels(graph, False, set()), {}), notes=notes)
+
+
+def take_contractions(schedule: Schedule) -> Schedule:
+    """Every contraction of the graph a compute and a kernel of its own (a packed gemm)."""
+    graph, found, notes = extract_contractions(schedule.graph)
+    kernels = _kernels(graph, group_kernels(graph, False, set(found)), found)
+    return replace(schedule, graph=graph, kernels=kernels, notes=schedule.notes + tuple(notes))
+
+
+def fuse_rows(schedule: Schedule) -> Schedule:
+    """Consecutive kernels joined over their shared row loops (contractions stay alone)."""
+    graph = schedule.graph
+    found = {k.members[0].name: k.contraction for k in schedule.kernels if k.contraction is not None}
+    return replace(schedule, kernels=_kernels(graph, group_kernels(graph, True, set(found)), found))
+
+
+def _kernels(graph: Graph, groups: list, found: dict[str, Contraction]) -> tuple[Kernel, ...]:
     kernels = []
     for k, (outer, members, reason) in enumerate(groups):
-        scalars = _scalar_members(graph, groups, k)
-        kernel = Kernel(f"{graph.name}_k{k}", outer, tuple(members), scalars, reason)
-        contraction = found_contractions.get(members[0].name)
+        kernel = Kernel(f"{graph.name}_k{k}", outer, tuple(members), frozenset(), reason)
+        contraction = found.get(members[0].name)
         if contraction is not None:
-            pack = None
-            if pack_size is not None:
-                pack = f"catenc_pack{k}"
-                buffer = Buffer(pack, contraction.dtype, (pack_size(contraction),), "temp")
-                graph = replace(graph, buffers=graph.buffers + (buffer,))
-            kernel = replace(kernel, outer=(), scalars=frozenset(), contraction=contraction, pack=pack)
+            kernel = replace(kernel, outer=(), contraction=contraction)
         kernels.append(kernel)
+    return tuple(kernels)
+
+
+def choose_gemm_tiles(schedule: Schedule, tiles: dict[str, GemmTiles]) -> Schedule:
+    """Record the tiles of each packed gemm's dtype."""
+    used = sorted({k.contraction.dtype.name for k in schedule.kernels if k.contraction is not None})
+    return replace(schedule, tiles=tuple((dtype, tiles[dtype]) for dtype in used))
+
+
+def plan_storage(schedule: Schedule, pack_size: PackSize | None = None) -> Schedule:
+    """The packed panels of each gemm in the workspace (sized by its tiles and decisions; with
+    `pack_size` only), which values are scalar locals of their kernel, and the workspace slots."""
+    graph, kernels, tiles = schedule.graph, list(schedule.kernels), dict(schedule.tiles)
+    for k, kernel in enumerate(kernels):
+        c = kernel.contraction
+        if c is not None and pack_size is not None:
+            pack = Buffer(
+                f"catenc_pack{k}", c.dtype, (pack_size(c, tiles[c.dtype.name], kernel.decisions.parallel),), "temp"
+            )
+            graph = replace(graph, buffers=graph.buffers + (pack,))
+            kernels[k] = replace(kernel, pack=pack.name)
+        elif c is None:
+            kernels[k] = replace(kernel, scalars=_scalar_members(graph, schedule.kernels, k))
     slots, total = plan_workspace(graph, kernels)
-    return Schedule(graph, tuple(kernels), slots, total, tuple(notes))
+    return replace(schedule, graph=graph, kernels=tuple(kernels), slots=slots, workspace_bytes=total)
+
+
+def decide(schedule: Schedule, **choices: object) -> Schedule:
+    """Every kernel's decisions with `choices` applied."""
+    kernels = tuple(replace(k, decisions=replace(k.decisions, **choices)) for k in schedule.kernels)
+    return replace(schedule, kernels=kernels)
 
 
 def _leading_match(compute: Compute, index: tuple[Expr, ...]) -> int:
@@ -157,12 +201,12 @@ def _try_join(graph: Graph, outer: tuple, members: list[Compute], compute: Compu
     return outer[:rows], ""
 
 
-def _scalar_members(graph: Graph, groups, k: int) -> frozenset[str]:
-    outer, members, _ = groups[k]
-    later = [c for _, ms, _ in groups[k + 1 :] for c in ms]
+def _scalar_members(graph: Graph, kernels: tuple[Kernel, ...], k: int) -> frozenset[str]:
+    """Members of kernel k with one element per row that no later kernel reads."""
+    later = [c for kernel in kernels[k + 1 :] for c in kernel.members]
     scalars = set()
-    for m in members:
-        inner = m.indices[len(outer) :]
+    for m in kernels[k].members:
+        inner = m.indices[len(kernels[k].outer) :]
         if graph.buffer(m.name).role != "temp" or any(e != ONE for _, e in inner):
             continue
         if any(ld.buffer == m.name for c in later for ld in loads(c.body)):
@@ -239,6 +283,7 @@ def format_schedule(schedule: Schedule) -> str:
         if kernel.contraction is not None:
             kind = f"gemm, panels in {kernel.pack}" if kernel.pack else "gemm"
         lines.append(f"  kernel {kernel.name}  {kind}" + (f"  # not fused: {kernel.reason}" if kernel.reason else ""))
+        lines.append(f"    runs on {kernel.decisions.describe()}")
         for m in kernel.members:
             buf = graph.buffer(m.name)
             if m.name in kernel.scalars:
@@ -252,6 +297,10 @@ def format_schedule(schedule: Schedule) -> str:
             lines.append(
                 f"    {m.name}[{idx}]: {buf.dtype.name}{format_shape(buf.shape)} ({where}) = {format_value(m.body)}"
             )
+    for dtype, t in schedule.tiles:
+        lines.append(
+            f"  gemm tiles {dtype}: mr={t.mr} nr={t.nr} kc={t.kc} mc={t.mc} nc={t.nc}, {t.vector_bytes}-byte vectors"
+        )
     for note in schedule.notes:
         lines.append(f"  note: {note}")
     return "\n".join(lines)
