@@ -33,6 +33,7 @@ from catenc.plan import EntryPlan, FilePlan, Options
 from catenc.registry import ROWS, Row
 from catenc.resources import package_path
 from catenc.runtime.descriptor import Runtime
+from catenc.schedule.kernels import Schedule
 from catenc.testing.check import entry_sizes, run_once
 
 try:
@@ -274,8 +275,10 @@ def run_coverage(
     progress: Callable[[int, int, str], None] = lambda done, total, line: None,
     primitives: bool = True,
     compile_only: bool = False,
+    tune: Callable[[Schedule], Schedule] | None = None,
 ) -> Coverage:
-    """Every op case through the runtime; compile_only builds them and runs none."""
+    """Every op case through the runtime; compile_only builds them and runs none; `tune`
+    changes every kernel's schedule (a tuner, or a test of the schedule seam)."""
     cases = make_cases(library_ops(ops_dirs, primitives), dtypes, pattern)
     if not cases:
         what = f"no op matches '{pattern}'" if pattern else "no op to test"
@@ -290,7 +293,7 @@ def run_coverage(
             rows[case.op.name].cells[case.dtype] = Cell("unsupported", reason="declared by the runtime")
             continue
         groups.setdefault((case.family, case.dtype), []).append(case)
-    options = Options(runtime, config, opt="2", include_dirs=ops_dirs + (str(BUILTIN_ROWS),))
+    options = Options(runtime, config, opt="2", include_dirs=ops_dirs + (str(BUILTIN_ROWS),), tune=tune)
     runnable = runtime.runnable(config) and not compile_only
     blocked = not_run(runtime, config)
     with tempfile.TemporaryDirectory(prefix="catenc-coverage-") as scratch:
