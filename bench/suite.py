@@ -174,12 +174,22 @@ class Build:
     """One composite compiled at one level."""
 
     composite: str
-    level: str  # "-O2" (the default: no flag is passed) or "-O3"
+    level: str  # "-O2" (the default: no flag is passed), "-O3", or -O0/-O1 for LEVEL_SWEEP
     outdir: Path
     seconds: float = float("nan")  # catenc compile + load, wall clock
     library: Library | None = None
     source: bytes = b""
     error: str | None = None
+
+
+# The workload timed at every -O level, to show what each level's passes buy (docs/cli.md).
+LEVEL_SWEEP = "softmax_rows"
+
+
+def levels_for(composite: str, no_o3: bool) -> tuple[str, ...]:
+    """The catenc levels a composite is built and timed at."""
+    levels = ("-O0", "-O1", "-O2", "-O3") if composite == LEVEL_SWEEP else ("-O2", "-O3")
+    return tuple(level for level in levels if not (no_o3 and level == "-O3"))
 
 
 def _o3_differs(o2: Build, o3: Build) -> bool:
@@ -376,7 +386,7 @@ def table(rows: list[Row]) -> list[str]:
     header += ["best peer", "catenc ÷ best", "catenc rel err", "others' CPU"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for row in rows:
-        name = row.case.name if row.level == "-O2" else f"{row.case.name} -O3"
+        name = row.case.name if row.level == "-O2" else f"{row.case.name} {row.level}"
         c = row.catenc
         if row.build is not None and row.build.error:
             catenc_cell, n, err = "**COMPILE ERROR**", "-", "-"
@@ -549,7 +559,7 @@ def run(argv: Sequence[str], catenc_config: str) -> int:
     log("==> compiling (catenc compile + load)")
     builds: dict[tuple[str, str], Build] = {}
     for composite, toml in dict.fromkeys((c.composite, c.toml) for c in selected):
-        for level in ("-O2",) if args.no_o3 else ("-O2", "-O3"):
+        for level in levels_for(composite, args.no_o3):
             build = compile_composite(composite, ROOT / toml, level, catenc_config)
             builds[composite, level] = build
             if build.error:
@@ -565,12 +575,13 @@ def run(argv: Sequence[str], catenc_config: str) -> int:
         reference = case.reference(inputs)
         contenders: list[Contender] = []
         catenc_rows: list[tuple[str, Contender | None, Build]] = []
-        for level in ("-O2", "-O3"):
+        for level in levels_for(case.composite, args.no_o3):
             build = builds.get((case.composite, level))
             if build is None:
                 continue
             default = builds.get((case.composite, "-O2"))
-            if level == "-O3" and default is not None and not _o3_differs(default, build):
+            sweep = case.composite == LEVEL_SWEEP
+            if level == "-O3" and not sweep and default is not None and not _o3_differs(default, build):
                 continue  # -O3 emits the same C as the default level (or fails the same way): no row
             contender = None
             if build.library is not None:
