@@ -215,7 +215,7 @@ def _scalar_members(graph: Graph, kernels: tuple[Kernel, ...], k: int) -> frozen
     return frozenset(scalars)
 
 
-def _bytes(graph: Graph, name: str) -> Expr:
+def buffer_bytes(graph: Graph, name: str) -> Expr:
     buf = graph.buffer(name)
     raw = product(buf.shape) * buf.dtype.itemsize
     return ((raw + WORKSPACE_ALIGNMENT - 1) // WORKSPACE_ALIGNMENT) * WORKSPACE_ALIGNMENT
@@ -253,7 +253,7 @@ def plan_workspace(graph: Graph, kernels: list[Kernel]) -> tuple[tuple[Slot, ...
                     last[ld.buffer] = max(last[ld.buffer], k)
     slots: list[list] = []  # [sizes, free_after, buffers]
     for name in sorted(first, key=lambda n: first[n]):
-        size = _bytes(graph, name)
+        size = buffer_bytes(graph, name)
         for slot in slots:
             if slot[1] < first[name]:
                 slot[0].append(size)
@@ -264,7 +264,7 @@ def plan_workspace(graph: Graph, kernels: list[Kernel]) -> tuple[tuple[Slot, ...
             slots.append([[size], last[name], [name]])
     if packs:
         # One region for every contraction's packed panels (each lives within its kernel only).
-        slots.append([[_bytes(graph, name) for name in packs], len(kernels), packs])
+        slots.append([[buffer_bytes(graph, name) for name in packs], len(kernels), packs])
     out, offset = [], ZERO
     for sizes, _, names in slots:
         size = _largest(sizes)

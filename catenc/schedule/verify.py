@@ -13,7 +13,7 @@ from math import gcd
 
 from catenc.ir.nodes import Buffer, Graph, loads
 from catenc.ir.verify import proved_nonneg, verify_graph
-from catenc.schedule.kernels import WORKSPACE_ALIGNMENT, Schedule, Slot, _bytes
+from catenc.schedule.kernels import WORKSPACE_ALIGNMENT, Schedule, Slot, buffer_bytes
 from catenc.symbolic import ONE, Call, Expr, Facts, sym
 
 STORED_ROLES = ("temp", "status")  # values that live in the workspace unless they are scalars
@@ -148,8 +148,8 @@ def _slot_problems(slot: Slot, graph: Graph, live: dict[str, tuple[int, int]]) -
         if not multiple_of(e, WORKSPACE_ALIGNMENT):
             problems.append(f"{what} {e} is not a multiple of {WORKSPACE_ALIGNMENT}")
     for name in slot.buffers:
-        if name in buffers and not covers(slot.size, _bytes(graph, name)):
-            problems.append(f"size {slot.size} may be less than the {_bytes(graph, name)} bytes of {name}")
+        if name in buffers and not covers(slot.size, buffer_bytes(graph, name)):
+            problems.append(f"size {slot.size} may be less than the {buffer_bytes(graph, name)} bytes of {name}")
     held = sorted((live[n], n) for n in slot.buffers if n in live)
     for (a, name_a), (b, name_b) in zip(held, held[1:]):
         if b[0] <= a[1]:
