@@ -609,7 +609,7 @@ def _prove_by_cases(e: Expr, facts: Facts, depth: int) -> bool:
     if choice is not None:
         p, q = choice.args
         cases = [(p, p - q), (q, q - p)] if choice.func == "max" else [(p, q - p), (q, p - q)]
-        return all(_prove_case(_replace_atom(e, choice, value), facts, fact, depth) for value, fact in cases)
+        return all(_prove_case(replace_atom(e, choice, value), facts, fact, depth) for value, fact in cases)
     divided = [a for a in atoms if a.func in ("floordiv", "mod")]
     names = sorted(set().union(*(a.free_symbols() for a in divided)) - set(facts.extents)) if divided else []
     if not names or len(names) > 2:
@@ -647,7 +647,7 @@ def _abstract_nonneg_divisions(e: Expr, atoms: list[Call], facts: Facts) -> Expr
     if not mapping:
         return None
     for atom, fresh in mapping.items():
-        e = _replace_atom(e, atom, fresh)
+        e = replace_atom(e, atom, fresh)
     return e
 
 
@@ -673,7 +673,8 @@ def _call_atoms(e: Expr) -> list[Call]:
     return [atom for m, _ in e.terms for atom, _ in m if isinstance(atom, Call)]
 
 
-def _replace_atom(e: Expr, target: Atom, value: Expr) -> Expr:
+def replace_atom(e: Expr, target: Atom, value: Expr) -> Expr:
+    """e with every occurrence of the atom `target` (at its top level) replaced by `value`."""
     total = ZERO
     for m, c in e.terms:
         term = const(c)

@@ -13,7 +13,22 @@ import pytest
 from catenc.driver import plan_entry, plan_file, search_dirs
 from catenc.dtypes import BOOL, DTYPES, F32, F64, I64
 from catenc.frontend.composites import Library, load_composite_file
-from catenc.ir.nodes import Binary, Buffer, Cast, Compute, Const, Gather, Graph, Load, Reduce, Value, Where, loads, walk
+from catenc.ir.nodes import (
+    Binary,
+    Buffer,
+    Cast,
+    Compute,
+    Const,
+    Gather,
+    Graph,
+    Load,
+    Reduce,
+    SymInt,
+    Value,
+    Where,
+    loads,
+    walk,
+)
 from catenc.ir.passes import replace_node
 from catenc.ir.verify import check_facts, verify_graph
 from catenc.lower.loops import Declare, For, Store, iter_stmts
@@ -21,6 +36,7 @@ from catenc.lower.verify import verify_loops
 from catenc.plan import EntryPlan, Options
 from catenc.runtime.descriptor import load_runtime
 from catenc.schedule.verify import verify_schedule
+from catenc.symbolic import Expr, maximum, minimum, sym
 from catenc.testing.coverage import library_ops, make_cases, op_alias
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -433,3 +449,53 @@ def test_a_reduction_left_in_a_loop_nest(plans):
     store = next(s for s in iter_stmts(kernel.body) if isinstance(s, Store))
     bad = replace(store, value=Binary(F32, "add", store.value, Cast(F32, graph_reduce)))
     assert_names(_loops(entry, kernel, _rewrite(kernel.body, store, (bad,))), "a reduction left in a loop nest")
+
+
+# ---- valid graphs whose bounds take case splits verify clean, and an off-by-one of each does not ----
+
+N = sym("N")
+I0 = sym("i0")
+
+
+def one_compute(extent: Expr, body: Value) -> Graph:
+    """y[i0] = body for i0 < extent, over an input x: f32[N]."""
+    buffers = (Buffer("x", F32, (N,), "input"), Buffer("y", F32, (extent,), "output"))
+    return Graph("g", buffers, (Compute("y", (("i0", extent),), body),))
+
+
+def x_at(index: Expr) -> Load:
+    return Load(F32, "x", (index,))
+
+
+def test_a_concat_of_two_slices_verifies():
+    """concat([x[1:], x[:1]]): i0 < max(0, N - 1) + min(1, N), that is N, takes both splits at once."""
+    head = maximum(0, N - 1)
+
+    def roll(shift: int, extra: int = 1) -> Graph:
+        cond = Binary(BOOL, "lt", SymInt(I64, I0), SymInt(I64, head))
+        picked = Where(F32, cond, x_at(I0 + shift), x_at(I0 - head))
+        return one_compute(head + minimum(extra, N), Binary(F32, "mul", picked, x_at(I0)))
+
+    assert verify_graph(roll(1)) == []
+    assert_names(verify_graph(roll(2)), "compute y", "cannot prove i0 + 2 < N")
+    assert_names(verify_graph(roll(1, extra=2)), "compute y", "cannot prove i0 < N on axis 0 of x")
+
+
+def test_a_slice_to_a_floor_division_verifies():
+    """x[:(N + 1) // 2]: i0 < (N + 1) // 2 gives i0 < N for every N >= 0, and (N + 2) // 2 does not."""
+    assert verify_graph(one_compute((N + 1) // 2, x_at(I0))) == []
+    assert_names(verify_graph(one_compute((N + 2) // 2, x_at(I0))), "compute y", "cannot prove i0 < N")
+
+
+@pytest.mark.parametrize("op", ["eq", "ne"])
+def test_an_index_unequal_to_its_lower_bound_is_above_it(op):
+    """Where i0 != 0 (i0 == 0 false, i0 != 0 true) and i0 >= 0, i0 >= 1; where i0 != 1, not."""
+
+    def shifted(value: int) -> Graph:
+        cond = Binary(BOOL, op, SymInt(I64, I0), Const(I64, value))
+        zero = Const(F32, 0.0)
+        body = Where(F32, cond, zero, x_at(I0 - 1)) if op == "eq" else Where(F32, cond, x_at(I0 - 1), zero)
+        return one_compute(N, body)
+
+    assert verify_graph(shifted(0)) == []
+    assert_names(verify_graph(shifted(1)), "compute y", "cannot prove 0 <= i0 - 1")

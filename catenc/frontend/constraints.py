@@ -70,6 +70,16 @@ def constraint_facts(lhs: Expr, op: str, rhs: Expr) -> list[Expr]:
     return []
 
 
+def unequal_facts(a: Expr, b: Expr, facts: Facts) -> list[Expr]:
+    """`a != b` as a fact of integers: a > b where facts prove a >= b (e.g. i != 0 for an index i),
+    b > a where they prove b >= a, else nothing."""
+    if prove_nonneg(a - b, facts):
+        return [a - b - 1]
+    if prove_nonneg(b - a, facts):
+        return [b - a - 1]
+    return []
+
+
 def decide(lhs: Expr, op: str, rhs: Expr, facts: Facts) -> bool | None:
     """True or False when `lhs op rhs` is decided by the facts, else None."""
     negation = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}[op]

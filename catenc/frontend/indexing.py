@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from catenc.diagnostics import CatencError, Loc
 from catenc.dtypes import BOOL
 from catenc.frontend import typed as T
-from catenc.frontend.constraints import constraint_facts
+from catenc.frontend.constraints import constraint_facts, unequal_facts
 from catenc.frontend.operators import is_weak, shape_text
 from catenc.registry import REDUCTIONS
 from catenc.symbolic import (
@@ -368,13 +368,8 @@ class IndexForm:
         return [], []
 
     def unequal_facts(self, a: Expr, b: Expr, scope: IndexScope) -> list[Expr]:
-        """a != b as a fact: a > b where a >= b is known (e.g. i != 0 for an index i), and so on."""
-        facts = self.scope_facts(scope)
-        if prove_nonneg(a - b, facts):
-            return [a - b - 1]
-        if prove_nonneg(b - a, facts):
-            return [b - a - 1]
-        return []
+        """a != b as a fact, under what the scope knows."""
+        return unequal_facts(a, b, self.scope_facts(scope))
 
     def scope_facts(self, scope: IndexScope) -> Facts:
         facts = self.facts

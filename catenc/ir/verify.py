@@ -6,8 +6,9 @@ empty list means the graph is well formed. It never raises.
 
 Index bounds are proved with `catenc.symbolic` under what the graph itself guarantees: every
 compute and reduction index ranges over its extent, and a `where` guard's comparison of index
-expressions holds on its chosen side (and fails on the other). A take's position is proved in
-range from its clamp (`max(min(p, size - 1), 0)`) and the guard that its axis is not empty.
+expressions holds on its chosen side (and fails on the other; a != b where a >= b is known
+gives a > b). A take's position is proved in range from its clamp (`max(min(p, size - 1), 0)`)
+and the guard that its axis is not empty.
 What the entry's `where` constraints guarantee is not in the graph: pass them as `facts`.
 """
 
@@ -18,7 +19,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from catenc.dtypes import BOOL, F32, I64
-from catenc.frontend.constraints import RuntimeCheck, constraint_facts
+from catenc.frontend.constraints import RuntimeCheck, constraint_facts, unequal_facts
 from catenc.ir.build import compute_dtype
 from catenc.ir.nodes import (
     BINARY_OPS,
@@ -38,7 +39,7 @@ from catenc.ir.nodes import (
     Where,
     format_value,
 )
-from catenc.symbolic import ONE, ZERO, Expr, Facts, const, maximum, minimum, prove_nonneg
+from catenc.symbolic import ONE, ZERO, Call, Expr, Facts, const, maximum, minimum, prove_nonneg, replace_atom, sym
 
 ROLES = ("input", "output", "temp", "status", "view")
 WRITTEN_BY_CALLER = ("input", "view")  # a view is a slice of an input
@@ -156,7 +157,7 @@ def _verify_value(
 
 def _children_in_scope(node: Value, scope: _Scope) -> Iterator[tuple[Value, _Scope]]:
     if isinstance(node, Where):
-        yes, no = guard_facts(node.cond)
+        yes, no = guard_facts(node.cond, scope.facts)
         yield node.cond, scope
         yield node.a, replace(scope, facts=scope.facts.with_nonneg(*yes))
         yield node.b, replace(scope, facts=scope.facts.with_nonneg(*no))
@@ -257,9 +258,9 @@ def bounds_problems(index: tuple[Expr, ...], buf: Buffer, facts: Facts, load: Lo
         if low is high and _plainly_inside(e, dim, facts):
             continue
         shown = e if low is e else "position"
-        if not (low is not None and proved_nonneg(low, facts)):
+        if not (low is not None and proved_in_bounds(low, facts)):
             out.append(f"cannot prove 0 <= {shown} on axis {axis}")
-        if not (high is not None and proved_nonneg(dim - high - 1, facts)):
+        if not (high is not None and proved_in_bounds(dim - high - 1, facts)):
             out.append(f"cannot prove {shown} < {dim} on axis {axis} of {buf.name}")
     return out
 
@@ -277,6 +278,69 @@ def _plainly_inside(index: Expr, dim: Expr, facts: Facts) -> bool:
 def proved_nonneg(e: Expr, facts: Facts) -> bool:
     """prove_nonneg, remembered: the verifier runs after every pass over mostly unchanged computes."""
     return prove_nonneg(e, facts)
+
+
+MAX_SPLITS = 3  # max/min atoms of the facts split on, nested, before a bound is given up
+
+
+@lru_cache(maxsize=1 << 16)
+def proved_in_bounds(e: Expr, facts: Facts) -> bool:
+    """e >= 0 for an index bound. The frontend proves a slice or concat in bounds from its lengths;
+    here they are index extents and guards, facts holding max/min and //, where prove_nonneg
+    splits no case (it splits only on e's own atoms): so try those splits too."""
+    return proved_nonneg(e, facts) or _proved_by_splitting(e, facts, MAX_SPLITS)
+
+
+def _proved_by_splitting(e: Expr, facts: Facts, splits: int) -> bool:
+    """e >= 0 where a fact cancelling e's indices leaves a rest that prove_nonneg proves (splitting
+    on the rest's atoms), or in both cases of a max/min of e or the facts, put in e and every fact."""
+    if any(prove_nonneg(rest, facts) for rest in _index_free_rests(e, facts)):
+        return True
+    choice = next((a for f in (e, *facts.nonneg) for a in _choice_atoms(f)), None)
+    if choice is None or splits == 0:
+        return False
+    p, q = choice.args
+    cases = [(p, p - q), (q, q - p)] if choice.func == "max" else [(p, q - p), (q, p - q)]
+    for value, assumption in cases:
+        case = Facts(
+            tuple(replace_atom(f, choice, value) for f in facts.nonneg) + (assumption,),
+            tuple((name, replace_atom(extent, choice, value)) for name, extent in facts.ranges),
+        )
+        e_case = replace_atom(e, choice, value)
+        if not (proved_nonneg(e_case, case) or _proved_by_splitting(e_case, case, splits - 1)):
+            return False
+    return True
+
+
+def _index_free_rests(e: Expr, facts: Facts) -> list[Expr]:
+    """e - k*f (k > 0) for each fact f (or index i < extent) with which that cancels every index of
+    e: e >= 0 when it is."""
+    indices = e.free_symbols() & {name for name, _ in facts.ranges}
+    out = []
+    for f in facts.nonneg + tuple(extent - 1 - sym(name) for name, extent in facts.ranges):
+        k = _cancelling_scale(e, f, indices)
+        if k is not None:
+            out.append(e - f * k)
+    return out
+
+
+def _cancelling_scale(e: Expr, f: Expr, indices: set[str]) -> int | None:
+    """The k > 0 with which e - k*f holds none of `indices`, when one exists (linear indices only)."""
+    k = None
+    for name in sorted(indices):
+        a, b = e.coefficient(name), f.coefficient(name)
+        if not (a.is_const and b.is_const and b.value) or a.value % b.value or a.value // b.value <= 0:
+            return None
+        if k not in (None, a.value // b.value):
+            return None
+        k = a.value // b.value
+    if k is None or (e - f * k).free_symbols() & indices:
+        return None
+    return k
+
+
+def _choice_atoms(e: Expr) -> Iterator[Call]:
+    return (a for m, _ in e.terms for a, _ in m if isinstance(a, Call) and a.func in ("max", "min"))
 
 
 def _shape_symbols(buffers: dict[str, Buffer]) -> set[str]:
@@ -322,22 +386,25 @@ def int_range(value: Value) -> tuple[Expr | None, Expr | None]:
     return None, None
 
 
-def guard_facts(cond: Value) -> tuple[list[Expr], list[Expr]]:
+def guard_facts(cond: Value, facts: Facts) -> tuple[list[Expr], list[Expr]]:
     """Facts (e >= 0) that hold where cond is true, and where it is false: comparisons of index
-    expressions, through and, or and not."""
+    expressions, through and, or and not. `facts`: what holds where cond is tested (a != b is
+    a fact only where one side is known to be at least the other)."""
     if isinstance(cond, Binary) and cond.op in COMPARISONS:
         a, b = as_expr(cond.a), as_expr(cond.b)
         if a is None or b is None:
             return [], []
-        less, less_equal = constraint_facts(a, "<", b), constraint_facts(a, "<=", b)
-        at_least, above = constraint_facts(a, ">=", b), constraint_facts(a, ">", b)
-        equal = constraint_facts(a, "==", b)
-        return {"lt": (less, at_least), "le": (less_equal, above), "eq": (equal, []), "ne": ([], equal)}[cond.op]
+        if cond.op in ("eq", "ne"):
+            equal, unequal = constraint_facts(a, "==", b), unequal_facts(a, b, facts)
+            return (equal, unequal) if cond.op == "eq" else (unequal, equal)
+        if cond.op == "lt":
+            return constraint_facts(a, "<", b), constraint_facts(a, ">=", b)
+        return constraint_facts(a, "<=", b), constraint_facts(a, ">", b)
     if isinstance(cond, Binary) and cond.op in ("and", "or"):
-        (t1, f1), (t2, f2) = guard_facts(cond.a), guard_facts(cond.b)
+        (t1, f1), (t2, f2) = guard_facts(cond.a, facts), guard_facts(cond.b, facts)
         return (t1 + t2, []) if cond.op == "and" else ([], f1 + f2)
     if isinstance(cond, Unary) and cond.op == "not":
-        yes, no = guard_facts(cond.x)
+        yes, no = guard_facts(cond.x, facts)
         return no, yes
     return [], []
 

@@ -86,7 +86,7 @@ class _KernelChecker:
             self.assigned(stmt.name, stmt.value, scope)
         elif isinstance(stmt, If):
             self.value(stmt.cond, scope)
-            self.body(stmt.body, scope.inner(*guard_facts(stmt.cond)[0]))
+            self.body(stmt.body, scope.inner(*guard_facts(stmt.cond, scope.facts)[0]))
         elif isinstance(stmt, Store):
             self.store(stmt.buffer, stmt.index, scope)
             self.value(stmt.value, scope)
@@ -165,7 +165,7 @@ class _KernelChecker:
             node, facts = stack.pop()
             self.node(node, scope, facts)
             if isinstance(node, Where):
-                yes, no = guard_facts(node.cond)
+                yes, no = guard_facts(node.cond, facts)
                 stack += [(node.cond, facts), (node.a, facts.with_nonneg(*yes)), (node.b, facts.with_nonneg(*no))]
             else:
                 stack += [(child, facts) for child in node.children()]
