@@ -36,7 +36,7 @@ from catenc.lower.verify import verify_loops
 from catenc.plan import EntryPlan, Options
 from catenc.runtime.descriptor import load_runtime
 from catenc.schedule.verify import verify_schedule
-from catenc.symbolic import Expr, maximum, minimum, sym
+from catenc.symbolic import Expr, const, floordiv, maximum, minimum, mod, sym
 from catenc.testing.coverage import library_ops, make_cases, op_alias
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -499,3 +499,16 @@ def test_an_index_unequal_to_its_lower_bound_is_above_it(op):
 
     assert verify_graph(shifted(0)) == []
     assert_names(verify_graph(shifted(1)), "compute y", "cannot prove 0 <= i0 - 1")
+
+
+def test_a_row_of_a_reshaped_matrix_verifies():
+    """reshape(m, [-1])[i0] inlined: m[i0 // 3, i0 % 3] for i0 < 3*N is in bounds (a // 3 < N from
+    a < 3*N); for i0 < 3*N + 1 it is not (the fuzzer's f0_4: a pad of such a reshape)."""
+
+    def rows(extent: Expr) -> Graph:
+        buffers = (Buffer("m", F32, (N, const(3)), "input"), Buffer("y", F32, (extent,), "output"))
+        body = Load(F32, "m", (floordiv(I0, 3), mod(I0, 3)))
+        return Graph("g", buffers, (Compute("y", (("i0", extent),), body),))
+
+    assert verify_graph(rows(3 * N)) == []
+    assert_names(verify_graph(rows(3 * N + 1)), "compute y", "cannot prove (i0 // 3) < N on axis 0 of m")

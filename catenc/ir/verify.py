@@ -258,11 +258,38 @@ def bounds_problems(index: tuple[Expr, ...], buf: Buffer, facts: Facts, load: Lo
         if low is high and _plainly_inside(e, dim, facts):
             continue
         shown = e if low is e else "position"
-        if not (low is not None and proved_in_bounds(low, facts)):
+        if not (low is not None and _proved_at_least_zero(low, facts)):
             out.append(f"cannot prove 0 <= {shown} on axis {axis}")
-        if not (high is not None and proved_in_bounds(dim - high - 1, facts)):
+        if not (high is not None and _proved_below(high, dim, facts)):
             out.append(f"cannot prove {shown} < {dim} on axis {axis} of {buf.name}")
     return out
+
+
+def _floor_of(e: Expr) -> tuple[Expr, int] | None:
+    """(a, c) when e is exactly a // c for a constant c > 0 (a reshape's row of an inlined index)."""
+    if len(e.terms) != 1:
+        return None
+    ((monomial, coefficient),) = e.terms
+    if coefficient != 1 or len(monomial) != 1 or monomial[0][1] != 1:
+        return None
+    atom = monomial[0][0]
+    if not (isinstance(atom, Call) and atom.func == "floordiv" and atom.args[1].is_const and atom.args[1].value > 0):
+        return None
+    return atom.args[0], atom.args[1].value
+
+
+def _proved_at_least_zero(e: Expr, facts: Facts) -> bool:
+    """0 <= e; for e = a // c (c > 0) it is enough that 0 <= a."""
+    floor = _floor_of(e)
+    return proved_in_bounds(e, facts) or (floor is not None and proved_in_bounds(floor[0], facts))
+
+
+def _proved_below(e: Expr, dim: Expr, facts: Facts) -> bool:
+    """e < dim; for e = a // c (c > 0) it is enough that a < c*dim."""
+    floor = _floor_of(e)
+    if proved_in_bounds(dim - e - 1, facts):
+        return True
+    return floor is not None and proved_in_bounds(floor[1] * dim - floor[0] - 1, facts)
 
 
 def _plainly_inside(index: Expr, dim: Expr, facts: Facts) -> bool:
