@@ -107,6 +107,7 @@ def test_disabling_a_pass_changes_the_code_not_the_results(tmp_path: Path) -> No
     assert "ok" in done.stdout and "MISMATCH" not in done.stdout
     entry = plan("2", disabled_passes=("fuse-rows", "vector-math")).entries[0]
     assert len(entry.kernels) > 1 and not any(k.decisions.vector_math for k in entry.kernels)
+    assert entry.schedule.kernels[1].reason == "fusion is off (-O0, or fuse-rows disabled)"
     manifest = json.loads((tmp_path / "out/softmax.manifest.json").read_text())
     assert manifest["runtime"]["disabled_passes"] == ["fuse-rows", "vector-math"]
 

@@ -174,7 +174,7 @@ def group_kernels(graph: Graph, fuse: bool, alone: set[str]) -> list[tuple[tuple
                 groups[-1] = (joined, members + [compute], reason)
                 continue
         else:
-            why = "fusion is off (-O0)" if groups else ""
+            why = "fusion is off (-O0, or fuse-rows disabled)" if groups else ""
         groups.append((compute.indices, [compute], why))
     return groups
 
