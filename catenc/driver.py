@@ -15,10 +15,11 @@ from catenc.frontend.check import EntryContext, check_entry
 from catenc.frontend.composites import Composite, Library, load_composite_file
 from catenc.ir.verify import check_facts
 from catenc.lower.gpu import GpuProgram
-from catenc.passes.manager import Instruments, VerifyError, run_pipeline
+from catenc.passes.manager import Instruments, Pipeline, VerifyError, run_pipeline
 from catenc.passes.pipelines import Target, build_pipeline
 from catenc.plan import EntryPlan, FilePlan, Options
 from catenc.resources import package_path
+from catenc.symbolic import Facts
 
 
 def search_dirs(include_dirs: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -102,8 +103,7 @@ def plan_entry(
     derived = {name: bindings.symbols[name] for name in comp.derived}
     specialized = {s: int(fixed[s]) for s in comp.symbols() if s in fixed and s not in comp.derived}
     symbol = options.prefix + comp.name
-    target = Target.of(options.runtime, options.config)
-    pipeline = build_pipeline(options.opt, target, symbol, check_facts(ctx.checks), options.tune)
+    pipeline = pipeline_for(options, symbol, check_facts(ctx.checks))
     try:
         trace = run_pipeline(pipeline, program, instruments)
     except VerifyError as error:
@@ -126,10 +126,14 @@ def plan_entry(
     )
 
 
+def pipeline_for(options: Options, symbol: str = "", facts: Facts | None = None) -> Pipeline:
+    """The pipeline of the options' level, runtime and tuner (kernels named `<symbol>_k<n>`)."""
+    return build_pipeline(options.opt, Target.of(options.runtime, options.config), symbol, facts, options.tune)
+
+
 def print_pipeline(options: Options) -> str:
     """--print-passes: the pipeline the options give, the disabled passes marked."""
-    pipeline = build_pipeline(options.opt, Target.of(options.runtime, options.config), tune=options.tune)
-    return pipeline.format(options.disabled_passes)
+    return pipeline_for(options).format(options.disabled_passes)
 
 
 def instruments_for(options: Options) -> Instruments:
@@ -141,7 +145,7 @@ def instruments_for(options: Options) -> Instruments:
         timing=options.time_passes,
     )
     try:
-        instruments.check(build_pipeline(options.opt, Target.of(options.runtime, options.config), tune=options.tune))
+        instruments.check(pipeline_for(options))
     except ValueError as error:
         raise CatencError(str(error)) from None
     return instruments
