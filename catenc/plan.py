@@ -5,7 +5,6 @@ The driver (catenc/driver.py) fills these; emit, build and --test read them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from catenc.frontend import typed as T
@@ -15,7 +14,7 @@ from catenc.ir.nodes import Graph
 from catenc.lower.gpu import GpuKernel
 from catenc.lower.loops import LoopKernel
 from catenc.runtime.descriptor import Runtime
-from catenc.schedule.kernels import Schedule
+from catenc.schedule.kernels import Schedule, Tune
 from catenc.symbolic import Expr
 
 
@@ -32,7 +31,7 @@ class Options:
     dump_after: tuple[str, ...] = ()  # --dump-after: passes (or "all") whose result is written out
     verify_ir: bool = False  # --verify-ir: check the invariants after every pass
     time_passes: bool = False  # --time-passes: time every pass
-    tune: Callable[[Schedule], Schedule] | None = None  # changes the schedule's decisions (never results)
+    tune: Tune | None = None  # changes the schedule's decisions (never results)
 
 
 @dataclass(frozen=True)

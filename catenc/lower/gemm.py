@@ -18,11 +18,11 @@ from catenc.lower.flat import Axes, Divisions, flat_extent, flatten, unflatten
 from catenc.lower.lanes import Storage
 from catenc.lower.loops import Gemm, LoopKernel
 from catenc.schedule.contractions import Contraction
+from catenc.schedule.tiles import PANEL_ALIGN
 from catenc.symbolic import Expr, sym
 
 AT = "catenc_at"  # the last axis's index where an odometer run starts
 EPILOGUE_ROWS = 4  # output rows per epilogue call
-PANEL_ALIGN = 64  # bytes: where each thread's panels start
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from catenc.runtime.descriptor import Runtime
 from catenc.schedule.contractions import GEMM_DTYPES, Contraction, materialise_costly_operands
 from catenc.schedule.kernels import (
     Schedule,
+    Tune,
     choose_gemm_tiles,
     decide,
     form_kernels,
@@ -36,11 +37,9 @@ from catenc.schedule.kernels import (
     plan_storage,
     take_contractions,
 )
-from catenc.schedule.tiles import GemmTiles, default_tiles, pack_elements
+from catenc.schedule.tiles import PANEL_ALIGN, GemmTiles, default_tiles, pack_elements
 from catenc.schedule.verify import verify_schedule
 from catenc.symbolic import Expr, Facts, product
-
-Tune = Callable[[Schedule], Schedule]  # a change of decisions: never of results
 
 ROW_JAM = 2  # rows of a matrix-vector product reduced at once at -O2
 ROW_JAM_O3 = 4  # ... at -O3
@@ -82,7 +81,7 @@ class Target:
         elements = pack_elements(tiles, *extent)
         if not (c.batch and parallel):
             return elements
-        per = 64 // c.dtype.itemsize  # each batch thread's panels start 64-byte aligned
+        per = PANEL_ALIGN // c.dtype.itemsize  # each batch thread's panels start aligned
         return self.batch_slots * ((elements + per - 1) // per) * per
 
 

@@ -85,6 +85,7 @@ class Schedule:
         return None
 
 
+Tune = Callable[[Schedule], Schedule]  # a tuner's change of decisions: never of results
 PackSize = Callable[[Contraction, GemmTiles, bool], Expr]  # elements of packed panels (threaded batch or not)
 
 

@@ -67,6 +67,11 @@ def default_tiles(dtype: str, vector_bytes: int) -> GemmTiles:
         raise ValueError(f"gemm: no default tiles for dtype {dtype!r} with {vector_bytes}-byte vectors") from None
 
 
+# Bytes at which each thread's packed panels start, in a batch of products run one per thread:
+# the workspace is sized (passes/pipelines.py) and the slots addressed (lower/gemm.py) by it.
+PANEL_ALIGN = 64
+
+
 def _round_up(x: Expr, multiple: int) -> Expr:
     return floordiv(x + (multiple - 1), multiple) * multiple
 

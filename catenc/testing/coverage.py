@@ -33,7 +33,7 @@ from catenc.plan import EntryPlan, FilePlan, Options
 from catenc.registry import ROWS, Row
 from catenc.resources import package_path
 from catenc.runtime.descriptor import Runtime
-from catenc.schedule.kernels import Schedule
+from catenc.schedule.kernels import Tune
 from catenc.testing.check import entry_sizes, run_once
 
 try:
@@ -275,7 +275,7 @@ def run_coverage(
     progress: Callable[[int, int, str], None] = lambda done, total, line: None,
     primitives: bool = True,
     compile_only: bool = False,
-    tune: Callable[[Schedule], Schedule] | None = None,
+    tune: Tune | None = None,
 ) -> Coverage:
     """Every op case through the runtime; compile_only builds them and runs none; `tune`
     changes every kernel's schedule (a tuner, or a test of the schedule seam)."""
