@@ -166,6 +166,7 @@ class IndexForm:
         items = target.slice.elts if isinstance(target.slice, ast.Tuple) else [target.slice]
         declared = self.outputs.get(name)
         lhs: list[tuple[str, str, Expr | None, ast.AST]] = []  # display, internal, extent, node
+        bounds: dict[str, Expr] = {}  # the extents written on the left, `i < EXTENT`
         batch_dims: tuple[Expr, ...] = ()
         for k, item in enumerate(items):
             if isinstance(item, ast.Constant) and item.value is Ellipsis:
@@ -180,12 +181,21 @@ class IndexForm:
                 for b, dim in enumerate(batch_dims):
                     lhs.append((f"...{b}", self.fresh(f"b{b}"), dim, item))
                 continue
-            if not isinstance(item, ast.Name):
-                raise self.error("left-hand indices must be distinct index names", item)
-            if any(item.id == d for d, _, _, _ in lhs):
-                raise self.error(f"index '{item.id}' is repeated on the left-hand side", item)
-            self._check_index_name(item.id, item)
-            lhs.append((item.id, self.fresh(item.id), None, item))
+            binding = _index_binding(item)
+            if binding is None:
+                raise self.error("left-hand indices must be distinct index names, each `i` or `i < EXTENT`", item)
+            index, bound_node = binding
+            if any(index == d for d, _, _, _ in lhs):
+                raise self.error(f"index '{index}' is repeated on the left-hand side", item)
+            self._check_index_name(index, item)
+            if bound_node is None:
+                lhs.append((index, self.fresh(index), None, item))
+            else:
+                bound = self._given_range(index, bound_node, [b[0] for b in map(_index_binding, items) if b])
+                if declared is None:
+                    self._nonneg_range(index, bound, bound_node)
+                bounds[index] = bound
+                lhs.append((index, self.fresh(index), bound, bound_node))
         if declared is not None:
             if len(lhs) != declared.rank:
                 raise self.error(
@@ -193,12 +203,20 @@ class IndexForm:
                     f"but {len(lhs)} indices are given",
                     target,
                 )
+            for k, (d, _, _, n) in enumerate(lhs):
+                if d in bounds and not self.equal(bounds[d], declared.shape[k]):
+                    raise self.error(
+                        f"index '{d}' is bounded by {bounds[d]} but '{name}' is declared with "
+                        f"{declared.shape[k]} in axis {k}",
+                        n,
+                    )
             lhs = [(d, i, declared.shape[k], n) for k, (d, i, _, n) in enumerate(lhs)]
         uses = self.alone_uses(value, {d: "lhs" for d, _, _, _ in lhs if not d.startswith("...")}, {})
         resolved: list[tuple[str, str, Expr]] = []
         for display_name, internal, extent, node in lhs:
             found = uses.get(("lhs", display_name), [])
-            extent = self._agree(display_name, extent, node, found)
+            hint = f"declare it on the left, as `{_declaring(name, items, display_name)}`"
+            extent = self._agree(display_name, extent, node, found, hint)
             resolved.append((display_name, internal, extent))
         self._pending_uses = uses
         scope = IndexScope({}).bind(resolved)
@@ -227,7 +245,26 @@ class IndexForm:
     def fresh(self, name: str) -> str:
         return f"{name}'{next(self.ctx.serial)}"
 
-    def _agree(self, name: str, extent: Expr | None, node: ast.AST, found: list[tuple[Expr, Loc, str]]) -> Expr:
+    def _given_range(self, name: str, node: ast.expr, indices: Sequence[str]) -> Expr:
+        """The range `name < EXTENT` gives: an integer expression of symbols and params, of no index."""
+        for part in ast.walk(node):
+            if isinstance(part, ast.Name) and part.id in indices:
+                raise self.error(
+                    f"the range of index '{name}' cannot depend on index '{part.id}': "
+                    "give it as an expression of symbols and integer params",
+                    part,
+                )
+        return self.index_expr(node, None)
+
+    def _nonneg_range(self, name: str, extent: Expr, node: ast.AST) -> None:
+        if not prove_nonneg(extent, self.facts):
+            raise self.error(f"the range {extent} of index '{name}' may be negative", node)
+
+    def _agree(
+        self, name: str, extent: Expr | None, node: ast.AST, found: list[tuple[Expr, Loc, str]], hint: str
+    ) -> Expr:
+        """The one range of an index: the one given (on the left or in a reduction's brackets) or the one
+        of every access position holding it alone; `hint` says where a range could be declared."""
         first_loc = self.loc(node)
         for dim, loc, tensor in found:
             if extent is None:
@@ -240,7 +277,7 @@ class IndexForm:
                 )
         if extent is None:
             raise self.error(
-                f"cannot infer the range of index '{name}': use it alone in some position of an access",
+                f"cannot infer the range of index '{name}': {hint}, or use it alone in some position of an access",
                 node,
             )
         return extent
@@ -282,13 +319,16 @@ class IndexForm:
                 f"{op}[...] binds index names, like {op}[k](...), {op}[c, r](...) or {op}[k < K](...)", node.func
             )
         uses = self._pending_uses
+        written = node.func.slice.elts if isinstance(node.func.slice, ast.Tuple) else [node.func.slice]
         items = []
         for n, extent_node in bindings:
             self._check_index_name(n, node.func)
-            given = self.index_expr(extent_node, None) if extent_node is not None else None
-            if given is not None and not prove_nonneg(given, self.facts):
-                raise self.error(f"the range {given} of index '{n}' may be negative", extent_node)
-            extent = self._agree(n, given, node.func, uses.get((id(node), n), []))
+            visible = [*scope.names, *(b for b, _ in bindings)]
+            given = self._given_range(n, extent_node, visible) if extent_node is not None else None
+            if given is not None:
+                self._nonneg_range(n, given, extent_node)
+            hint = f"declare it in the brackets, as `{_declaring(op, written, n)}(...)`"
+            extent = self._agree(n, given, node.func, uses.get((id(node), n), []), hint)
             items.append((n, self.fresh(n), extent))
         inner = scope.bind(items)
         body = self.strengthen(self.expr(node.args[0], inner))
@@ -378,22 +418,30 @@ class IndexForm:
         return facts.with_nonneg(*scope.guards)
 
 
+def _index_binding(item: ast.expr) -> tuple[str, ast.expr | None] | None:
+    """An index bound on the left or by a reduction: `k` (range inferred) or `k < EXTENT` (range given)."""
+    if isinstance(item, ast.Name):
+        return item.id, None
+    if (
+        isinstance(item, ast.Compare)
+        and isinstance(item.left, ast.Name)
+        and len(item.ops) == 1
+        and isinstance(item.ops[0], ast.Lt)
+    ):
+        return item.left.id, item.comparators[0]
+    return None
+
+
 def _index_bindings(node: ast.expr) -> list[tuple[str, ast.expr | None]] | None:
-    """The indices a reduction binds: `k` (range inferred) or `k < EXTENT` (range given)."""
-    out = []
-    for item in node.elts if isinstance(node, ast.Tuple) else [node]:
-        if isinstance(item, ast.Name):
-            out.append((item.id, None))
-        elif (
-            isinstance(item, ast.Compare)
-            and isinstance(item.left, ast.Name)
-            and len(item.ops) == 1
-            and isinstance(item.ops[0], ast.Lt)
-        ):
-            out.append((item.left.id, item.comparators[0]))
-        else:
-            return None
-    return out
+    """The indices a reduction binds, each as `_index_binding` reads it."""
+    out = [_index_binding(item) for item in (node.elts if isinstance(node, ast.Tuple) else [node])]
+    return None if None in out else out
+
+
+def _declaring(head: str, items: Sequence[ast.expr], name: str) -> str:
+    """`head[...]` as written, with the range of index `name` declared: the fix a range error suggests."""
+    shown = [f"{name} < EXTENT" if _index_binding(e) == (name, None) else ast.unparse(e) for e in items]
+    return f"{head}[{', '.join(shown)}]"
 
 
 def _index_names(node: ast.expr) -> list[str] | None:
