@@ -12,6 +12,7 @@ sample's PyTorch model (samples/gpt2/reference.py) on the sample's random weight
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import sys
@@ -562,6 +563,378 @@ def _gpt2_decode(s: int) -> Case:
     )
 
 
+# ------------------------------------------------------------ natural formulations
+#
+# Each layer written the way a user writes it from the paper or PyTorch
+# (bench/composites/natural/<layer>_natural.toml, row "<layer>-natural") and, where the op library
+# has the layer, the same layer through the library's composite (bench/composites/library/, row
+# "<layer>-library"; softmax and layernorm: the rows above), on the same inputs against the same
+# peers (issue 16: the natural form within 1.5x of the library's and 2x of torch eager).
+
+NATURAL = "bench/composites/natural"
+LIBRARY = "bench/composites/library"
+
+
+def _natural(case: Case, layer: str, notes: str) -> Case:
+    """``case`` (a library row, or a row of its own) with the natural formulation of ``layer`` as catenc's side."""
+    return dataclasses.replace(
+        case,
+        name=f"{layer}-natural",
+        composite=f"{layer}_natural",
+        entry="",
+        toml=f"{NATURAL}/{layer}_natural.toml",
+        notes=notes,
+    )
+
+
+def _layer_rows(layer: str, natural_notes: str, library_notes: str = "", **fields) -> list[Case]:
+    """The natural row of ``layer``, then its library row when ``library_notes`` is given."""
+    library = Case(
+        name=f"{layer}-library",
+        composite=f"{layer}_library",
+        toml=f"{LIBRARY}/{layer}_library.toml",
+        notes=library_notes,
+        **fields,
+    )
+    return [_natural(library, layer, natural_notes)] + ([library] if library_notes else [])
+
+
+def _channel(v: np.ndarray) -> np.ndarray:
+    """A per-channel vector [C] broadcast against [N, C, H, W] (numpy)."""
+    return v[:, None, None]
+
+
+def _torch_peer(fn: Callable[..., torch.Tensor], variant: str = "") -> Peer:
+    """torch eager on the inputs as tensors (sharing memory with the numpy inputs)."""
+
+    def make(args):
+        tensors = _t(args)
+        return lambda: fn(*tensors)
+
+    return Peer("torch", make, variant)
+
+
+def _numpy_peer(fn: Callable[..., np.ndarray]) -> Peer:
+    return Peer("numpy", lambda args: lambda: fn(*args))
+
+
+def _groupnorm_numpy(x, gamma, beta, groups=32):
+    n, c, h, w = x.shape
+    xg = x.reshape(n, groups, -1)
+    mu = xg.mean(axis=-1, keepdims=True)
+    var = xg.var(axis=-1, keepdims=True)
+    y = ((xg - mu) / np.sqrt(var + EPS)).reshape(n, c, h, w)
+    return y * _channel(gamma) + _channel(beta)
+
+
+def _groupnorm_rows(n: int, c: int, h: int, w: int) -> list[Case]:
+    return _layer_rows(
+        "groupnorm",
+        "reshape to [N, 32, C/32, H, W], mean and var over each group, reshape back, * gamma[:, None, None] "
+        "+ beta[:, None, None]; numpy: the same formula; torch: F.group_norm",
+        "the op library's groupnorm on x reshaped to [N, C, H*W]",
+        size=f"x[{n}, {c}, {h}, {w}], 32 groups",
+        inputs=lambda rng: [_normal(rng, (n, c, h, w)), _normal(rng, (c,)), _normal(rng, (c,))],
+        reference=lambda args: _groupnorm_numpy(*_f64(args)),
+        kind="bytes",
+        work=lambda args: 2.0 * args[0].nbytes,
+        peers=[
+            _numpy_peer(_groupnorm_numpy),
+            _torch_peer(lambda x, gamma, beta: F.group_norm(x, 32, gamma, beta, eps=EPS)),
+        ],
+    )
+
+
+def _dwsep_numpy(x, w_dw, w_pw):
+    n, c, h, w = x.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    dw = sum(xp[:, :, r : r + h, s : s + w] * _channel(w_dw[:, 0, r, s]) for r in range(3) for s in range(3))
+    return (w_pw[:, :, 0, 0] @ dw.reshape(n, c, h * w)).reshape(n, -1, h, w)
+
+
+def _dwsep_rows(n: int, c: int, h: int, w: int, k: int) -> list[Case]:
+    return _layer_rows(
+        "dwsep_conv",
+        "3x3 depthwise (padding 1) then 1x1 pointwise, two index-form statements; numpy: nine shifted "
+        "multiply-adds, then a matmul; torch: F.conv2d(groups=C) then F.conv2d",
+        "the op library's depthwise_conv2d(padding=1), then conv2d",
+        size=f"x[{n}, {c}, {h}, {w}] -> K={k}",
+        inputs=lambda rng: [
+            _normal(rng, (n, c, h, w)),
+            _normal(rng, (c, 1, 3, 3), 1.0 / 3.0),
+            _normal(rng, (k, c, 1, 1), 1.0 / math.sqrt(c)),
+        ],
+        reference=lambda args: _dwsep_numpy(*_f64(args)),
+        kind="flops",
+        work=lambda args: 2.0 * n * c * h * w * (9 + k),
+        peers=[
+            _numpy_peer(_dwsep_numpy),
+            _torch_peer(lambda x, w_dw, w_pw: F.conv2d(F.conv2d(x, w_dw, padding=1, groups=c), w_pw)),
+        ],
+    )
+
+
+RMS_EPS = 1e-6
+
+
+def _rmsnorm_numpy(x, weight):
+    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + RMS_EPS) * weight
+
+
+def _rmsnorm_rows(b: int, t: int, d: int) -> list[Case]:
+    def hugging_face(x, weight):  # LlamaRMSNorm.forward
+        return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + RMS_EPS))
+
+    return _layer_rows(
+        "rmsnorm",
+        "mean of squares, x * rsqrt(. + eps), * weight (Hugging Face's LlamaRMSNorm); numpy: the formula; "
+        "torch: the best of LlamaRMSNorm's eager code and F.rms_norm",
+        "the op library's rmsnorm",
+        size=f"x[{b}, {t}, {d}]",
+        inputs=lambda rng: [_normal(rng, (b, t, d)), _normal(rng, (d,))],
+        reference=lambda args: _rmsnorm_numpy(*_f64(args)),
+        kind="bytes",
+        work=lambda args: 2.0 * args[0].nbytes + args[1].nbytes,
+        peers=[
+            _numpy_peer(_rmsnorm_numpy),
+            _torch_peer(hugging_face, "eager"),
+            _torch_peer(lambda x, weight: F.rms_norm(x, (d,), weight, eps=RMS_EPS), "F.rms_norm"),
+        ],
+    )
+
+
+def _logsumexp_numpy(x):
+    m = x.max(axis=-1)
+    return m + np.log(np.exp(x - m[:, None]).sum(axis=-1))
+
+
+def _logsumexp_rows(rows: int, cols: int) -> list[Case]:
+    return _layer_rows(
+        "logsumexp",
+        "m = max over the row, m + log(sum(exp(x - m[:, None]))); numpy: the same; torch: torch.logsumexp",
+        "the op library's logsumexp",
+        size=f"{rows}x{cols}",
+        inputs=lambda rng: [_normal(rng, (rows, cols))],
+        reference=lambda args: _logsumexp_numpy(*_f64(args)),
+        kind="bytes",
+        work=lambda args: args[0].nbytes + 4.0 * rows,
+        peers=[_numpy_peer(_logsumexp_numpy), _torch_peer(lambda x: torch.logsumexp(x, dim=-1))],
+    )
+
+
+def _cross_entropy_numpy(logits, target):
+    m = logits.max(axis=-1, keepdims=True)
+    logp = logits - m - np.log(np.exp(logits - m).sum(axis=-1, keepdims=True))
+    return np.asarray(-logp[np.arange(logits.shape[0]), target].mean())
+
+
+def _cross_entropy_rows(n: int, c: int) -> list[Case]:
+    return _layer_rows(
+        "cross_entropy",
+        "log-softmax by hand, logp[arange(N), target], minus the mean; numpy: the same; torch: F.cross_entropy",
+        "the op library's cross_entropy",
+        size=f"logits[{n}, {c}]",
+        inputs=lambda rng: [_normal(rng, (n, c)), rng.integers(0, c, n, dtype=np.int64)],
+        reference=lambda args: _cross_entropy_numpy(_f64(args[:1])[0], args[1]),
+        kind="bytes",
+        work=lambda args: _nbytes(args),
+        peers=[
+            _numpy_peer(_cross_entropy_numpy),
+            _torch_peer(lambda logits, target: F.cross_entropy(logits, target)),
+        ],
+    )
+
+
+ATTENTION_SCALE = 0.125  # 1/sqrt(64): the natural form's scale, the library's at D = 64
+
+
+def _causal_attention_numpy(q, k, v):
+    t = q.shape[-2]
+    att = (q @ k.transpose(0, 1, 3, 2)) * ATTENTION_SCALE
+    att = np.where(np.tril(np.ones((t, t))) == 0, -np.inf, att)
+    att = np.exp(att - att.max(axis=-1, keepdims=True))
+    return (att / att.sum(axis=-1, keepdims=True)) @ v
+
+
+def _causal_attention_rows(b: int, h: int, t: int, d: int) -> list[Case]:
+    mask = torch.tril(torch.ones(t, t))
+
+    def nano_gpt(q, k, v):  # CausalSelfAttention.forward without the flash path
+        att = (q @ k.transpose(-2, -1)) * ATTENTION_SCALE
+        att = att.masked_fill(mask == 0, float("-inf"))
+        return torch.softmax(att, dim=-1) @ v
+
+    return _layer_rows(
+        "causal_attention",
+        "q @ transpose(k) * scale, masked where tril(ones) == 0, softmax by hand, @ v (nanoGPT's explicit path); "
+        "numpy: the same; torch: the best of nanoGPT's explicit code and F.scaled_dot_product_attention",
+        "the op library's attention(causal=True)",
+        size=f"q, k, v[{b}, {h}, {t}, {d}]",
+        inputs=lambda rng: [_normal(rng, (b, h, t, d)) for _ in range(3)],
+        reference=lambda args: _causal_attention_numpy(*_f64(args)),
+        kind="flops",
+        work=lambda args: 4.0 * b * h * t * t * d,
+        peers=[
+            _numpy_peer(_causal_attention_numpy),
+            _torch_peer(nano_gpt, "explicit"),
+            _torch_peer(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), "sdpa"),
+        ],
+    )
+
+
+def _gru_numpy(x, h, w_ih, w_hh, b_ih, b_hh):
+    n = h.shape[1]
+    gi = x @ w_ih.T + b_ih
+    gh = h @ w_hh.T + b_hh
+    r = 1.0 / (1.0 + np.exp(-(gi[:, :n] + gh[:, :n])))
+    z = 1.0 / (1.0 + np.exp(-(gi[:, n : 2 * n] + gh[:, n : 2 * n])))
+    new = np.tanh(gi[:, 2 * n :] + r * gh[:, 2 * n :])
+    return (1 - z) * new + z * h
+
+
+def _gru_rows(b: int, i: int, h: int) -> list[Case]:
+    bound = 1.0 / math.sqrt(h)
+
+    def inputs(rng):
+        def weight(*shape):
+            return rng.uniform(-bound, bound, shape).astype(F32)
+
+        return [
+            _normal(rng, (b, i)),
+            _normal(rng, (b, h)),
+            weight(3 * h, i),
+            weight(3 * h, h),
+            weight(3 * h),
+            weight(3 * h),
+        ]
+
+    return _layer_rows(
+        "gru_cell",
+        "torch.nn.GRUCell's equations: x @ w_ih.T + b_ih and h @ w_hh.T + b_hh sliced into the r, z, n gates; "
+        "numpy: the same; torch: torch.gru_cell. No op-library composite",
+        size=f"B={b}, I={i}, H={h}",
+        inputs=inputs,
+        reference=lambda args: _gru_numpy(*_f64(args)),
+        kind="flops",
+        work=lambda args: 2.0 * b * 3 * h * (i + h),
+        peers=[_numpy_peer(_gru_numpy), _torch_peer(torch.gru_cell)],
+    )
+
+
+def _rotary_numpy(q, k, cos, sin):
+    half = q.shape[-1] // 2
+
+    def rotate_half(x):
+        return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+def _rotary_rows(b: int, h: int, s: int, d: int) -> list[Case]:
+    def inputs(rng):
+        inv = 10000.0 ** (-np.arange(0, d, 2, dtype=F64) / d)
+        theta = np.arange(s, dtype=F64)[:, None] * inv
+        theta = np.concatenate([theta, theta], axis=-1)
+        return [
+            _normal(rng, (b, h, s, d)),
+            _normal(rng, (b, h, s, d)),
+            np.cos(theta).astype(F32),
+            np.sin(theta).astype(F32),
+        ]
+
+    def hugging_face(q, k, cos, sin):  # apply_rotary_pos_emb
+        def rotate_half(x):
+            return torch.cat((-x[..., d // 2 :], x[..., : d // 2]), dim=-1)
+
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+    return _layer_rows(
+        "rotary",
+        "Hugging Face's apply_rotary_pos_emb: q * cos + rotate_half(q) * sin (and k), rotate_half by slicing and "
+        "concat, cos and sin tables [S, D] as inputs; numpy: the same; torch: the Hugging Face code. The error is "
+        "q_embed's (both outputs are computed)",
+        "the op library's rope on q and k (its own tables, base 10000, positions 0..S-1; the table inputs unused)",
+        size=f"q, k[{b}, {h}, {s}, {d}]",
+        inputs=inputs,
+        reference=lambda args: _rotary_numpy(*_f64(args))[0],
+        kind="bytes",
+        work=lambda args: 2.0 * _nbytes(args),
+        peers=[_numpy_peer(lambda *args: _rotary_numpy(*args)[0]), _torch_peer(lambda *args: hugging_face(*args)[0])],
+    )
+
+
+def _batchnorm_numpy(x, mean, var, weight, bias):
+    return (x - _channel(mean)) / np.sqrt(_channel(var) + EPS) * _channel(weight) + _channel(bias)
+
+
+def _batchnorm_rows(n: int, c: int, h: int, w: int) -> list[Case]:
+    return _layer_rows(
+        "batchnorm",
+        "BatchNorm2d in eval mode, every per-channel vector indexed [:, None, None]; numpy: the same; "
+        "torch: F.batch_norm(training=False)",
+        "the op library's batchnorm_nchw on x reshaped to [N, C, H*W]",
+        size=f"x[{n}, {c}, {h}, {w}]",
+        inputs=lambda rng: [
+            _normal(rng, (n, c, h, w)),
+            _normal(rng, (c,)),
+            rng.uniform(0.5, 2.0, c).astype(F32),
+            _normal(rng, (c,)),
+            _normal(rng, (c,)),
+        ],
+        reference=lambda args: _batchnorm_numpy(*_f64(args)),
+        kind="bytes",
+        work=lambda args: 2.0 * args[0].nbytes,
+        peers=[
+            _numpy_peer(_batchnorm_numpy),
+            _torch_peer(lambda x, mean, var, weight, bias: F.batch_norm(x, mean, var, weight, bias, False, 0.0, EPS)),
+        ],
+    )
+
+
+def _meanpool_linear_numpy(x, w, b):
+    return x.mean(axis=1) @ w.T + b
+
+
+def _meanpool_linear_rows(b: int, t: int, d: int, k: int) -> list[Case]:
+    return _layer_rows(
+        "meanpool_linear",
+        "mean over the sequence, then @ w.T + b (torch.nn.Linear's layout); numpy: the same; "
+        "torch: F.linear(x.mean(1), w, b)",
+        "mean over the sequence, then the op library's linear",
+        size=f"x[{b}, {t}, {d}] -> K={k}",
+        inputs=lambda rng: [_normal(rng, (b, t, d)), _normal(rng, (k, d), 1.0 / math.sqrt(d)), _normal(rng, (k,))],
+        reference=lambda args: _meanpool_linear_numpy(*_f64(args)),
+        kind="bytes",
+        work=lambda args: _nbytes(args) + 4.0 * b * k,
+        peers=[_numpy_peer(_meanpool_linear_numpy), _torch_peer(lambda x, w, bias: F.linear(x.mean(1), w, bias))],
+    )
+
+
+def natural_cases(quick: bool = False) -> list[Case]:
+    """The natural formulations and their library rows (softmax's and layernorm's are in the main list)."""
+    rows, lengths = (256, 1024) if quick else (4096, 1024)
+    return [
+        *_groupnorm_rows(*((1, 64, 16, 16) if quick else (8, 64, 56, 56))),
+        *_dwsep_rows(*((1, 16, 28, 28, 32) if quick else (8, 64, 56, 56, 128))),
+        *_rmsnorm_rows(*((1, 256, 1024) if quick else (4, 1024, 1024))),
+        _natural(
+            _softmax(rows, lengths), "softmax", "p = exp(x - max(...)); p = p / sum(p, ...) (the peers: softmax's)"
+        ),
+        _natural(
+            _layernorm(rows, lengths),
+            "layernorm",
+            "mean, mean of squared deviations, (x - mu) / sqrt(var + eps) * gamma + beta (the peers: layernorm's)",
+        ),
+        *_logsumexp_rows(rows, lengths),
+        *_cross_entropy_rows(*((64, 8000) if quick else (256, 32000))),
+        *_causal_attention_rows(*((1, 4, 64, 64) if quick else (4, 12, 256, 64))),
+        *_gru_rows(*((16, 128, 128) if quick else (64, 512, 512))),
+        *_rotary_rows(*((1, 4, 128, 64) if quick else (2, 16, 1024, 64))),
+        *_batchnorm_rows(*((1, 64, 16, 16) if quick else (8, 64, 56, 56))),
+        *_meanpool_linear_rows(*((4, 64, 256, 256) if quick else (16, 512, 768, 768))),
+    ]
+
+
 # --------------------------------------------------------------------------- lists
 
 
@@ -581,6 +954,7 @@ def cases(quick: bool = False) -> list[Case]:
             _mlp(16),
             _gpt2_prefill(32),
             _gpt2_decode(32),
+            *natural_cases(quick=True),
         ]
     return [
         _sgemm(1024, 1024, 1024),
@@ -595,4 +969,5 @@ def cases(quick: bool = False) -> list[Case]:
         _mlp(256),
         _gpt2_prefill(256),
         _gpt2_decode(256),
+        *natural_cases(),
     ]
