@@ -55,33 +55,127 @@ class IndexForm:
 
     # -- slicing (array form) --
     def slice(self, node: ast.Subscript) -> T.Node:
+        """An array-form subscript with numpy's meaning: slices, integers, None (a new axis of size 1),
+        one '...' and integer tensors (advanced indexing), as docs/language.md describes."""
         arg = self.strengthen(self.expr(node.value, None))
         items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-        ellipses = [i for i, e in enumerate(items) if isinstance(e, ast.Constant) and e.value is Ellipsis]
+        kinds = [self._subscript_kind(e) for e in items]
+        arrays = {k: self._index_array(e) for k, (e, kind) in enumerate(zip(items, kinds)) if kind == "array"}
+        ellipses = [e for e, kind in zip(items, kinds) if kind == "..."]
         if len(ellipses) > 1:
-            raise self.error("only one '...' is allowed in a slice", node)
-        explicit = len(items) - len(ellipses)
-        if explicit > arg.type.rank:
-            raise self.error(f"too many indices ({explicit}) for a tensor of rank {arg.type.rank}", node)
-        if ellipses:
-            k = ellipses[0]
-            fill = [ast.Slice(None, None, None)] * (arg.type.rank - explicit)
-            items = items[:k] + fill + items[k + 1 :]
-        else:
-            items = items + [ast.Slice(None, None, None)] * (arg.type.rank - explicit)
+            raise self.error("only one '...' is allowed in a subscript", ellipses[1])
+        consuming = [e for e, kind in zip(items, kinds) if kind in ("slice", "int", "array")]
+        if len(consuming) > arg.type.rank:
+            added = " (None adds an axis and indexes none)" if "None" in kinds else ""
+            raise self.error(
+                f"too many indices: {len(consuming)} for a tensor of rank {arg.type.rank}{added}",
+                consuming[arg.type.rank],
+            )
+        # Per axis of `arg` (a '...' stands for the full slices needed, trailing axes are full slices):
+        # the slice axis read, and the result dim when the axis is kept.
+        fill = [ast.Slice(None, None, None)] * (arg.type.rank - len(consuming))
         axes: list[T.SliceAxis] = []
         shape: list[Expr] = []
-        for dim, item in zip(arg.type.shape, items):
-            if isinstance(item, ast.Slice):
-                start, step, length = self.slice_axis(dim, item, node)
+        tokens: list[str] = []  # the result's axes in order: "dim" (a kept axis), "new" (None), "index" (arrays)
+        # numpy: integers count as advanced indices beside arrays; advanced indices all adjacent in
+        # the subscript put the arrays' broadcast axes in their place, else first.
+        advanced = [k for k, kind in enumerate(kinds) if kind == "array" or (arrays and kind == "int")]
+        adjacent = bool(arrays) and advanced[-1] - advanced[0] == len(advanced) - 1
+        gathered: list[int] = []
+        for k, (item, kind) in enumerate(zip(items, kinds)):
+            if kind == "None":
+                tokens.append("new")
+                continue
+            if adjacent and k == advanced[0]:
+                tokens.append("index")
+            for sub in fill if kind == "..." else [item]:
+                dim = arg.type.shape[len(axes)]
+                if kind == "int":
+                    index = self.from_end(self.index_expr(sub, None), dim, sub)
+                    if not (prove_nonneg(index, self.facts) and prove_less(index, dim, self.facts)):
+                        raise self.error(f"index {index} may be out of bounds for a dim of size {dim}", sub)
+                    axes.append(T.SliceAxis(index, 1, False))
+                    continue
+                if kind == "array":
+                    gathered.append(len(shape))
+                    axes.append(T.SliceAxis(ZERO, 1, True))
+                    shape.append(dim)
+                    continue
+                start, step, length = self.slice_axis(dim, sub, node)
                 axes.append(T.SliceAxis(start, step, True))
                 shape.append(length)
-            else:
-                index = self.from_end(self.index_expr(item, None), dim, item)
-                if not (prove_nonneg(index, self.facts) and prove_less(index, dim, self.facts)):
-                    raise self.error(f"index {index} may be out of bounds for a dim of size {dim}", item)
-                axes.append(T.SliceAxis(index, 1, False))
-        return T.Slice(T.TType(arg.type.dtype, tuple(shape)), self.loc(node), arg, tuple(axes))
+                tokens.append("dim")
+        if not ellipses:
+            for sub in fill:
+                start, step, length = self.slice_axis(arg.type.shape[len(axes)], sub, node)
+                axes.append(T.SliceAxis(start, step, True))
+                shape.append(length)
+                tokens.append("dim")
+        if arrays and not adjacent:
+            tokens.insert(0, "index")
+        loc = self.loc(node)
+        out: T.Node = T.Slice(T.TType(arg.type.dtype, tuple(shape)), loc, arg, tuple(axes))
+        if arrays:
+            index_nodes = tuple(arrays.values())
+            batch = self._broadcast_indices(index_nodes, node)
+            kept = [d for a, d in enumerate(shape) if a not in gathered]
+            at = [t for t in tokens if t != "new"].index("index")
+            final = tuple(kept[:at]) + batch + tuple(kept[at:])
+            out = T.Take(T.TType(arg.type.dtype, final), loc, out, index_nodes, tuple(gathered), at)
+        if "new" in tokens:
+            dims = iter(out.type.shape)
+            batch_rank = out.type.rank - (len(shape) - len(gathered))
+            result: list[Expr] = []
+            for t in tokens:
+                result.extend([ONE] if t == "new" else [next(dims) for _ in range(batch_rank if t == "index" else 1)])
+            out = T.Reshape(T.TType(arg.type.dtype, tuple(result)), loc, out)
+        return out
+
+    def _subscript_kind(self, node: ast.expr) -> str:
+        """What one item of an array-form subscript is: "None", "...", "slice", "int" (an integer
+        expression of symbols and int params) or "array" (an integer tensor: advanced indexing)."""
+        if isinstance(node, ast.Constant) and (node.value is None or node.value is Ellipsis):
+            return "None" if node.value is None else "..."
+        if isinstance(node, ast.Slice):
+            return "slice"
+        return "int" if self._is_symbolic(node) else "array"
+
+    def _is_symbolic(self, node: ast.expr) -> bool:
+        """Whether `index_expr` reads node as an integer of literals, symbols and int params (no tensor)."""
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, int) and not isinstance(node.value, bool)
+        if isinstance(node, ast.Name):
+            value = self.bindings.params.get(node.id)
+            is_int_param = isinstance(value, int) and not isinstance(value, bool)
+            return node.id not in self.values and (node.id in self.bindings.symbols or is_int_param)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            return self._is_symbolic(node.operand)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)):
+            return self._is_symbolic(node.left) and self._is_symbolic(node.right)
+        return False
+
+    def _index_array(self, node: ast.expr) -> T.Node:
+        """An integer tensor used as a subscript (numpy advanced indexing)."""
+        value = self.strengthen(self.expr(node, None))
+        dtype = value.type.dtype
+        if dtype == BOOL:
+            raise self.error(
+                "indexing by a bool mask is not supported (its result's shape depends on the data); "
+                "select with where(mask, x, 0), or index by integer tensors",
+                node,
+            )
+        if not dtype.is_int:
+            raise self.error(f"an index must be an integer or an integer tensor, not {dtype.name}", node)
+        return value
+
+    def _broadcast_indices(self, arrays: tuple[T.Node, ...], node: ast.Subscript) -> tuple[Expr, ...]:
+        """The broadcast shape of the index arrays of a subscript (numpy's rule)."""
+        shapes = [a.type.shape for a in arrays]
+        try:
+            return self.broadcast(shapes, node)
+        except CatencError:
+            shown = ", ".join(shape_text(s) for s in shapes)
+            raise self.error(f"the index arrays of shapes {shown} do not broadcast together", node.slice) from None
 
     def slice_axis(self, dim: Expr, item: ast.Slice, node: ast.AST) -> tuple[Expr, int, Expr]:
         step = self.int_const(item.step) if item.step is not None else 1
@@ -258,7 +352,11 @@ class IndexForm:
 
     def _nonneg_range(self, name: str, extent: Expr, node: ast.AST) -> None:
         if not prove_nonneg(extent, self.facts):
-            raise self.error(f"the range {extent} of index '{name}' may be negative", node)
+            raise self.error(
+                f"the range {extent} of index '{name}' may be negative; "
+                f"add the 'where' constraint `{ast.unparse(node)} >= 0`",
+                node,
+            )
 
     def _agree(
         self, name: str, extent: Expr | None, node: ast.AST, found: list[tuple[Expr, Loc, str]], hint: str
