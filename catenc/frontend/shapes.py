@@ -325,7 +325,7 @@ class ShapeFunctions:
         axis_node = node.args[2] if len(node.args) > 2 else kws.get("axis")
         axis = self._axis(axis_node, arg.type.rank) if axis_node is not None else 0
         shape = arg.type.shape[:axis] + indices.type.shape + arg.type.shape[axis + 1 :]
-        return T.Take(T.TType(arg.type.dtype, shape), loc, arg, indices, axis)
+        return T.Take(T.TType(arg.type.dtype, shape), loc, arg, (indices,), (axis,), axis)
 
     def fn_arange(self, node: ast.Call, loc: Loc) -> T.Node:
         self.positional(node, 1, 1, "arange")

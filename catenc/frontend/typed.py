@@ -151,11 +151,14 @@ class Arange(Node):
 
 @dataclass(frozen=True, eq=False)
 class Take(Node):
-    """Gather along `axis` by an integer tensor (negative indices wrap once)."""
+    """Gather by integer tensors (`take`, numpy advanced indexing): axis `axes[k]` of `arg` is read
+    at `indices[k]` (negative indices wrap once). The indices' broadcast shape replaces those axes,
+    placed at `at` among the axes left."""
 
     arg: Node
-    indices: Node
-    axis: int
+    indices: tuple[Node, ...]
+    axes: tuple[int, ...]
+    at: int
 
 
 @dataclass(frozen=True, eq=False)

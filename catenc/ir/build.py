@@ -31,7 +31,7 @@ from catenc.ir.nodes import (
     Where,
 )
 from catenc.registry import LOWERINGS, OPS, Lowering
-from catenc.symbolic import ONE, ZERO, Expr, Facts, simplify, sym
+from catenc.symbolic import ONE, ZERO, Expr, Facts, const, prove_less, prove_nonneg, simplify, sym
 
 Index = tuple[Expr, ...]
 U64 = DTYPES["u64"]
@@ -99,12 +99,17 @@ class _Builder:
         """The index expressions of fresh loop indices; extent-1 dims are always index 0."""
         return tuple(ZERO if extent == ONE else sym(name) for name, extent in indices)
 
-    def simplify(self, index: Index) -> Index:
+    def facts_of(self, index: Index) -> Facts:
+        """The ranges of the fresh indices that the index expressions mention."""
         names = set().union(*(e.free_symbols() for e in index)) if index else set()
         facts = Facts()
         for name in sorted(names):
             if name in self.extents:
                 facts = facts.with_range(name, self.extents[name])
+        return facts
+
+    def simplify(self, index: Index) -> Index:
+        facts = self.facts_of(index)
         return tuple(simplify(e, facts) for e in index)
 
     # -- tensors --
@@ -310,28 +315,77 @@ class _Builder:
         return Lazy(node.type.dtype, node.type.shape, at)
 
     def lower_Take(self, node: T.Take, scope) -> Lazy:
-        arg = self.plain_buffer(self.lower(node.arg, scope))
-        indices = self.lower(node.indices, scope)
-        axis, size = node.axis, arg.shape[node.axis]
-        rank = len(indices.shape)
+        arg = self.lower(node.arg, scope)
+        arrays = [self.lower(i, scope) for i in node.indices]
+        rank = len(node.type.shape) - len(arg.shape) + len(node.axes)
+        batch = node.type.shape[node.at : node.at + rank]
+        probe = self.fresh_indices(batch, "g")
+        probe_index = self.index_of(probe)
+        facts = self.facts_of(probe_index)
+        # How each axis of the source is read: None (an axis left, at the next output index), an index
+        # over the probe (an index array such as arange(N), affine and provably inside the axis: no
+        # gather) or an index array whose values are checked and read through a gather.
+        reads: list[Expr | Lazy | None] = [None] * len(arg.shape)
+        for axis, array in zip(node.axes, arrays):
+            affine = _affine(array.at(broadcast_index(probe_index, array.shape)))
+            size = arg.shape[axis]
+            if affine is not None and prove_nonneg(affine, facts) and prove_less(affine, size, facts):
+                reads[axis] = affine
+            else:
+                self.index_check(array, size)
+                reads[axis] = array
+        source = arg
+        gathered = [axis for axis, read in enumerate(reads) if isinstance(read, Lazy)]
         dtype = compute_dtype(node.type.dtype)
-        self.index_check(indices, size)
-        zero = Const(dtype, 0.0 if dtype.is_float else 0)
-        if size.is_const and size.value == 0:  # nothing to read: the index check fails the entry
-            return Lazy(node.type.dtype, node.type.shape, lambda idx: zero)
+        while len(gathered) > 1:
+            # a load has one computed axis: gather the first into a temp (the index array's axes in
+            # place of the axis), which the next gathers read at the probe
+            axis, array = gathered[0], reads[gathered[0]]
+            plain, own = self.plain_buffer(source), len(array.shape)
+
+            def first(idx: Index, plain=plain, axis=axis, array=array, own=own) -> Value:
+                value = array.at(idx[axis : axis + own])
+                return self.gather(plain, idx[:axis] + (ZERO,) + idx[axis + own :], axis, value, dtype)
+
+            shape = source.shape[:axis] + array.shape + source.shape[axis + 1 :]
+            source = self.materialise(self.unique("gathered"), Lazy(node.type.dtype, shape, first), "temp")
+            reads = reads[:axis] + list(broadcast_index(probe_index, array.shape)) + reads[axis + 1 :]
+            gathered = [axis for axis, read in enumerate(reads) if isinstance(read, Lazy)]
+        if gathered:
+            source = self.plain_buffer(source)
 
         def at(idx: Index) -> Value:
-            position = index_position(indices.at(idx[axis : axis + rank]), size)
-            top = Binary(I64, "sub", symint(size), Const(I64, 1))
-            clamped = Binary(I64, "max", Binary(I64, "min", position, top), Const(I64, 0))
-            load = arg.at(idx[:axis] + (ZERO,) + idx[axis + rank :])
-            gather = Gather(dtype, load.buffer, load.index, axis, clamped)
-            if size.is_const:
-                return gather
-            # an empty axis has no row to clamp to (and the buffer may be NULL): never read it
-            return Where(dtype, Binary(BOOL, "lt", Const(I64, 0), symint(size)), gather, zero)
+            own = idx[node.at : node.at + rank]
+            mapping = {name: i for (name, extent), i in zip(probe, own) if extent != ONE}
+            rest = iter(idx[: node.at] + idx[node.at + rank :])
+            index = [
+                next(rest) if read is None else ZERO if isinstance(read, Lazy) else read.substitute(mapping)
+                for read in reads
+            ]
+            if not gathered:
+                return source.at(tuple(index))
+            array = reads[gathered[0]]
+            value = array.at(broadcast_index(own, array.shape))
+            return self.gather(source, tuple(index), gathered[0], value, dtype)
 
         return Lazy(node.type.dtype, node.type.shape, at)
+
+    def gather(self, source: Lazy, index: Index, axis: int, value: Value, dtype: DType) -> Value:
+        """`source` (a plain buffer) read at `index`, whose entry on `axis` (0) is replaced by the index
+        value, wrapped once and clamped into the axis (the index check fails the entry on any outside)."""
+        size = source.shape[axis]
+        zero = Const(dtype, 0.0 if dtype.is_float else 0)
+        if size.is_const and size.value == 0:  # nothing to read: the index check fails the entry
+            return zero
+        position = index_position(value, size)
+        top = Binary(I64, "sub", symint(size), Const(I64, 1))
+        clamped = Binary(I64, "max", Binary(I64, "min", position, top), Const(I64, 0))
+        load = source.at(index)
+        gather = Gather(dtype, load.buffer, load.index, axis, clamped)
+        if size.is_const:
+            return gather
+        # an empty axis has no row to clamp to (and the buffer may be NULL): never read it
+        return Where(dtype, Binary(BOOL, "lt", Const(I64, 0), symint(size)), gather, zero)
 
     def plain_buffer(self, tensor: Lazy) -> Lazy:
         """The tensor as a buffer read at exactly its own index (materialised if it is a view or
@@ -440,6 +494,15 @@ def index_position(value: Value, size: Expr) -> Value:
     position = Cast(I64, value) if value.dtype != I64 else value
     negative = Binary(BOOL, "lt", position, Const(I64, 0))
     return Where(I64, negative, Binary(I64, "add", position, symint(size)), position)
+
+
+def _affine(value: Value) -> Expr | None:
+    """An index value as an expression of loop indices and symbols, when it is one (arange(N))."""
+    if isinstance(value, SymInt) and value.dtype == I64:
+        return value.expr
+    if isinstance(value, Const) and value.dtype.is_int:
+        return const(value.value)
+    return None
 
 
 def symint(expr: Expr, dtype: DType = I64) -> Value:

@@ -166,12 +166,19 @@ class _Interpreter:
 
     def eval_Take(self, node: T.Take, env) -> np.ndarray:
         x = self.eval(node.arg, env)
-        indices = self.eval(node.indices, env).astype(np.int64)
-        size = x.shape[node.axis]
-        wrapped = np.where(indices < 0, indices + size, indices)
-        if np.any((wrapped < 0) | (wrapped >= size)):
-            raise IndexError(f"take: an index is outside [-{size}, {size})")
-        return np.take(x, wrapped, axis=node.axis)
+        arrays = []
+        for axis, index_node in zip(node.axes, node.indices):
+            indices = self.eval(index_node, env).astype(np.int64)
+            size = x.shape[axis]
+            wrapped = np.where(indices < 0, indices + size, indices)
+            if np.any((wrapped < 0) | (wrapped >= size)):
+                raise IndexError(f"take: an index is outside [-{size}, {size})")
+            arrays.append(wrapped)
+        # gathered axes first: numpy then puts the indices' broadcast shape first, moved to `at` after
+        rest = [a for a in range(x.ndim) if a not in node.axes]
+        out = np.transpose(x, list(node.axes) + rest)[tuple(arrays)]
+        rank = out.ndim - len(rest)
+        return np.moveaxis(out, list(range(rank)), list(range(node.at, node.at + rank)))
 
     def eval_Arange(self, node: T.Arange, env) -> np.ndarray:
         return np.arange(self.dim(node.type.shape[0])).astype(compute_dtype(node.type.dtype))
