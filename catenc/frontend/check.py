@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import math
+from dataclasses import fields, replace
 
 from catenc.diagnostics import CatencError, Loc, closest
 from catenc.dtypes import BOOL, DTYPES, F32, I64, DType
@@ -95,9 +96,14 @@ class BodyChecker(Calls, ShapeFunctions, IndexForm, Operators):
         self.ctx = ctx
         self.depth = depth
         self.text = BodyText.of(comp)
-        self.values: dict[str, tuple[T.TType, Loc]] = {}
+        self.values: dict[str, tuple[T.TType, Loc]] = {}  # by the user's name: its latest value
         self.outputs: dict[str, T.TType] = {}
         self.statements: list[T.Statement] = []
+        # Reassignment (docs/language.md, section 4): the typed program names every value once.
+        self.renamed: dict[str, str] = {}  # user's name -> its latest value's name where they differ
+        self.last_assignment: dict[str, int] = {}  # user's name -> the statement that assigns it last
+        self.taken: set[str] = set()  # every name of the composite, which no generated name may be
+        self.statement_index = -1
 
     # -- helpers --
     def loc(self, node: ast.AST) -> Loc:
@@ -134,8 +140,13 @@ class BodyChecker(Calls, ShapeFunctions, IndexForm, Operators):
             self.values[name] = (ttype, decl.loc)
         for decl in comp.outputs:
             self.outputs[decl.name] = self.decl_type(decl)
-        for stmt in self.text.parse():
+        statements = self.text.parse()
+        self.plan_names(statements)
+        for k, stmt in enumerate(statements):
+            self.statement_index = k
+            first = len(self.statements)
             self.statement(stmt)
+            self.single_assignment(first)
         for decl in comp.outputs:
             if decl.name not in self.values:
                 raise CatencError(f"output '{decl.name}' is never assigned in the body of '{comp.name}'", decl.loc)
@@ -143,13 +154,52 @@ class BodyChecker(Calls, ShapeFunctions, IndexForm, Operators):
         params = tuple(sorted(self.bindings.params.items()))
         return T.Program(comp.name, inputs, outputs, tuple(self.statements), params)
 
+    # -- names: reassignment as single assignment --
+    def plan_names(self, statements: list[ast.stmt]) -> None:
+        """Note the statement that assigns each name last, and every name the composite uses."""
+        comp = self.comp
+        self.taken = {d.name for d in comp.inputs + comp.outputs} | set(comp.params) | set(comp.types)
+        self.taken |= set(self.bindings.symbols) | set(self.bindings.params)
+        for k, stmt in enumerate(statements):
+            self.taken |= {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else []
+            for target in targets:
+                elts = target.elts if isinstance(target, ast.Tuple) else [target]
+                for elt in elts:
+                    name = elt.value if isinstance(elt, ast.Subscript) else elt
+                    if isinstance(name, ast.Name):
+                        self.last_assignment[name.id] = k
+
+    def is_final(self, name: str) -> bool:
+        """Whether the statement being checked assigns name for the last time (an output's value)."""
+        return self.last_assignment.get(name) == self.statement_index
+
+    def single_assignment(self, first: int) -> None:
+        """Name the values of the statements appended from `first` on: their references go to the
+        values their names held before the statement, and each target gets a name of its own, the
+        user's for the last assignment of a name that is not an input, else a fresh `name_k`."""
+        if self.renamed:
+            memo: dict[int, T.Node] = {}
+            for k in range(first, len(self.statements)):
+                stmt = self.statements[k]
+                if isinstance(stmt, T.Assign):
+                    self.statements[k] = replace(stmt, value=_rename(stmt.value, self.renamed, memo))
+                else:
+                    self.statements[k] = replace(stmt, body=_rename(stmt.body, self.renamed, memo))
+        inputs = {d.name for d in self.comp.inputs}
+        for k in range(first, len(self.statements)):
+            name = self.statements[k].target
+            if self.is_final(name) and name not in inputs:
+                self.renamed.pop(name, None)
+                continue
+            n = 1
+            while f"{name}_{n}" in self.taken:
+                n += 1
+            self.taken.add(f"{name}_{n}")
+            self.renamed[name] = f"{name}_{n}"
+            self.statements[k] = replace(self.statements[k], target=f"{name}_{n}")
+
     def define(self, name: str, ttype: T.TType, node: ast.AST) -> None:
-        if name in self.values:
-            raise self.error(
-                f"'{name}' is already defined; every name is assigned once",
-                node,
-                [("defined here", self.values[name][1])],
-            )
         if name in self.bindings.symbols or name in self.bindings.params or name in CONSTANTS:
             raise self.error(f"'{name}' is a symbol, param or constant and cannot be assigned", node)
         self.values[name] = (ttype, self.loc(node))
@@ -178,8 +228,8 @@ class BodyChecker(Calls, ShapeFunctions, IndexForm, Operators):
             raise self.error("cannot assign to this; expected a name, names 'a, b' or 'name[i, j]'", target)
 
     def finish_value(self, value: T.Node, name: str, node: ast.AST) -> T.Node:
-        """Resolve weak literals and check an output's declared type."""
-        declared = self.outputs.get(name)
+        """Resolve weak literals and check an output's declared type (at its last assignment)."""
+        declared = self.outputs.get(name) if self.is_final(name) else None
         if declared is None:
             return self.strengthen(value)
         if is_weak(value):
@@ -212,6 +262,9 @@ class BodyChecker(Calls, ShapeFunctions, IndexForm, Operators):
                 value_node,
             )
         names = [e.id for e in target.elts]
+        for k, elt in enumerate(target.elts):
+            if elt.id in names[:k]:
+                raise self.error(f"'{elt.id}' is assigned twice in this statement", elt)
         outs = value.program.outputs
         if len(names) != len(outs):
             raise self.error(
@@ -324,3 +377,26 @@ class BodyChecker(Calls, ShapeFunctions, IndexForm, Operators):
     def _check_index_name(self, name: str, node: ast.AST) -> None:
         if name in self.values or name in self.bindings.symbols or name in self.bindings.params or name in CONSTANTS:
             raise self.error(f"index '{name}' shadows a tensor, symbol or param of the same name", node)
+
+
+def _rename(node: T.Node, names: dict[str, str], memo: dict[int, T.Node]) -> T.Node:
+    """node with its references (`Ref`, `Access`) to names renamed; what holds none is kept as it
+    is, and a subtree shared by several parents (a call's outputs) is rebuilt once."""
+    if id(node) in memo:
+        return memo[id(node)]
+    changes: dict[str, object] = {}
+    for f in fields(node):
+        value = getattr(node, f.name)
+        if f.name == "name" and isinstance(node, (T.Ref, T.Access)):
+            new = names.get(value, value)
+        elif isinstance(value, T.Node):
+            new = _rename(value, names, memo)
+        elif isinstance(value, tuple) and any(isinstance(v, T.Node) for v in value):
+            new = tuple(_rename(v, names, memo) if isinstance(v, T.Node) else v for v in value)
+            new = value if all(a is b for a, b in zip(new, value)) else new
+        else:
+            continue
+        if new is not value:
+            changes[f.name] = new
+    memo[id(node)] = replace(node, **changes) if changes else node
+    return memo[id(node)]
