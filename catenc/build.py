@@ -33,11 +33,12 @@ from catenc.codegen.c import buffer_args
 from catenc.codegen.gpu import KernelArg, launch_plan, status_offsets, temp_offsets
 from catenc.diagnostics import CatencError
 from catenc.emit import parameters, prototype, render_header, render_source, size_exprs
+from catenc.ir.cost import Cost
 from catenc.ir.nodes import Binary, Reduce, Unary, format_graph, walk
 from catenc.lower.gpu import format_gpu
 from catenc.lower.loops import format_loops
 from catenc.plan import EntryPlan, FilePlan, Options
-from catenc.schedule.kernels import format_schedule
+from catenc.schedule.kernels import format_schedule, kernel_cost, schedule_cost
 from catenc.symbolic import Expr
 
 ARTIFACT_KINDS = ("c", "h", "manifest", "so", "o", "a")
@@ -352,7 +353,9 @@ def _entry_manifest(entry: EntryPlan) -> dict:
                 op = node.op if isinstance(node, (Unary, Binary, Reduce)) else None
                 if op and op not in ops:
                     ops.append(op)
-        record = {"name": kernel.name, "fused": ops, "computes": list(kernel.fused), "flops": _shape(kernel.flops)}
+        cost = kernel_cost(entry.schedule.graph, member_group)
+        record = {"name": kernel.name, "fused": ops, "computes": list(kernel.fused), "flops": _shape(cost.flops)}
+        record["cost"] = _cost(cost)
         if kernel.shares:
             record["shares"] = kernel.shares  # runs the code of that kernel, on its own buffers
         if kernel.name in launches:
@@ -382,9 +385,14 @@ def _entry_manifest(entry: EntryPlan) -> dict:
         "derived": {k: _shape(v) for k, v in entry.derived.items()},
         "specialized": dict(entry.specialized),
         "workspace_bytes": _shape(entry.schedule.workspace_bytes),
+        "cost": _cost(schedule_cost(entry.schedule)),
         "kernels": kernels,
         "doc": entry.composite.doc,
     }
+
+
+def _cost(cost: Cost) -> dict[str, int | str]:
+    return {key: _shape(value) for key, value in cost.fields().items()}
 
 
 def _kernel_arg(arg: KernelArg) -> dict:

@@ -27,6 +27,7 @@ from catenc.dtypes import DTYPES
 from catenc.frontend.composites import load_composite_file
 from catenc.plan import FilePlan, Options
 from catenc.runtime.descriptor import bundled_runtime_names, load_runtime
+from catenc.schedule.kernels import kernel_cost
 from catenc.symbolic import const
 
 EXIT_USER, EXIT_USAGE, EXIT_TEST, EXIT_INTERNAL = 1, 2, 3, 4
@@ -110,6 +111,8 @@ def debug_print(plan: FilePlan, level: int, source_text: str | None) -> None:
             for kernel, group in zip(entry.kernels, entry.schedule.kernels):
                 why = f" (not fused with the previous kernel: {group.reason})" if group.reason else ""
                 click.echo(f"[catenc]   {kernel.name}: {', '.join(kernel.fused)}{why}", err=True)
+                cost = kernel_cost(entry.schedule.graph, group)
+                click.echo(f"[catenc]     cost {cost.describe()}; intensity {cost.intensity()}", err=True)
             for note in entry.schedule.notes:
                 click.echo(f"[catenc]   {note}", err=True)
     if level >= 2:

@@ -664,6 +664,8 @@ BINARY_OPS = _names(lambda op: op.primitive and op.arity == 2)
 REDUCE_OPS = frozenset(r.name for r in _REDUCTIONS if r.primitive)
 # Primitives worth computing once rather than recomputing per use (ir/passes.py)
 EXPENSIVE_OPS = _names(lambda op: op.primitive and op.cost in ("divide", "transcendental"))
+# Primitives the cost model counts as transcendental calls (ir/cost.py)
+TRANSCENDENTAL_OPS = _names(lambda op: op.primitive and op.cost == "transcendental")
 # test-runtime's rows of the language's own functions (testing/coverage.py)
 ROWS: tuple[Row, ...] = tuple(row for op in _OPS for row in op.rows) + tuple(row for r in _REDUCTIONS for row in r.rows)
 

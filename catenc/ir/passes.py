@@ -1,4 +1,5 @@
-"""Graph-to-graph passes: index substitution, dead-compute removal, inlining of cheap producers."""
+"""Graph-to-graph passes: index substitution, dead-compute removal, inlining of producers where the
+cost model says it pays."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import replace
 from heapq import heapify, heappop, heappush
 from itertools import count
 
+from catenc.ir.cost import BYTE_WEIGHT, at_reference, element_work, elements, no_more_than
 from catenc.ir.nodes import (
     Binary,
     Buffer,
@@ -24,7 +26,7 @@ from catenc.ir.nodes import (
     walk,
 )
 from catenc.registry import EXPENSIVE_OPS
-from catenc.symbolic import Expr, sym
+from catenc.symbolic import ZERO, Expr, product, sym
 
 # A producer this deep stays materialised: a long chain of statements would otherwise become one
 # expression nested as deep as the chain is long, which every later pass and the C compiler recurse on.
@@ -140,16 +142,6 @@ def _site_index(compute: Compute) -> dict[str, list[Site]]:
     return index
 
 
-def is_reuse_free(compute: Compute, load: Load, enclosing: tuple) -> bool:
-    """True when each element the load reads is read once per element of the loop nest around
-    it: every enclosing loop index of extent > 1 appears in the load's index."""
-    used = set().union(*(e.free_symbols() for e in load.index)) if load.index else set()
-    for name, extent in compute.indices + enclosing:
-        if name not in used and not (extent.is_const and extent.value <= 1):
-            return False
-    return True
-
-
 def calls_expensive(value: Value) -> bool:
     """Whether the value calls a transcendental, a division or a power somewhere."""
     return not value.summary.op_names.isdisjoint(EXPENSIVE_OPS)
@@ -168,9 +160,12 @@ def is_cheap(value: Value) -> bool:
     return not summary.has_reduce and summary.op_names.isdisjoint(EXPENSIVE_OPS) and summary.ops <= 3
 
 
-def inline_decision(producer: Compute, sites: list[Site], rereads: int = 2) -> tuple[bool, str]:
-    """Whether to inline a temp compute at the sites that read it, and why (for --debug 1): an
-    expensive elementwise value is recomputed at up to `rereads` sites."""
+def inline_decision(producer: Compute, sites: list[Site], element_bytes: int, rereads: int = 2) -> tuple[bool, str]:
+    """Whether to inline a temp compute at the sites that read it, and why (for --debug 1 and
+    the schedule's notes). A cheap value always goes in; any other only where the fused program
+    costs no more than the unfused one plus the intermediate's memory traffic (ir/cost.py), so
+    a reduction or an expensive value is never recomputed per element of a larger consumer.
+    `rereads` caps the places an expensive value is recomputed at."""
     sites = list(dict.fromkeys(sites))
     if not sites:
         return False, "unused"
@@ -178,16 +173,37 @@ def inline_decision(producer: Compute, sites: list[Site], rereads: int = 2) -> t
         return False, "read at computed positions (take)"
     if producer.body.summary.depth >= MAX_INLINED_DEPTH:
         return False, f"an expression {producer.body.summary.depth} deep (inlining stops at {MAX_INLINED_DEPTH})"
-    reuse_free = all(is_reuse_free(c, load, enc) for c, load, enc in sites)
-    if producer.body.summary.has_reduce:
-        if len(sites) == 1 and reuse_free:
-            return True, "reduction read once per element of its single consumer"
-        return False, "reduction whose result is read many times (broadcast or several consumers)"
     if is_cheap(producer.body):
         return True, "cheap elementwise"
-    if reuse_free and len(sites) <= rereads:
-        return True, "elementwise read once per element"
-    return False, "expensive elementwise value read many times"
+    per_read = _evaluations(sites)
+    evaluations = sum(per_read.values(), ZERO)
+    made = elements(producer)
+    each = element_work(producer.body).weighted
+    traffic = (made + evaluations) * element_bytes * BYTE_WEIGHT
+    kind = "a reduction" if producer.body.summary.has_reduce else "an expensive elementwise value"
+    if not no_more_than(evaluations * each, made * each + traffic):
+        consumer, most = max(per_read.items(), key=lambda item: at_reference(item[1]))
+        if not no_more_than(most, made):
+            return False, (
+                f"would recompute {producer.name} per element of {consumer[0]} "
+                f"({most} evaluations of {kind} with {made} elements)"
+            )
+        return False, f"{kind} read at {len(per_read)} places: recomputing it costs more than storing it"
+    if len(per_read) > rereads:
+        return False, f"{kind} read at {len(per_read)} places (recomputed at up to {rereads})"
+    return True, f"{kind} whose recomputation at {len(per_read)} place(s) costs less than storing it"
+
+
+def _evaluations(sites: list[Site]) -> dict[tuple[str, Load], Expr]:
+    """How often each distinct load of a producer is evaluated: its consumer's elements times
+    the extents of the reductions around it (equal loads in one consumer share one copy)."""
+    found: dict[tuple[str, Load], Expr] = {}
+    for compute, load, enclosing in sites:
+        count_ = elements(compute) * product(extent for _, extent in enclosing)
+        key = (compute.name, load)
+        if key not in found or at_reference(count_) > at_reference(found[key]):
+            found[key] = count_
+    return found
 
 
 def _expander(producer: Compute, suffixes: dict[Load, int]):
@@ -225,6 +241,7 @@ class _Inliner:
         self.computes = {c.name: c for c in graph.computes}  # in graph order
         self.position = {c.name: k for k, c in enumerate(graph.computes)}
         self.temps = {b.name for b in graph.buffers if b.role == "temp"}
+        self.itemsize = {b.name: b.dtype.itemsize for b in graph.buffers}
         self.reads = {c.name: dict.fromkeys(ld.buffer for ld in loads(c.body)) for c in graph.computes}
         self.readers: dict[str, set[str]] = {}  # buffer -> the computes that load it
         for c in graph.computes:
@@ -262,7 +279,8 @@ class _Inliner:
         for producer in result.computes:
             if producer.name in self.temps:
                 sites = [s for c in readers.get(producer.name, []) for s in self.sites(c, producer.name)]
-                notes.append(f"{producer.name}: materialised ({inline_decision(producer, sites, self.rereads)[1]})")
+                why = inline_decision(producer, sites, self.itemsize[producer.name], self.rereads)[1]
+                notes.append(f"{producer.name}: materialised ({why})")
         return result, notes
 
     def consider(self, name: str) -> list[str]:
@@ -275,7 +293,7 @@ class _Inliner:
             if name in self.pending_reads.get(c, ()):  # a pending body reads the producer: splice first
                 self.compute(c)
         sites = [s for c in consumers for s in self.sites(self.computes[c], name)]
-        if not inline_decision(producer, sites, self.rereads)[0]:
+        if not inline_decision(producer, sites, self.itemsize[name], self.rereads)[0]:
             return []  # decided against, until its sites or body change
         for c in consumers:
             consumer = self._adopt_indices(self.computes[c], producer)

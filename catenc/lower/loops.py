@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from itertools import count
 
 from catenc.dtypes import BOOL, I64, DType
+from catenc.ir.cost import element_work
 from catenc.ir.nodes import (
     Binary,
     Const,
@@ -162,7 +163,7 @@ def _lower_kernel(schedule: Schedule, kernel: Kernel) -> LoopKernel:
         else:
             frames[-1].stmts.append(Store(member.name, index, value))
         _close(frames, 1)
-        flops = flops + _flops(member.body) * _product(e for _, e in member.indices)
+        flops = flops + element_work(member.body).ops * _product(e for _, e in member.indices)
         if member.name not in kernel.scalars:
             stored = stored + _product(e for _, e in member.indices)
     body: tuple[Stmt, ...] = tuple(row.stmts)
@@ -333,14 +334,6 @@ def _product(exprs) -> Expr:
     for e in exprs:
         total = total * e
     return total
-
-
-def _flops(value: Value) -> Expr:
-    """Arithmetic ops per element (a reduction counts its body times its extent)."""
-    if isinstance(value, Reduce):
-        return (_flops(value.body) + 1) * _product(e for _, e in value.indices)
-    own = ONE if isinstance(value, (Unary, Binary)) else ZERO
-    return sum((_flops(c) for c in value.children()), own)
 
 
 def iter_stmts(body: tuple[Stmt, ...]):

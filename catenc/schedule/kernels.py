@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from catenc.ir.cost import Cost, computes_cost
 from catenc.ir.nodes import Buffer, Compute, Graph, format_shape, format_value, loads
 from catenc.schedule.contractions import Contraction, extract_contractions
 from catenc.schedule.tiles import GemmTiles
@@ -274,10 +275,23 @@ def plan_workspace(graph: Graph, kernels: list[Kernel]) -> tuple[tuple[Slot, ...
     return tuple(out), offset
 
 
+def kernel_cost(graph: Graph, kernel: Kernel) -> Cost:
+    """What one kernel costs: its computes' work, the buffers it reads, the values it stores."""
+    buffers = {b.name: b for b in graph.buffers}
+    stored = [m.name for m in kernel.members if m.name not in kernel.scalars]
+    return computes_cost(kernel.members, buffers, stored)
+
+
+def schedule_cost(schedule: Schedule) -> Cost:
+    """What an entry costs: the sum over its kernels."""
+    return sum((kernel_cost(schedule.graph, k) for k in schedule.kernels), Cost())
+
+
 def format_schedule(schedule: Schedule) -> str:
     """The kernels, what each fuses, where each value lives, and the workspace plan."""
     graph = schedule.graph
     lines = [f"schedule {graph.name}: {len(schedule.kernels)} kernel(s), workspace {schedule.workspace_bytes} bytes"]
+    lines.append(f"  cost: {schedule_cost(schedule).describe()}")
     for kernel in schedule.kernels:
         rows = ", ".join(f"{n} < {e}" for n, e in kernel.outer) or "-"
         kind = f"rows [{rows}]"
@@ -285,6 +299,7 @@ def format_schedule(schedule: Schedule) -> str:
             kind = f"gemm, panels in {kernel.pack}" if kernel.pack else "gemm"
         lines.append(f"  kernel {kernel.name}  {kind}" + (f"  # not fused: {kernel.reason}" if kernel.reason else ""))
         lines.append(f"    runs on {kernel.decisions.describe()}")
+        lines.append(f"    cost: {kernel_cost(graph, kernel).describe()}")
         for m in kernel.members:
             buf = graph.buffer(m.name)
             if m.name in kernel.scalars:

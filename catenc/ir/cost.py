@@ -1,0 +1,166 @@
+"""What a computation costs, counted from the IR: arithmetic ops, transcendental calls and bytes
+moved, as polynomials in the entry's symbols (docs/abi.md, "Cost"), and the rule that compares
+two such polynomials when a pass weighs one program against another.
+
+Counting: every Unary and Binary node is one op each time it is evaluated (a transcendental is
+also one call), equal subexpressions once; a reduction adds one op per element it combines;
+`where`, casts and loads are free. Bytes are whole buffers: a kernel reads every buffer it loads
+once and writes every buffer it stores once (reuse inside a kernel is the cache's business).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from catenc.ir.nodes import Binary, Buffer, Compute, Reduce, Unary, Value, loads
+from catenc.registry import TRANSCENDENTAL_OPS
+from catenc.symbolic import ONE, ZERO, Expr, product
+
+# Ops a transcendental call counts for when costs are compared (a vector-math exp or erf is a
+# polynomial of about this many multiply-adds).
+TRANSCENDENTAL_OPS_WEIGHT = 8
+# Ops one byte of an intermediate counts for (written once, read at each evaluation of a load):
+# a store and a load of an f32 weigh as much as 8 ops.
+BYTE_WEIGHT = 1
+# Free symbols are compared at this size each: asymptotically, so a higher degree always loses.
+REFERENCE_SIZE = 1 << 20
+
+
+@dataclass(frozen=True)
+class Work:
+    """The work of evaluating a value once."""
+
+    ops: Expr
+    calls: Expr  # transcendental calls among the ops
+
+    @property
+    def weighted(self) -> Expr:
+        return self.ops + self.calls * (TRANSCENDENTAL_OPS_WEIGHT - 1)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The cost of a kernel or an entry, each field a polynomial in the entry's symbols."""
+
+    flops: Expr = ZERO  # arithmetic ops, transcendental calls included
+    transcendentals: Expr = ZERO
+    bytes_read: Expr = ZERO
+    bytes_written: Expr = ZERO
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(
+            self.flops + other.flops,
+            self.transcendentals + other.transcendentals,
+            self.bytes_read + other.bytes_read,
+            self.bytes_written + other.bytes_written,
+        )
+
+    def fields(self) -> dict[str, Expr]:
+        return {
+            "flops": self.flops,
+            "transcendentals": self.transcendentals,
+            "bytes_read": self.bytes_read,
+            "bytes_written": self.bytes_written,
+        }
+
+    def describe(self) -> str:
+        return (
+            f"{self.flops} flops, {self.transcendentals} transcendental, "
+            f"{self.bytes_read} bytes read, {self.bytes_written} written"
+        )
+
+    def intensity(self, example: int = 1024) -> str:
+        """Arithmetic intensity, flops per byte moved: a number where the sizes are known, else
+        the ratio and its value with every free size at `example`."""
+        moved = self.bytes_read + self.bytes_written
+        if self.flops.is_const and moved.is_const:
+            return f"{self.flops.value / max(moved.value, 1):.3g} flops/byte"
+        sizes = dict.fromkeys(sorted(self.flops.free_symbols() | moved.free_symbols()), example)
+        at = at_reference(self.flops, sizes) / max(at_reference(moved, sizes), 1)
+        return f"({self.flops}) / ({moved}) flops/byte, {at:.3g} with every free size {example}"
+
+
+def element_work(value: Value) -> Work:
+    """The work of one evaluation of a value tree. Equal subtrees count once (the lowering and
+    the C compiler evaluate a common subexpression once), each node once per element of the
+    reductions around it. The result is kept on the root, and a subtree that was a root before
+    counts as a whole: passes ask this of growing trees again and again."""
+    found = value.__dict__.get("_work")
+    if found is not None:
+        return found
+    ops = calls = ZERO
+    seen: set[Value] = set()
+    stack: list[tuple[Value, Expr]] = [(value, ONE)]
+    while stack:
+        node, times = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        known = node.__dict__.get("_work")
+        if known is not None:  # a subtree asked before (an inlined body): counted as a whole
+            ops, calls = ops + known.ops * times, calls + known.calls * times
+            continue
+        if isinstance(node, Reduce):
+            ops = ops + times * product(e for _, e in node.indices)  # one combine per element
+            times = times * product(e for _, e in node.indices)
+        elif isinstance(node, (Unary, Binary)):
+            ops = ops + times
+            if node.op in TRANSCENDENTAL_OPS:
+                calls = calls + times
+        stack.extend((child, times) for child in node.children())
+    work = Work(ops, calls)
+    object.__setattr__(value, "_work", work)
+    return work
+
+
+def elements(compute: Compute) -> Expr:
+    return product(extent for _, extent in compute.indices)
+
+
+def buffer_bytes(buffer: Buffer) -> Expr:
+    return product(buffer.shape) * buffer.dtype.itemsize
+
+
+def computes_cost(computes: Iterable[Compute], buffers: dict[str, Buffer], stored: Iterable[str]) -> Cost:
+    """The cost of computes run as one kernel that stores the buffers named in `stored`: it
+    reads each buffer it loads and does not itself write, once."""
+    computes = list(computes)
+    flops = calls = ZERO
+    for c in computes:
+        work = element_work(c.body)
+        flops, calls = flops + work.ops * elements(c), calls + work.calls * elements(c)
+    written = {c.name for c in computes}
+    loaded = dict.fromkeys(b for c in computes for b in _loaded(c.body) if b not in written)
+    return Cost(
+        flops,
+        calls,
+        sum((buffer_bytes(buffers[b]) for b in loaded), ZERO),
+        sum((buffer_bytes(buffers[b]) for b in stored), ZERO),
+    )
+
+
+def _loaded(value: Value) -> list[str]:
+    return list(dict.fromkeys(ld.buffer for ld in loads(value)))
+
+
+def at_reference(e: Expr, sizes: dict[str, int] | None = None) -> int:
+    """The value of e with every free symbol at REFERENCE_SIZE (or at `sizes`)."""
+    return e.evaluate({name: (sizes or {}).get(name, REFERENCE_SIZE) for name in e.free_symbols()})
+
+
+def no_more_than(a: Expr, b: Expr) -> bool:
+    """The comparison rule of costs: a <= b with every free symbol at REFERENCE_SIZE. Symbols
+    fixed by -D are constants already; for the others this compares the highest degrees first,
+    then the coefficients of the terms of that degree."""
+    return at_reference(a) <= at_reference(b)
+
+
+def degree(e: Expr) -> int:
+    """The total degree of e in its free symbols (floor divisions and maxima count as the
+    degree of what they divide or compare), measured by doubling every symbol."""
+    low, high = at_reference(e), at_reference(e, {name: 2 * REFERENCE_SIZE for name in e.free_symbols()})
+    if low <= 0 or high <= low:
+        return 0
+    return round(math.log2(high / low))
