@@ -6,6 +6,7 @@ checks its exact FILE:LINE:COL diagnostic.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -194,7 +195,7 @@ def test_reassignment_compiles_the_same_every_time(tmp_path: Path) -> None:
         (
             "y = x\\nN = y",
             '["y: f32[N]"]',
-            "model.toml:4:16: error: 'N' is a symbol, param or constant and cannot be assigned",
+            "model.toml:4:16: error: 'N' is a symbol or param and cannot be assigned",
         ),
         (
             "y = x\\ny = sum(x)",
@@ -215,4 +216,150 @@ def test_reassignment_compiles_the_same_every_time(tmp_path: Path) -> None:
 )
 def test_reassignment_errors(tmp_path: Path, body: str, outputs: str, want: str) -> None:
     text = f'[composite.c]\ninputs = ["x: f32[N]"]\noutputs = {outputs}\nbody = "{body}"\n'
+    assert error_of(tmp_path, text) == want
+
+
+# ---- names that hide built-ins -----------------------------------------------------------------
+
+HIDING = '''
+[composite.rotary]
+inputs = ["x: f32[T, D]", "cos: f32[T, D]", "sin: f32[T, D]"]
+outputs = ["y: f32[T, D]"]
+where = ["D % 2 == 0"]
+body = """
+half = reshape(x, [T, 2, D // 2])
+rotated = reshape(concat([-half[:, 1:, :], half[:, :1, :]], axis=1), [T, D])
+y = x * cos + rotated * sin
+"""
+
+[composite.c_names]
+inputs = ["exp: f32[sum]", "int: f32[sum]", "float: f32", "errno: f32[sum]"]
+outputs = ["max: f32[sum]", "nan: f32", "printf: f32[sum]"]
+params = { pi = 3.0, abs = 2 }
+body = """
+printf = exp * int + float * pi + errno
+max = printf * abs
+nan = mean(max, axis=0)
+"""
+'''
+
+
+def rotate(x: np.ndarray) -> np.ndarray:
+    half = x.shape[1] // 2
+    return np.concatenate([-x[:, half:], x[:, :half]], axis=1)
+
+
+@pytest.mark.parametrize("runtime", ["clang", "opencl"])
+def test_inputs_named_cos_and_sin(compile_composites, runtime: str) -> None:
+    lib = compile_composites(HIDING, runtime_name=runtime)
+    for t, d in ((1, 2), (5, 8), (13, 38)):
+        x, cos, sin = randn((t, d), seed=10), randn((t, d), seed=11), randn((t, d), seed=12)
+        assert_close(lib.rotary(x, cos, sin), x * cos + rotate(x) * sin)
+
+
+def test_c_keywords_and_library_names_as_tensors_params_and_symbols(compile_composites) -> None:
+    lib = compile_composites(HIDING)
+    for n in (1, 7, 37):
+        exp, int_, errno = randn((n,), seed=13), randn((n,), seed=14), randn((n,), seed=15)
+        float_ = np.float32(0.25)
+        printf = exp * int_ + float_ * 3.0 + errno
+        got_max, got_nan, got_printf = lib.c_names(exp, int_, float_, errno)
+        assert_close(got_printf, printf)
+        assert_close(got_max, printf * 2)
+        assert_close(got_nan, (printf * 2).mean(), rtol=1e-5)
+
+
+def test_generated_code_renames_what_collides_and_keeps_the_users_names(tmp_path: Path) -> None:
+    (tmp_path / "model.toml").write_text(HIDING)
+    subprocess.run(
+        [sys.executable, "-m", "catenc", "compile", "model.toml", "-S", "-o", "out"], cwd=tmp_path, check=True
+    )
+    header = (tmp_path / "out" / "model.h").read_text()
+    source = (tmp_path / "out" / "model.c").read_text()
+    manifest = json.loads((tmp_path / "out" / "model.manifest.json").read_text())
+    entries = {e["name"]: e for e in manifest["entries"]}
+    assert [a["name"] for a in entries["rotary"]["args"] if a["role"] != "workspace"][:4] == ["x", "cos", "sin", "y"]
+    assert "const float* x, const float* cos, const float* sin, float* y" in header  # a declaration may say cos
+    assert "const float* restrict cos_1" in source and "const float* restrict cos," not in source
+    assert "const float* int_1" in header and "const float* exp," in header  # a keyword never names a parameter
+    assert [a["name"] for a in entries["c_names"]["args"] if a["role"] in ("input", "output", "dim")] == [
+        "exp", "int", "float", "errno", "max", "nan", "printf", "sum"
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "inputs, params, body, want",
+    [
+        (
+            '["x: f32[N]", "cos: f32[N]"]',
+            "{}",
+            "y = cos(x)",
+            "model.toml:5:13: error: 'cos' is a tensor here, not a function; "
+            "it hides the function 'cos' (rename the tensor to call it)",
+        ),
+        (
+            '["x: f32[N]"]',
+            "{ max = 2.0 }",
+            "y = x * max + max(x)",
+            "model.toml:5:23: error: 'max' is a param here, not a function; "
+            "it hides the function 'max' (rename the param to call it)",
+        ),
+        (
+            '["x: f32[sum]"]',
+            "{}",
+            "y = x + sum(x)",
+            "model.toml:5:17: error: 'sum' is a symbol here, not a function; "
+            "it hides the function 'sum' (rename the symbol to call it)",
+        ),
+        (
+            '["x: f32[N]", "softmax: f32[N]"]',
+            "{}",
+            "y = softmax(x)",
+            "model.toml:5:13: error: 'softmax' is a tensor here, not a function; "
+            "it hides the function 'softmax' (rename the tensor to call it)",
+        ),
+        (
+            '["x: f32[N]", "max: f32[N, N]"]',
+            "{}",
+            "y[i] = max[k](x[k] * x[i])",
+            "model.toml:5:16: error: 'max' is a tensor here, not a function; "
+            "it hides the function 'max' (rename the tensor to call it)",
+        ),
+        (
+            '["x: f32[N]"]',
+            "{}",
+            "h = x * 2.0\\ny = h(x)",
+            "model.toml:5:26: error: 'h' is a tensor here, not a function",
+        ),
+        (
+            '["x: f32[N]", "lambda: f32[N]"]',
+            "{}",
+            "y = x",
+            "model.toml:2:25: error: tensor name 'lambda' is reserved (a Python keyword, which a body cannot use)",
+        ),
+        (
+            '["x: f32[N]", "__x: f32[N]"]',
+            "{}",
+            "y = x",
+            "model.toml:2:25: error: tensor name '__x' is reserved for the emitted C code",
+        ),
+        (
+            '["x: f32[N]"]',
+            "{ None = 1 }",
+            "y = x",
+            "model.toml:4:12: error: param name 'None' is reserved (a Python keyword, which a body cannot use)",
+        ),
+    ],
+)
+def test_hiding_errors(tmp_path: Path, inputs: str, params: str, body: str, want: str) -> None:
+    text = f'[composite.c]\ninputs = {inputs}\noutputs = ["y: f32[N]"]\nparams = {params}\nbody = "{body}"\n'
+    if "sum" in inputs:
+        text = text.replace("y: f32[N]", "y: f32[sum]")
+    assert error_of(tmp_path, text) == want
+
+
+def test_a_composite_keeps_cs_rules(tmp_path: Path) -> None:
+    """A composite's name is its entry's C symbol: a C library name is still refused there."""
+    text = '[composite.exp]\ninputs = ["x: f32[N]"]\noutputs = ["y: f32[N]"]\nbody = "y = x"\n'
+    want = "model.toml:1:12: error: composite name 'exp' is reserved (a C keyword or C library name)"
     assert error_of(tmp_path, text) == want

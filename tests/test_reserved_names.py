@@ -3,11 +3,14 @@ catenc/codegen/names.py) works as an input, output and symbol name of a composit
 
 Generated code renames such a user name (`new` -> `new_1`); the manifest, the loader and the
 entry keep the user's name, and model.h, which C++ includes through `extern "C"`, compiles under
-gcc and g++ alike. A name the frontend rejects outright (a C keyword or C library function, a
-Python keyword, catenc's own prefix) stays a diagnostic. The names are batched, a hundred or so
-to a composite, so that each backend's check is one compile: gcc and g++ for C, nvcc for CUDA
-(part of this machine's toolchain: the test fails without it), the OpenCL driver (PoCL) for
-OpenCL.
+gcc and g++ alike. Since issue 16 a C keyword or C library name (`int`, `exp`, `errno`, and `cos`
+and `sin` as rotary embeddings name their inputs) is such a name too: a body cannot mistake one
+for C, as generated code renames it. A name the frontend rejects outright (a Python keyword,
+which a body cannot use, or a name C reserves for its implementation or catenc for itself) stays
+a diagnostic, as does a composite named like C (its name is the entry's C symbol). The names are
+batched, a hundred or so to a composite, so that each backend's check is one compile: gcc and g++
+for C, nvcc for CUDA (part of this machine's toolchain: the test fails without it), the OpenCL
+driver (PoCL) for OpenCL.
 """
 
 from __future__ import annotations
@@ -153,10 +156,12 @@ def test_every_reserved_name_as_input_output_and_symbol(tmp_path: Path, runtime:
 
 
 def test_names_the_frontend_rejects_stay_diagnostics(tmp_path: Path) -> None:
-    """A reserved name the frontend refuses (`int`, `exp`, `and`, `__syncthreads`, ...) is a
-    located error as an input, an output and a symbol, never a crash or a rename."""
+    """A reserved name the frontend refuses (`and`, `__syncthreads`, `_Bool`, ...) is a located
+    error as an input, an output and a symbol, never a crash or a rename; C's keywords and library
+    names are not among them."""
     names = sorted({n for r in RENDERERS.values() for n in r.reserved.names if not accepted(n)})
-    assert {"int", "exp", "sqrtf", "errno", "and", "__syncthreads", "__kernel"} <= set(names)
+    assert {"and", "not", "__syncthreads", "__kernel", "_Bool", "_Complex"} <= set(names)
+    assert not {"int", "float", "exp", "expf", "sqrtf", "cos", "sin", "errno", "printf", "NULL"} & set(names)
     rt = load_runtime("clang")
     options = Options(rt, config=rt.validate_config({}))
     for name in names:

@@ -29,6 +29,9 @@ class Calls:
 
     def call(self, node: ast.Call, scope: IndexScope | None) -> T.Node:
         func = node.func
+        called = func.value if isinstance(func, ast.Subscript) else func
+        if isinstance(called, ast.Name):
+            self.not_a_value(called)
         if isinstance(func, ast.Subscript) and isinstance(func.value, ast.Name) and func.value.id in REDUCTIONS:
             if scope is None:
                 raise self.error(
@@ -60,6 +63,20 @@ class Calls:
                 node,
             )
         return self.composite_call(comp, node)
+
+    def not_a_value(self, func: ast.Name) -> None:
+        """A tensor, param or symbol hides a function of its name in its composite (docs/language.md §4)."""
+        name = func.id
+        kind = "a param" if name in self.bindings.params else "a symbol" if name in self.bindings.symbols else None
+        if name in self.values:
+            kind = "a tensor"
+        if kind is None:
+            return
+        message = f"'{name}' is {kind} here, not a function"
+        builtin = name in ELEMENTWISE or name in REDUCTIONS or name in SHAPE_FUNCS or name in ("argmax", "argmin")
+        if builtin or self.ctx.library.find(name) is not None:
+            message += f"; it hides the function '{name}' (rename the {kind[2:]} to call it)"
+        raise self.error(message, func)
 
     def positional(self, node: ast.Call, low: int, high: int, what: str) -> None:
         n = len(node.args)

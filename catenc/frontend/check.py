@@ -200,8 +200,8 @@ class BodyChecker(Calls, ShapeFunctions, IndexForm, Operators):
             self.statements[k] = replace(self.statements[k], target=f"{name}_{n}")
 
     def define(self, name: str, ttype: T.TType, node: ast.AST) -> None:
-        if name in self.bindings.symbols or name in self.bindings.params or name in CONSTANTS:
-            raise self.error(f"'{name}' is a symbol, param or constant and cannot be assigned", node)
+        if name in self.bindings.symbols or name in self.bindings.params:
+            raise self.error(f"'{name}' is a symbol or param and cannot be assigned", node)
         self.values[name] = (ttype, self.loc(node))
 
     def statement(self, stmt: ast.stmt) -> None:

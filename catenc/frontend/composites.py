@@ -123,14 +123,23 @@ fdim fmax fmin fma""".split()
 C_LIBRARY_VARIANTS = frozenset(f + suffix for f in _MATH_FUNCS for suffix in ("", "f", "l"))
 
 
+HIDING = ("tensor", "param", "symbol")  # kinds of names that may hide a built-in or a C name
+
+
 def check_name(name: str, what: str, loc: Loc) -> None:
+    """A name of kind `what` (docs/language.md, sections 1 and 2). A tensor, param or symbol may
+    take a C keyword's or a C library function's name (hiding a built-in function of that name in
+    its composite; generated code renames it); a composite, whose name is a C symbol, or a type
+    variable may not."""
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise CatencError(f"invalid {what} name {name!r}: expected [A-Za-z_][A-Za-z0-9_]*", loc)
     reserved_for_c = name.startswith("__") or (name.startswith("_") and name[1:2].isupper())
     if name.lower().startswith("catenc_") or name in ("workspace", "workspace_bytes") or reserved_for_c:
         raise CatencError(f"{what} name '{name}' is reserved for the emitted C code", loc)
-    if name in C_RESERVED or name in C_TYPES_AND_MACROS or name in C_LIBRARY_VARIANTS or keyword.iskeyword(name):
-        raise CatencError(f"{what} name '{name}' is reserved (a C or Python keyword or C library name)", loc)
+    if keyword.iskeyword(name):
+        raise CatencError(f"{what} name '{name}' is reserved (a Python keyword, which a body cannot use)", loc)
+    if what not in HIDING and (name in C_RESERVED or name in C_TYPES_AND_MACROS or name in C_LIBRARY_VARIANTS):
+        raise CatencError(f"{what} name '{name}' is reserved (a C keyword or C library name)", loc)
 
 
 # ---- parsing one composite ---------------------------------------------------------------------
@@ -362,7 +371,7 @@ def _read_params(reader: _Reader, definition: dict) -> dict[str, bool | int | fl
     params: dict[str, bool | int | float] = {}
     for key, value in raw.items():
         loc = reader.loc("params", key)
-        check_name(key, "param", loc)
+        check_name(key, "param", reader.source.key_loc(reader.base + ("params", key)))
         if not isinstance(value, (bool, int, float)):
             raise CatencError(f"param '{key}' must be a number or a bool, not {_describe(value)}", loc)
         params[key] = value
