@@ -89,6 +89,24 @@ body = '''
 y = exp(x)[arange(N), t] + 1.0
 s = x[0:1, :][0, argmax(x[0], axis=0)]
 '''
+
+[composite.through_views]
+inputs = ["x: f32[M, N]", "ids: i64[K]", "t: i32[M]"]
+outputs = ["a: f32[K, M]", "b: f32[M - 1, K]", "d: f32[M]"]
+where = ["M >= 1"]
+body = '''
+a = x.T[ids]
+b = x[1:, ids]
+d = (x * 2.0 + 1.0)[arange(M), t]
+'''
+
+[composite.strided_rows]
+inputs = ["x: f32[M, N]", "rows: i64[K]"]
+outputs = ["c: f32[K, N]", "e: f32[K, N]"]
+body = '''
+c = x[::2][rows]
+e = x[rows][:, ::-1]
+'''
 """
 
 
@@ -185,6 +203,44 @@ def test_index_of_an_expression(lib):
     y, s = lib["of_expression"](x, t)
     assert_close(y, np.exp(x)[np.arange(5), t] + 1, rtol=1e-6, atol=0)
     assert_close(s, x[0:1, :][0, np.argmax(x[0], axis=0)], **EXACT)
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (5, 3, 4), (8, 9, 2)])
+def test_gathers_through_views_and_expressions(lib, m, n, k):
+    x = randn((m, n))
+    ids, t = randint(k, -n, n - 1, np.int64), randint(m, -n, n - 1, np.int32, seed=1)
+    a, b, d = lib["through_views"](x, ids, t)
+    assert_close(a, x.T[ids], **EXACT)
+    assert_close(b, x[1:, ids], **EXACT)
+    assert_close(d, (x * 2 + 1)[np.arange(m), t], **EXACT)
+    half = (m + 1) // 2
+    rows = randint(k, -half, half - 1, np.int64, seed=2)
+    c, e = lib["strided_rows"](x, rows)
+    assert_close(c, x[::2][rows], **EXACT)
+    assert_close(e, x[rows][:, ::-1], **EXACT)
+
+
+def test_views_are_gathered_in_place(tmp_path):
+    """A gather from a transpose, a slice or a cheap expression of an input reads the input itself;
+    a strided view and a transcendental expression are copied once first (exp is not recomputed per pick)."""
+    (tmp_path / "m.toml").write_text(INDEXING)
+    done = subprocess.run(
+        [sys.executable, "-m", "catenc", "compile", "m.toml", "-o", "out", "--emit", "ir"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    graphs = {g.split("(")[0]: g for g in (tmp_path / "out" / "m.ir.txt").read_text().split("graph ")[1:]}
+    copies = {
+        name: [line.split("[")[0].strip() for line in g.splitlines() if "gathered" in line.split("=")[0]]
+        for name, g in graphs.items()
+    }
+    assert copies["through_views"] == [], graphs["through_views"]
+    assert copies["strided_rows"] == ["gathered"], graphs["strided_rows"]  # x[::2] only
+    assert copies["pick"] == [] and copies["embed"] == [] and copies["columns"] == []
+    assert copies["of_expression"] == ["gathered"], graphs["of_expression"]  # exp(x) once
 
 
 @pytest.mark.parametrize("bad", [3, -4, 100, np.iinfo(np.int64).min])

@@ -30,10 +30,11 @@ from catenc.ir.nodes import (
     Value,
     Where,
 )
-from catenc.registry import LOWERINGS, OPS, Lowering
+from catenc.registry import LOWERINGS, OPS, TRANSCENDENTAL_OPS, Lowering
 from catenc.symbolic import ONE, ZERO, Expr, Facts, const, prove_less, prove_nonneg, simplify, sym
 
 Index = tuple[Expr, ...]
+GATHERED = "gathered@"  # stands for a computed position while a gather is pushed down to the loads
 U64 = DTYPES["u64"]
 
 
@@ -76,6 +77,7 @@ class _Builder:
         self.extents: dict[str, Expr] = {}
         self.counter = count()
         self.calls: dict[int, tuple[Lazy, ...]] = {}
+        self.copies: dict[int, tuple[Lazy, Lazy]] = {}  # id(source): the source (so the id stays its), a copy
 
     # -- names and indices --
     def unique(self, base: str) -> str:
@@ -341,18 +343,16 @@ class _Builder:
             # a load has one computed axis: gather the first into a temp (the index array's axes in
             # place of the axis), which the next gathers read at the probe
             axis, array = gathered[0], reads[gathered[0]]
-            plain, own = self.plain_buffer(source), len(array.shape)
+            own = len(array.shape)
 
-            def first(idx: Index, plain=plain, axis=axis, array=array, own=own) -> Value:
+            def first(idx: Index, source=source, axis=axis, array=array, own=own) -> Value:
                 value = array.at(idx[axis : axis + own])
-                return self.gather(plain, idx[:axis] + (ZERO,) + idx[axis + own :], axis, value, dtype)
+                return self.gather(source, idx[:axis] + (ZERO,) + idx[axis + own :], axis, value, dtype)
 
             shape = source.shape[:axis] + array.shape + source.shape[axis + 1 :]
             source = self.materialise(self.unique("gathered"), Lazy(node.type.dtype, shape, first), "temp")
             reads = reads[:axis] + list(broadcast_index(probe_index, array.shape)) + reads[axis + 1 :]
             gathered = [axis for axis, read in enumerate(reads) if isinstance(read, Lazy)]
-        if gathered:
-            source = self.plain_buffer(source)
 
         def at(idx: Index) -> Value:
             own = idx[node.at : node.at + rank]
@@ -371,8 +371,8 @@ class _Builder:
         return Lazy(node.type.dtype, node.type.shape, at)
 
     def gather(self, source: Lazy, index: Index, axis: int, value: Value, dtype: DType) -> Value:
-        """`source` (a plain buffer) read at `index`, whose entry on `axis` (0) is replaced by the index
-        value, wrapped once and clamped into the axis (the index check fails the entry on any outside)."""
+        """`source` read at `index`, whose entry on `axis` (0) is replaced by the index value, wrapped
+        once and clamped into the axis (the index check fails the entry on any outside)."""
         size = source.shape[axis]
         zero = Const(dtype, 0.0 if dtype.is_float else 0)
         if size.is_const and size.value == 0:  # nothing to read: the index check fails the entry
@@ -380,21 +380,44 @@ class _Builder:
         position = index_position(value, size)
         top = Binary(I64, "sub", symint(size), Const(I64, 1))
         clamped = Binary(I64, "max", Binary(I64, "min", position, top), Const(I64, 0))
-        load = source.at(index)
-        gather = Gather(dtype, load.buffer, load.index, axis, clamped)
+        gather = self.read_at(source, index, axis, clamped)
         if size.is_const:
             return gather
         # an empty axis has no row to clamp to (and the buffer may be NULL): never read it
         return Where(dtype, Binary(BOOL, "lt", Const(I64, 0), symint(size)), gather, zero)
 
-    def plain_buffer(self, tensor: Lazy) -> Lazy:
-        """The tensor as a buffer read at exactly its own index (materialised if it is a view or
-        an expression), so that one axis can be read at a computed position."""
-        probe_index = tuple(sym(f"probe{k}") for k in range(len(tensor.shape)))
-        probe = tensor.at(probe_index)
-        if isinstance(probe, Load) and not isinstance(probe, Gather) and probe.index == probe_index:
-            return tensor
-        return self.materialise(self.unique("gathered"), tensor, "temp")
+    def read_at(self, source: Lazy, index: Index, axis: int, position: Value) -> Value:
+        """`source` at `index` with the entry on `axis` a computed position in the axis: read through
+        views and cheap elementwise ops, each load of the axis a gather (nothing copied), where every
+        load reads that axis as one whole axis of its buffer; else from a copy of `source`, made once."""
+        self.extents[GATHERED] = source.shape[axis]
+        value = source.at(index[:axis] + (sym(GATHERED),) + index[axis + 1 :])
+        if not (value.summary.has_reduce or value.summary.op_names & TRANSCENDENTAL_OPS):
+            through = self.gathered_loads(value, source.shape[axis], position)
+            if through is not None:
+                return through
+        if id(source) not in self.copies:
+            self.copies[id(source)] = (source, self.materialise(self.unique("gathered"), source, "temp"))
+        load = self.copies[id(source)][1].at(index)
+        return Gather(load.dtype, load.buffer, load.index, axis, position)
+
+    def gathered_loads(self, value: Value, size: Expr, position: Value) -> Value | None:
+        """`value` with every load that reads GATHERED alone on an axis of extent `size` made a gather
+        at `position`; None where GATHERED is read otherwise (a strided or reshaped view, a bound)."""
+        if GATHERED not in value.summary.symbols:
+            return value
+        if isinstance(value, Load) and not isinstance(value, Gather):
+            uses = [j for j, e in enumerate(value.index) if GATHERED in e.free_symbols()]
+            if len(uses) != 1 or value.index[uses[0]] != sym(GATHERED):
+                return None
+            (j,) = uses
+            if next(b.shape[j] for b in self.buffers if b.name == value.buffer) != size:
+                return None
+            return Gather(value.dtype, value.buffer, value.index[:j] + (ZERO,) + value.index[j + 1 :], j, position)
+        if isinstance(value, Load | SymInt):  # a gather reading it outside its position, or an index value
+            return None
+        children = [self.gathered_loads(c, size, position) for c in value.children()]
+        return None if any(c is None for c in children) else value.with_children(tuple(children))
 
     def index_check(self, indices: Lazy, size: Expr) -> None:
         """A status compute counting the indices outside [-size, size) (outside [0, size) for
