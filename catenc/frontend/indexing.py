@@ -82,7 +82,8 @@ class IndexForm:
         advanced = [k for k, kind in enumerate(kinds) if kind == "array" or (arrays and kind == "int")]
         adjacent = bool(arrays) and advanced[-1] - advanced[0] == len(advanced) - 1
         gathered: list[int] = []
-        for k, (item, kind) in enumerate(zip(items, kinds)):
+        trailing = [] if ellipses else [(node.slice, "...")]  # the axes left after the last item
+        for k, (item, kind) in enumerate(list(zip(items, kinds)) + trailing):
             if kind == "None":
                 tokens.append("new")
                 continue
@@ -102,12 +103,6 @@ class IndexForm:
                     shape.append(dim)
                     continue
                 start, step, length = self.slice_axis(dim, sub, node)
-                axes.append(T.SliceAxis(start, step, True))
-                shape.append(length)
-                tokens.append("dim")
-        if not ellipses:
-            for sub in fill:
-                start, step, length = self.slice_axis(arg.type.shape[len(axes)], sub, node)
                 axes.append(T.SliceAxis(start, step, True))
                 shape.append(length)
                 tokens.append("dim")
