@@ -363,3 +363,203 @@ def test_a_composite_keeps_cs_rules(tmp_path: Path) -> None:
     text = '[composite.exp]\ninputs = ["x: f32[N]"]\noutputs = ["y: f32[N]"]\nbody = "y = x"\n'
     want = "model.toml:1:12: error: composite name 'exp' is reserved (a C keyword or C library name)"
     assert error_of(tmp_path, text) == want
+
+
+# ---- methods -----------------------------------------------------------------------------------
+
+METHODS = '''
+[composite.methods]
+inputs = ["x: f32[N, D]", "ids: i64[K]"]
+outputs = ["a: f32[N, 1]", "b: f32[N]", "c: f32[D]", "d: f32[N, D]", "e: f32[D, N]", "f: f64[N, D]",
+           "g: i64[N]", "h: f32[N * D]", "k: f32[K, D]", "l: f32[N, D]", "t: f32"]
+where = ["N >= 1", "D >= 1"]
+body = """
+a = x.sum(-1, keepdims=True) + x.mean(axis=1, keepdims=True)
+b = x.max(1) - x.min(axis=-1) + x.prod(dim=1, keepdim=False)
+c = x.sum(0)
+d = (x - x.max(-1, keepdims=True)).exp().sqrt().clip(0.1, 0.9).maximum(x).tanh()
+e = x.T.reshape(D, N) + x.transpose().reshape([D, -1]) + x.transpose(1, 0) + x.transpose((1, 0))
+f = x.astype(f64).abs()
+g = x.argmax(1)
+h = x.reshape(-1)
+k = x.take(ids, axis=0).T.reshape(D, K).transpose()
+l = x.reshape(N, 1, D).squeeze(1).unsqueeze(0).flatten(0, 1)
+t = x.max()
+"""
+
+[composite.index_form_methods]
+inputs = ["x: f32[N, D]"]
+outputs = ["y: f32[N]"]
+body = "y[i] = sum[d](x[i, d].exp().sigmoid())"
+
+[composite.method_named_like_a_tensor]
+inputs = ["x: f32[N]", "sum: f32[N]", "exp: f32"]
+outputs = ["y: f32[N]"]
+body = "y = x.exp() * x.sum() + sum * exp"
+'''
+
+
+@pytest.fixture(scope="module")
+def methods(compile_composites):
+    return compile_composites(METHODS)
+
+
+@pytest.mark.parametrize("n, d, k", [(1, 1, 1), (5, 7, 3), (13, 37, 9)])
+def test_methods_mean_numpys_functions(methods, n: int, d: int, k: int) -> None:
+    x = randn((n, d), seed=20)
+    ids = np.random.default_rng(21).integers(0, n, size=k)
+    a, b, c, d_, e, f, g, h, k_, l_, t = methods.methods(x, ids)
+    assert_close(a, x.sum(-1, keepdims=True) + x.mean(axis=1, keepdims=True), rtol=1e-5, atol=1e-5)
+    assert_close(b, x.max(1) - x.min(axis=-1) + x.prod(axis=1), rtol=1e-5, atol=1e-5)
+    assert_close(c, x.sum(0), rtol=1e-5, atol=1e-5)
+    want_d = np.tanh(np.maximum(np.clip(np.sqrt(np.exp(x - x.max(-1, keepdims=True))), 0.1, 0.9), x))
+    assert_close(d_, want_d)
+    assert_close(e, 4 * x.T)
+    assert_close(f, np.abs(x.astype(np.float64)), dtype=np.float64)
+    assert_close(g, x.argmax(1))
+    assert_close(h, x.reshape(-1))
+    assert_close(k_, x[ids])
+    assert_close(l_, x)
+    assert_close(t, x.max())
+
+
+def test_methods_in_index_form_and_beside_tensors_of_their_name(methods) -> None:
+    x = randn((4, 6), seed=22)
+    assert_close(methods.index_form_methods(x), (1 / (1 + np.exp(-np.exp(x)))).sum(axis=1), rtol=1e-5)
+    x, total, scale = randn((9,), seed=23), randn((9,), seed=24), np.float32(1.5)
+    assert_close(methods.method_named_like_a_tensor(x, total, scale), np.exp(x) * x.sum() + total * scale, rtol=1e-5)
+
+
+METHOD_LIST = (
+    "; x.f(...) stands for f(x, ...) for the elementwise functions, the reductions, argmax, argmin, reshape, "
+    "transpose, expand, squeeze, unsqueeze, flatten, take and astype (cast)"
+)
+
+
+@pytest.mark.parametrize(
+    "body, want",
+    [
+        (
+            "y = x.var()",
+            "model.toml:4:15: error: unknown method '.var(...)'" + METHOD_LIST,
+        ),
+        (
+            "y = x.expp()",
+            "model.toml:4:15: error: unknown method '.expp(...)' (did you mean 'exp'?)" + METHOD_LIST,
+        ),
+        ("y = x.exp(2.0)", "model.toml:4:15: error: .exp(...) takes 0 arguments, got 1"),
+        ("y = x.sum(0, 1)", "model.toml:4:15: error: .sum(...) takes 0 to 1 arguments, got 2"),
+        (
+            "y = x.max(dim=1)",
+            "model.toml:4:19: error: torch's x.max(dim=...) gives values and indices; write x.max(axis=...) for "
+            "the values or x.argmax(axis=...) for the indices",
+        ),
+        ("y = x.sum(1, axis=1)", "model.toml:4:22: error: the axis of .sum(...) is given twice"),
+        ("y = x.sum(keepdim=True, keepdims=True)", "model.toml:4:33: error: the keepdims of .sum(...) is given twice"),
+        (
+            "y = np.exp(x)",
+            "model.toml:4:13: error: 'np.exp(...)': the body's functions need no module; write exp(...)",
+        ),
+        (
+            "y = x.where(x > 0.0, 0.0)",
+            "model.toml:4:15: error: unknown method '.where(...)'" + METHOD_LIST,
+        ),
+        ("y = x.transpose(0, 0)", "model.toml:4:25: error: [0, 0] is not a permutation of the 2 axes"),
+        ("y = x.sum", "model.toml:4:15: error: '.sum' is a method: call it, as in x.sum(...)"),
+        ("y = x.shape", "model.toml:4:15: error: unknown attribute '.shape' (only '.T' and methods are supported)"),
+        ("y = x.reshape(N, -1, -1)", "model.toml:4:23: error: reshape allows only one -1"),
+    ],
+)
+def test_method_errors(tmp_path: Path, body: str, want: str) -> None:
+    text = f'[composite.c]\ninputs = ["x: f32[N, D]"]\noutputs = ["y: f32[N, D]"]\nbody = "{body}"\n'
+    assert error_of(tmp_path, text) == want
+
+
+# ---- layers as a numpy or PyTorch user writes them ---------------------------------------------
+
+LAYERS = '''
+[composite.softmax_rows]
+inputs = ["x: f32[N, D]"]
+outputs = ["p: f32[N, D]"]
+body = """
+x = x - x.max(-1, keepdims=True)
+p = x.exp()
+p = p / p.sum(-1, keepdims=True)
+"""
+
+[composite.layer_norm]
+inputs = ["x: f32[N, D]", "gamma: f32[D]", "beta: f32[D]"]
+outputs = ["y: f32[N, D]"]
+body = """
+mu = x.mean(-1, keepdims=True)
+x = x - mu
+var = (x * x).mean(-1, keepdims=True)
+y = x / (var + 1e-5).sqrt()
+y = y * gamma + beta
+"""
+
+[composite.rms_norm]
+inputs = ["x: f32[N, D]", "weight: f32[D]"]
+outputs = ["x_out: f32[N, D]"]
+body = """
+h = x.astype(f64)
+h = h * (h.pow(2.0).mean(dim=-1, keepdim=True) + 1e-6).rsqrt()
+x_out = weight * h.astype(f32)
+"""
+
+[composite.group_norm]
+inputs = ["x: f32[B, C, S]"]
+outputs = ["x_out: f32[B, C, S]"]
+where = ["C % 4 == 0"]
+body = """
+h = x.reshape(B, 4, -1)
+h = h - h.mean(-1, keepdims=True)
+h = h / (h.pow(2.0).mean(-1, keepdims=True) + 1e-5).sqrt()
+x_out = h.reshape(B, C, S)
+"""
+
+[composite.logsumexp]
+inputs = ["x: f32[N, D]"]
+outputs = ["lse: f32[N]"]
+body = """
+m = x.max(-1)
+lse = (x - m.reshape(N, 1)).exp().sum(-1).log() + m
+"""
+
+[composite.rotary_hf]
+inputs = ["q: f32[T, D]", "cos: f32[T, D]", "sin: f32[T, D]"]
+outputs = ["q_embed: f32[T, D]"]
+where = ["D % 2 == 0"]
+body = """
+x1 = q[:, : D // 2]
+x2 = q[:, D // 2 :]
+rotated = concat([-x2, x1], axis=-1)
+q_embed = (q * cos) + (rotated * sin)
+"""
+'''
+
+
+@pytest.fixture(scope="module")
+def layers(compile_composites):
+    return compile_composites(LAYERS)
+
+
+@pytest.mark.parametrize("n, d", [(1, 4), (6, 12), (13, 40)])
+def test_layers_written_naturally(layers, n: int, d: int) -> None:
+    x, gamma, beta = randn((n, d), seed=30), randn((d,), seed=31), randn((d,), seed=32)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    assert_close(layers.softmax_rows(x), e / e.sum(-1, keepdims=True))
+    centred = x - x.mean(-1, keepdims=True)
+    normed = centred / np.sqrt((centred**2).mean(-1, keepdims=True) + 1e-5)
+    assert_close(layers.layer_norm(x, gamma, beta), normed * gamma + beta, rtol=1e-4, atol=1e-5)
+    h = x.astype(np.float64)
+    assert_close(layers.rms_norm(x, gamma), gamma * (h / np.sqrt((h**2).mean(-1, keepdims=True) + 1e-6)))
+    m = x.max(-1)
+    assert_close(layers.logsumexp(x), np.log(np.exp(x - m[:, None]).sum(-1)) + m, rtol=1e-5, atol=1e-5)
+    cos, sin = randn((n, d), seed=33), randn((n, d), seed=34)
+    assert_close(layers.rotary_hf(x, cos, sin), x * cos + rotate(x) * sin)
+    b, c, s = n, 8, d
+    x3 = randn((b, c, s), seed=35)
+    g = x3.reshape(b, 4, -1)
+    g = (g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + 1e-5)
+    assert_close(layers.group_norm(x3), g.reshape(b, c, s), rtol=1e-4, atol=1e-4)

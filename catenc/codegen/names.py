@@ -8,10 +8,10 @@ found there is renamed in the generated code, `name_1` (or the first `name_k` th
 manifest, the loader and the entry's name keep the user's name (docs/abi.md). The header, which
 C++ includes through `extern "C"`, also keeps its parameters clear of C++'s keywords.
 
-The frontend rejects some of these names outright (its tables in `catenc.frontend.composites`:
-C keywords and C library names, for composites, tensors and symbols alike); the C table here
-starts from those. A composite's name is the entry's and is never renamed: one a backend reserves
-is an error (catenc/emit.py).
+The frontend rejects some of these names outright as a composite's name (its tables in
+`catenc.frontend.composites`: C keywords and C library names), though not as a tensor's, param's
+or symbol's; the C table here starts from those. A composite's name is the entry's and is never
+renamed: one a backend reserves is an error (catenc/emit.py).
 """
 
 from __future__ import annotations

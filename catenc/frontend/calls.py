@@ -29,6 +29,8 @@ class Calls:
 
     def call(self, node: ast.Call, scope: IndexScope | None) -> T.Node:
         func = node.func
+        if isinstance(func, ast.Attribute):
+            return self.method_call(node, scope)
         called = func.value if isinstance(func, ast.Subscript) else func
         if isinstance(called, ast.Name):
             self.not_a_value(called)
@@ -42,7 +44,11 @@ class Calls:
             return self.index_reduce(node, scope)
         if not isinstance(func, ast.Name):
             raise self.error("only named functions can be called", node)
-        name = func.id
+        return self.function(func.id, node, scope)
+
+    def function(self, name: str, node: ast.Call, scope: IndexScope | None) -> T.Node:
+        """A call of the built-in function or composite `name` with node's arguments."""
+        func = node.func
         if name in ELEMENTWISE:
             return self.call_elementwise(name, node, scope)
         if name in REDUCTIONS or name in ("argmax", "argmin"):
@@ -63,6 +69,10 @@ class Calls:
                 node,
             )
         return self.composite_call(comp, node)
+
+    def is_value(self, name: str) -> bool:
+        """Whether name means a tensor, param or symbol here (and hides a function of that name)."""
+        return name in self.values or name in self.bindings.params or name in self.bindings.symbols
 
     def not_a_value(self, func: ast.Name) -> None:
         """A tensor, param or symbol hides a function of its name in its composite (docs/language.md §4)."""

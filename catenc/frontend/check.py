@@ -5,7 +5,8 @@
 module that owns it: operators.py (dtypes, broadcasting, elementwise operators), indexing.py
 (slices, index form, bounds proofs), shapes.py (matmul, shape functions) and calls.py (function
 calls, and composite calls instantiated with symbols and dtype variables inferred from the
-arguments). The facts and constraints it checks against live in constraints.py.
+arguments) and methods.py (`x.f(args)` as `f(x, args)`). The facts and constraints it checks
+against live in constraints.py.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from catenc.frontend.calls import Calls
 from catenc.frontend.composites import MAX_CONSTANT, Composite, TensorDecl
 from catenc.frontend.constraints import Bindings, EntryContext, RuntimeCheck, coerce_param, decide, shape_params
 from catenc.frontend.indexing import IndexForm, IndexScope
+from catenc.frontend.methods import METHODS, Methods, at_method
 from catenc.frontend.operators import Operators, is_weak, shape_text
 from catenc.frontend.shapes import ShapeFunctions
 from catenc.symbolic import Expr, Facts, const, sym
@@ -87,7 +89,7 @@ def check_entry(comp: Composite, ctx: EntryContext, fixed: dict[str, object]) ->
 # ---- the checker -------------------------------------------------------------------------------
 
 
-class BodyChecker(Calls, ShapeFunctions, IndexForm, Operators):
+class BodyChecker(Calls, Methods, ShapeFunctions, IndexForm, Operators):
     """Types one composite body; a composite call inside it gets a checker of its own."""
 
     def __init__(self, comp: Composite, bindings: Bindings, ctx: EntryContext, depth: int):
@@ -334,7 +336,9 @@ class BodyChecker(Calls, ShapeFunctions, IndexForm, Operators):
                 arg = self.expr(node.value, scope)
                 perm = tuple(reversed(range(arg.type.rank)))
                 return T.Permute(T.TType(arg.type.dtype, tuple(arg.type.shape[p] for p in perm)), loc, arg, perm)
-            raise self.error(f"unknown attribute '.{node.attr}' (only '.T' is supported)", node)
+            if node.attr in METHODS:
+                raise self.error(f"'.{node.attr}' is a method: call it, as in x.{node.attr}(...)", at_method(node))
+            raise self.error(f"unknown attribute '.{node.attr}' (only '.T' and methods are supported)", at_method(node))
         raise self.error("this expression is not part of the body language", node)
 
     def constant(self, node: ast.Constant) -> T.Node:
