@@ -7,6 +7,7 @@ checks its exact FILE:LINE:COL diagnostic.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -178,7 +179,7 @@ def test_reassignment_compiles_the_same_every_time(tmp_path: Path) -> None:
     for k, seed in enumerate(("0", "12345")):
         subprocess.run(
             [sys.executable, "-m", "catenc", "compile", "model.toml", "-S", "-o", f"out{k}"],
-            cwd=tmp_path, check=True, env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"}, timeout=300,
+            cwd=tmp_path, check=True, env={**os.environ, "PYTHONHASHSEED": seed}, timeout=300,
         )  # fmt: skip
         sources.append((tmp_path / f"out{k}" / "model.c").read_text())
     assert sources[0] == sources[1]
