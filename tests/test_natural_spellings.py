@@ -91,6 +91,21 @@ m, v = moments(x)
 m, v = moments(x - m + v)
 """
 
+[composite.augmented]
+inputs = ["x: f32[N, D]", "w: f32[D, D]"]
+outputs = ["y: f32[N, D]", "z: f32[N]"]
+where = ["D >= 1"]
+body = """
+y = x
+y @= w
+y += 1.0
+y *= x
+y /= sum(abs(y), axis=-1, keepdims=True) + 1.0
+z[i] = x[i, 0]
+z[i] -= x[i, D - 1]
+z **= 2.0
+"""
+
 [composite.reassigns_inside]
 inputs = ["x: f32[N]"]
 outputs = ["y: f32[N]"]
@@ -146,6 +161,16 @@ def test_index_form_rebinds_after_array_form(reassign, shape) -> None:
     z, w = reassign.index_rebinds(x)
     assert_close(z, x.sum(axis=1) * 2 + x[:, 0])
     assert_close(w, (x * 3 - 1) ** 2)
+
+
+@pytest.mark.parametrize("n, d", [(1, 1), (5, 7)])
+def test_augmented_assignment(reassign, n: int, d: int) -> None:
+    x, w = randn((n, d), seed=9), randn((d, d), seed=10)
+    y = (x @ w + 1) * x
+    y = y / (np.abs(y).sum(-1, keepdims=True) + 1)
+    got_y, got_z = reassign.augmented(x, w)
+    assert_close(got_y, y, rtol=1e-5, atol=1e-5)
+    assert_close(got_z, (x[:, 0] - x[:, -1]) ** 2)
 
 
 def test_an_output_may_hold_other_shapes_before_its_last_assignment(reassign) -> None:

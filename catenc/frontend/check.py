@@ -12,6 +12,7 @@ against live in constraints.py.
 from __future__ import annotations
 
 import ast
+import copy
 import math
 from dataclasses import fields, replace
 
@@ -142,7 +143,7 @@ class BodyChecker(Calls, Methods, ShapeFunctions, IndexForm, Operators):
             self.values[name] = (ttype, decl.loc)
         for decl in comp.outputs:
             self.outputs[decl.name] = self.decl_type(decl)
-        statements = self.text.parse()
+        statements = [_as_assign(s) if isinstance(s, ast.AugAssign) else s for s in self.text.parse()]
         self.plan_names(statements)
         for k, stmt in enumerate(statements):
             self.statement_index = k
@@ -381,6 +382,14 @@ class BodyChecker(Calls, Methods, ShapeFunctions, IndexForm, Operators):
     def _check_index_name(self, name: str, node: ast.AST) -> None:
         if name in self.values or name in self.bindings.symbols or name in self.bindings.params or name in CONSTANTS:
             raise self.error(f"index '{name}' shadows a tensor, symbol or param of the same name", node)
+
+
+def _as_assign(stmt: ast.AugAssign) -> ast.Assign:
+    """`y += v` as `y = y + v`, and `y[i] += v` as `y[i] = y[i] + v` (any operator), as in Python."""
+    read = copy.copy(stmt.target)
+    read.ctx = ast.Load()
+    value = ast.copy_location(ast.BinOp(read, stmt.op, stmt.value), stmt)
+    return ast.copy_location(ast.Assign([stmt.target], value), stmt)
 
 
 def _rename(node: T.Node, names: dict[str, str], memo: dict[int, T.Node]) -> T.Node:
