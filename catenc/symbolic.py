@@ -10,6 +10,7 @@ non-negative under these facts?", which is how index bounds are proved.
 from __future__ import annotations
 
 import ast
+import itertools
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -375,19 +376,18 @@ def mod(a: ExprLike, b: ExprLike) -> Expr:
 
 
 def merge_divmod(e: Expr) -> Expr:
-    """e with every k*c*(x // c) + k*(x % c) written k*x: the flat index of a reshaped index map
-    becomes the plain position again (no division left for the loop to compute)."""
+    """e with every k*c*(x // c) + k*(x % c) written k*x (k a term, c any size): the flat index of
+    a reshaped index map becomes the plain position again (no division left for the loop)."""
     terms = e.as_dict
     for monomial, coef in terms.items():
-        if len(monomial) != 1 or monomial[0][1] != 1:
-            continue
-        atom = monomial[0][0]
-        if not (isinstance(atom, Call) and atom.func == "mod" and atom.args[1].is_const):
-            continue
-        x, c = atom.args
-        quotient = ((Call("floordiv", (x, c)), 1),)
-        if terms.get(quotient) == coef * c.value:
-            return merge_divmod(e - Expr.from_dict({monomial: coef, quotient: coef * c.value}) + x * coef)
+        for atom, power in monomial:
+            if power != 1 or not (isinstance(atom, Call) and atom.func == "mod"):
+                continue
+            x, c = atom.args
+            k = Expr.from_dict({tuple(p for p in monomial if p[0] != atom): coef})
+            quotient = (k * c * Expr.atom(Call("floordiv", (x, c)))).as_dict
+            if all(terms.get(m) == q for m, q in quotient.items()):
+                return merge_divmod(e - Expr.from_dict({monomial: coef}) - Expr.from_dict(quotient) + k * x)
     return e
 
 
@@ -598,7 +598,7 @@ def _prove_by_cases(e: Expr, facts: Facts, depth: int) -> bool:
         return False
     atoms = _call_atoms(e)
     divided_names = set().union(*(a.free_symbols() for a in atoms if a.func in ("floordiv", "mod"))) if atoms else set()
-    for name, c in _divisibility(facts):
+    for name, c in divisibility(facts):
         if name in divided_names:  # name % c == 0: write name as c*name and the division cancels
             mapping = {name: c * sym(name)}
             return _prove_case(e.substitute(mapping), _substitute_facts(facts, mapping), None, depth)
@@ -623,7 +623,7 @@ def _prove_by_cases(e: Expr, facts: Facts, depth: int) -> bool:
     return _prove_case(e.substitute(mapping), _substitute_facts(facts, mapping), None, depth)
 
 
-def _divisibility(facts: Facts) -> list[tuple[str, int]]:
+def divisibility(facts: Facts) -> list[tuple[str, int]]:
     """(symbol, c) for every fact saying symbol % c == 0 (as -(symbol % c) >= 0)."""
     out = []
     for fact in facts.nonneg:
@@ -758,29 +758,64 @@ def prove_less(a: ExprLike, b: ExprLike, facts: Facts = Facts()) -> bool:
     return prove_nonneg(to_expr(b) - to_expr(a) - 1, facts)
 
 
-def simplify(e: Expr, facts: Facts) -> Expr:
-    """Fold `a // d` and `a % d` whose remainder part provably lies in [0, d) under facts."""
+def _nested_division(func: str, num: Expr, den: Expr, facts: Facts) -> Expr | None:
+    """(d*q + r) // (d*m) as q // m, and (d*q + r) % (d*m) as d*(q % m) + r, for d a factor of
+    the divisor with 0 <= r < d under facts: a division by a flattened extent, H*W*c, of
+    `(H*W*c_index + W*h + w)` is the division of c_index by c."""
+    if len(den.terms) != 1 or not den.terms[0][0]:
+        return None
+    monomial, coef = den.terms[0]
+    atoms = [atom for atom, power in monomial for _ in range(power)]
+    for size in range(len(atoms) - 1, 0, -1):
+        for chosen in sorted(set(itertools.combinations(range(len(atoms)), size))):
+            d = product(Expr.atom(atoms[k]) for k in chosen)
+            m = product(Expr.atom(atoms[k]) for k in range(len(atoms)) if k not in chosen) * coef
+            quotient, rest = _split_multiples(num, d)
+            if quotient.terms and prove_nonneg(rest, facts) and prove_less(rest, d, facts):
+                if func == "floordiv":
+                    return simplify(floordiv(quotient, m), facts, deep=True)
+                return simplify(d * mod(quotient, m) + rest, facts, deep=True)
+    return None
+
+
+def simplify(e: Expr, facts: Facts, deep: bool = False) -> Expr:
+    """Fold `a // d` and `a % d` whose remainder part provably lies in [0, d) under facts. `deep`
+    also folds nested divisions ((d*q + r) // (d*m), (b // c) % d) and merges k*c*(x // c) +
+    k*(x % c) inside them: results a bounds proof may not follow, so checked by the caller."""
     if not any(isinstance(atom, Call) for m, _ in e.terms for atom, _ in m):
         return e
     total = ZERO
     for m, c in e.terms:
         term = const(c)
         for atom, power in m:
-            piece = _simplify_atom(atom, facts)
+            piece = _simplify_atom(atom, facts, deep)
             for _ in range(power):
                 term = term * piece
         total = total + term
     return total
 
 
-def _simplify_atom(atom: Atom, facts: Facts) -> Expr:
+def _simplify_atom(atom: Atom, facts: Facts, deep: bool) -> Expr:
     if isinstance(atom, Sym):
         return Expr.atom(atom)
     assert isinstance(atom, Call)
-    args = [simplify(a, facts) for a in atom.args]
+    args = [simplify(a, facts, deep) for a in atom.args]
+    if deep:
+        args = [merge_divmod(a) for a in args]
     if atom.func in ("floordiv", "mod"):
         num, den = args
         for quotient, rest in (_split_multiples(num, den), (ZERO, num)):
             if prove_nonneg(rest, facts) and prove_less(rest, den, facts):
                 return quotient if atom.func == "floordiv" else rest
+        nested = _nested_division(atom.func, num, den, facts) if deep else None
+        if nested is not None:
+            return nested
+        inner = deep and num.as_symbol() is None and len(num.terms) == 1 and num.terms[0]
+        if atom.func == "mod" and inner and inner[1] == 1 and len(inner[0]) == 1 and inner[0][0][1] == 1:
+            # (b // c) % d is b // c when 0 <= b < c*d (c >= 0 as every size; c = 0 gives 0 % d = 0)
+            divided = inner[0][0][0]
+            if isinstance(divided, Call) and divided.func == "floordiv":
+                b, c = divided.args
+                if prove_nonneg(b, facts) and prove_less(b, c * den, facts):
+                    return num
     return _APPLY[atom.func](*args)

@@ -394,6 +394,8 @@ def fold_value(value: Value) -> Value:
             return b
         if value.op in ("add", "sub") and dtype.is_int and isinstance(b, Const) and b.value == 0:
             return a
+        if value.op == "pow" and isinstance(b, Const) and b.value == 2 and not dtype.is_int:
+            return Binary(dtype, "mul", a, a)  # x ** 2: x*x is the correctly rounded square, NaN and inf alike
     return value
 
 

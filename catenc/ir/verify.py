@@ -265,31 +265,35 @@ def bounds_problems(index: tuple[Expr, ...], buf: Buffer, facts: Facts, load: Lo
     return out
 
 
-def _floor_of(e: Expr) -> tuple[Expr, int] | None:
-    """(a, c) when e is exactly a // c for a constant c > 0 (a reshape's row of an inlined index)."""
+def _floor_of(e: Expr, facts: Facts) -> tuple[Expr, Expr] | None:
+    """(a, c) when e is exactly a // c for a constant c > 0 or a size c (a reshape's row of an
+    inlined index; a division by a size 0 gives 0)."""
     if len(e.terms) != 1:
         return None
     ((monomial, coefficient),) = e.terms
     if coefficient != 1 or len(monomial) != 1 or monomial[0][1] != 1:
         return None
     atom = monomial[0][0]
-    if not (isinstance(atom, Call) and atom.func == "floordiv" and atom.args[1].is_const and atom.args[1].value > 0):
+    if not (isinstance(atom, Call) and atom.func == "floordiv"):
         return None
-    return atom.args[0], atom.args[1].value
+    divisor = atom.args[1]
+    if divisor.is_const and divisor.value <= 0 or not proved_nonneg(divisor, facts):
+        return None
+    return atom.args[0], divisor
 
 
 def _proved_at_least_zero(e: Expr, facts: Facts) -> bool:
     """0 <= e; for e = a // c (c > 0) it is enough that 0 <= a."""
-    floor = _floor_of(e)
-    return proved_in_bounds(e, facts) or (floor is not None and proved_in_bounds(floor[0], facts))
+    floor = _floor_of(e, facts)
+    return proved_in_bounds(e, facts) or (floor is not None and _proved_at_least_zero(floor[0], facts))
 
 
 def _proved_below(e: Expr, dim: Expr, facts: Facts) -> bool:
-    """e < dim; for e = a // c (c > 0) it is enough that a < c*dim."""
-    floor = _floor_of(e)
+    """e < dim; for e = a // c (c > 0) it is enough that a < c*dim (which a >= 0 makes c > 0)."""
+    floor = _floor_of(e, facts)
     if proved_in_bounds(dim - e - 1, facts):
         return True
-    return floor is not None and proved_in_bounds(floor[1] * dim - floor[0] - 1, facts)
+    return floor is not None and _proved_below(floor[0], floor[1] * dim, facts)
 
 
 def _plainly_inside(index: Expr, dim: Expr, facts: Facts) -> bool:

@@ -29,9 +29,10 @@ from catenc.ir.nodes import (
     walk,
 )
 from catenc.ir.passes import substitute
+from catenc.registry import EXPENSIVE_OPS
 from catenc.schedule.contractions import Contraction
 from catenc.schedule.kernels import Decisions, Kernel, Schedule
-from catenc.symbolic import ONE, ZERO, Expr, sym
+from catenc.symbolic import ONE, ZERO, Call, Expr, sym
 
 
 @dataclass(frozen=True)
@@ -220,6 +221,7 @@ class _KernelLowerer:
         self.stack: list[_Frame] = []
         self.serial = count()
         self.reduced: dict[tuple, Value] = {}
+        self.hoisted: dict[tuple, Value] = {}
         self.taken = set(taken)
 
     def fresh(self, base: str) -> str:
@@ -238,7 +240,30 @@ class _KernelLowerer:
             return Where(value.dtype, cond, a, b)
         if isinstance(value, Reduce):
             return self.reduce(value, guards)
+        if not guards and _worth_hoisting(value):
+            hoisted = self.hoist(value)
+            if hoisted is not None:
+                return hoisted
         return value.with_children(tuple(self.lower(c, guards) for c in value.children()))
+
+    def hoist(self, value: Value) -> Value | None:
+        """A value the innermost loop does not change, computed once into a local in the outermost
+        loop it depends on (`rsqrt(var[n, c // D] + eps)` per channel, not per pixel); None where
+        it changes with the innermost loop."""
+        used = value_symbols(value)
+        target = max((level for level, frame in enumerate(self.stack) if frame.index in used), default=0)
+        if target >= len(self.stack) - 1:
+            return None
+        key = (value, tuple(self.stack))
+        if key not in self.hoisted:
+            saved = self.stack
+            self.stack = saved[: target + 1]
+            lowered = value.with_children(tuple(self.lower(c, ()) for c in value.children()))
+            self.stack = saved
+            name = self.fresh("h")
+            saved[target].stmts.append(Declare(name, value.dtype, lowered))
+            self.hoisted[key] = Local(value.dtype, name)
+        return self.hoisted[key]
 
     def reduce(self, value: Reduce, guards: tuple[Value, ...]) -> Value:
         frames = tuple(self.stack)  # the frames themselves: an id() could be a dead frame's, reused
@@ -279,6 +304,14 @@ class _KernelLowerer:
             stmts.extend(loops_frame.stmts)
         saved[target].stmts.extend(stmts)
         return result
+
+
+def _worth_hoisting(value: Value) -> bool:
+    """An expensive op, or a load at an index that divides: worth a local outside the loops
+    that do not change it."""
+    if isinstance(value, (Unary, Binary)):
+        return value.op in EXPENSIVE_OPS
+    return type(value) is Load and any(isinstance(a, Call) for e in value.index for m, _ in e.terms for a, _ in m)
 
 
 def _accumulate(value: Reduce, body: Value, fresh) -> tuple[list[Stmt], list[Stmt], Value]:

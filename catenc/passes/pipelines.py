@@ -15,6 +15,7 @@ from functools import partial
 
 from catenc.frontend import typed as T
 from catenc.ir.build import build_graph
+from catenc.ir.indices import coalesce_reductions, simplify_indices
 from catenc.ir.nodes import Graph, format_graph
 from catenc.ir.passes import fold_constants, inline_computes, remove_dead_computes, split_constant_slices
 from catenc.ir.verify import verify_graph
@@ -147,6 +148,10 @@ def build_pipeline(
          graph, graph, remarked(materialise_costly_operands), False),
         (fuse, "inline-computes", f"inline a value into its readers where that costs no extra work ({rereads})",
          graph, graph, remarked(inline), False),
+        (fuse, "simplify-indices", "divisions and remainders of load indices that the loop ranges make trivial",
+         graph, graph, lambda g: simplify_indices(g, facts or Facts()), False),
+        (fuse, "coalesce-reductions", "a reduction over adjacent axes of its loads as one longer loop",
+         graph, graph, coalesce_reductions, False),
         (fuse and cpu, "split-constant-slices", "a constant slice of an input as a pointer of its own",
          graph, graph, split_constant_slices, False),
         (True, "form-kernels", "one kernel per compute", graph, schedule, lambda g: form_kernels(g, tuple(remarks)),
