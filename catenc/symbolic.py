@@ -296,9 +296,17 @@ def _render_atom(atom: Atom, style: RenderStyle) -> str:
     assert isinstance(atom, Call)
     args = [a.render(style) for a in atom.args]
     if style is PYTHON and atom.func in ("floordiv", "mod"):
-        args = [a if _is_simple(x) else f"({a})" for a, x in zip(args, atom.args)]
+        left, right = atom.args  # a product divides as a whole: `a // (C*H)`, never `a // C*H`
+        args = [args[0] if _is_simple(left) else f"({args[0]})", args[1] if _is_factor(right) else f"({args[1]})"]
         return "(" + style.funcs[atom.func].format(*args) + ")"
     return style.funcs[atom.func].format(*args)
+
+
+def _is_factor(e: Expr) -> bool:
+    """A constant or a single atom: no operator binds it looser than `//` does."""
+    if e.is_const:
+        return e.value >= 0
+    return len(e.terms) == 1 and e.terms[0][1] == 1 and len(e.terms[0][0]) == 1 and e.terms[0][0][0][1] == 1
 
 
 def _is_simple(e: Expr) -> bool:
