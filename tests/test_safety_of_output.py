@@ -223,7 +223,7 @@ def test_composite_name_is_validated(tmp_path: Path, name: str) -> None:
         ('["x y: f32[N]"]', '["y: f32[N]"]', "y = x", 2),
         ('["x: f32[N]"]', '["y: f32[for]"]', "y = x", 3),
         ('["x: f32[for]"]', '["y: f32[for]"]', "y = x", 2),
-        ('["int: f32[N]"]', '["y: f32[N]"]', "y = int", 2),
+        ('["class: f32[N]"]', '["y: f32[N]"]', "y = x", 2),  # a Python keyword; `int` is a valid name now
         ('["x: f32[N]"]', '["workspace: f32[N]"]', "workspace = x", 3),
         ('["x: f32[catenc_n]"]', '["y: f32[catenc_n]"]', "y = x", 2),
     ],
