@@ -39,6 +39,7 @@ def random_decisions(rng: random.Random) -> Decisions:
         vector_lanes=rng.choice([0, 1, 4, 8, 16]),
         jam=rng.choice([1, 2, 3, 4]),
         vector_math=rng.random() < 0.5,
+        interchange=rng.random() < 0.5,
     )
 
 

@@ -16,6 +16,7 @@ from catenc.dtypes import BOOL, I64, DType
 from catenc.ir.cost import element_work
 from catenc.ir.nodes import (
     Binary,
+    Compute,
     Const,
     Load,
     Local,
@@ -28,9 +29,10 @@ from catenc.ir.nodes import (
     value_symbols,
     walk,
 )
-from catenc.ir.passes import substitute
+from catenc.ir.passes import replace_node, substitute
 from catenc.registry import EXPENSIVE_OPS
 from catenc.schedule.contractions import Contraction
+from catenc.schedule.interchange import COMBINE, strided_reduction
 from catenc.schedule.kernels import Decisions, Kernel, Schedule
 from catenc.symbolic import ONE, ZERO, Call, Expr, sym
 
@@ -156,13 +158,16 @@ def _lower_kernel(schedule: Schedule, kernel: Kernel) -> LoopKernel:
                 inner.append((name, extent))
         body = substitute(member.body, mapping)
         frames = [row] + [_Frame(name, extent) for name, extent in inner]
-        lowerer.stack = frames
-        value = lowerer.lower(body, ())
         index = tuple(mapping.get(name, sym(name)) for name, _ in member.indices)
-        if member.name in kernel.scalars:
-            frames[-1].stmts.append(Declare(member.name, value.dtype, value))
+        if _interchanges(kernel, member, inner, schedule.graph.buffer(member.name).dtype):
+            lowerer.interchanged(frames, member.name, index, body)
         else:
-            frames[-1].stmts.append(Store(member.name, index, value))
+            lowerer.stack = frames
+            value = lowerer.lower(body, ())
+            if member.name in kernel.scalars:
+                frames[-1].stmts.append(Declare(member.name, value.dtype, value))
+            else:
+                frames[-1].stmts.append(Store(member.name, index, value))
         _close(frames, 1)
         flops = flops + element_work(member.body).ops * _product(e for _, e in member.indices)
         if member.name not in kernel.scalars:
@@ -246,6 +251,25 @@ class _KernelLowerer:
                 return hoisted
         return value.with_children(tuple(self.lower(c, guards) for c in value.children()))
 
+    def interchanged(self, frames: list[_Frame], name: str, index: tuple[Expr, ...], body: Value) -> None:
+        """A compute whose one reduction runs outside its last loop (frames[-1], dropped):
+        `name[..., d]` starts at the reduction's identity, each step of the reduction's loops
+        combines into it over d, then the rest of the body finishes it over d."""
+        last = frames.pop()
+        reduce = next(node for node in walk(body) if isinstance(node, Reduce))
+        acc = Load(reduce.dtype, name, index)
+        start = Store(name, index, Const(reduce.dtype, identity(reduce.op, reduce.dtype)))
+        frames[-1].stmts.append(For(last.index, last.extent, (start,)))
+        self.stack = frames + [_Frame(n, e) for n, e in reduce.indices] + [_Frame(last.index, last.extent)]
+        step = Binary(reduce.dtype, COMBINE[reduce.op], acc, self.lower(reduce.body, ()))
+        self.stack[-1].stmts.append(Store(name, index, step))
+        _close(self.stack, len(frames))
+        rest = replace_node(body, reduce, acc)
+        if rest != acc:
+            self.stack = frames + [_Frame(last.index, last.extent)]
+            self.stack[-1].stmts.append(Store(name, index, self.lower(rest, ())))
+            _close(self.stack, len(frames))
+
     def hoist(self, value: Value) -> Value | None:
         """A value the innermost loop does not change, computed once into a local in the outermost
         loop it depends on (`rsqrt(var[n, c // D] + eps)` per channel, not per pixel); None where
@@ -306,6 +330,18 @@ class _KernelLowerer:
         return result
 
 
+def _interchanges(kernel: Kernel, member: Compute, inner: list[tuple[str, Expr]], storage: DType) -> bool:
+    """Whether the kernel's decision to interchange applies to this member: a stored value
+    whose last index is an inner loop and whose reduction runs down a strided axis."""
+    return (
+        kernel.decisions.interchange
+        and member.name not in kernel.scalars
+        and bool(inner)
+        and inner[-1][0] == member.indices[-1][0]
+        and strided_reduction(member, storage) is not None
+    )
+
+
 def _worth_hoisting(value: Value) -> bool:
     """An expensive op, or a load at an index that divides: worth a local outside the loops
     that do not change it."""
@@ -344,9 +380,8 @@ def _accumulate(value: Reduce, body: Value, fresh) -> tuple[list[Stmt], list[Stm
         return declares, updates, Local(I64, pos)
     acc = fresh("acc")
     local = Local(dtype, acc)
-    combine = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}[value.op]
     declares = [Declare(acc, dtype, Const(dtype, identity(value.op, dtype)))]
-    return declares, [Assign(acc, Binary(dtype, combine, local, body))], local
+    return declares, [Assign(acc, Binary(dtype, COMBINE[value.op], local, body))], local
 
 
 def identity(op: str, dtype: DType) -> bool | int | float:

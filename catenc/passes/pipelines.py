@@ -27,6 +27,7 @@ from catenc.lower.verify import verify_loops
 from catenc.passes.manager import Pass, Pipeline, Structure
 from catenc.runtime.descriptor import Runtime
 from catenc.schedule.contractions import GEMM_DTYPES, Contraction, materialise_costly_operands
+from catenc.schedule.interchange import interchange_reductions
 from catenc.schedule.kernels import (
     Schedule,
     Tune,
@@ -162,6 +163,8 @@ def build_pipeline(
          False),
         (packed, "choose-gemm-tiles", "cache and register tiles of each packed gemm",
          schedule, schedule, lambda sc: choose_gemm_tiles(sc, target.gemm_tiles()), True),
+        (fast and cpu, "interchange-reductions", "a reduction down a strided axis runs outside the last row loop",
+         schedule, schedule, interchange_reductions, False),
         (fast and cpu and target.threads, "parallelize", "run each kernel's outer loop on threads when big enough",
          schedule, schedule, lambda sc: decide(sc, parallel=True), False),
         (fast and cpu, "vector-reductions", "give reductions one partial sum per vector lane",

@@ -36,13 +36,15 @@ class Decisions:
     vector_lanes: int = 0  # f32 lanes of the target's vectors; reductions get 2 vectors of partial sums (0: none)
     jam: int = 1  # rows of a matrix-vector product reduced in one pass (1: none)
     vector_math: bool = False  # f32 transcendentals as vectorisable polynomials (vecmath), not libm calls
+    interchange: bool = False  # a strided reduction runs outside the last row loop (schedule/interchange.py)
 
     def describe(self) -> str:
         threads = f"threads from work {self.parallel_work}" if self.parallel else "one thread"
         lanes = f"{self.vector_lanes}-lane reductions" if self.vector_lanes else "scalar reductions"
         jam = f"{self.jam} rows jammed" if self.jam > 1 else "no row jam"
         math = "vector math" if self.vector_math else "libm math"
-        return f"{threads}, {lanes}, {jam}, {math}"
+        swap = ", reduction outside the last row loop" if self.interchange else ""
+        return f"{threads}, {lanes}, {jam}, {math}{swap}"
 
 
 @dataclass(frozen=True)
