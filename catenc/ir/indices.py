@@ -85,14 +85,10 @@ def _has_divisions(value: Value) -> bool:
     """Whether some load index under value divides or takes a remainder."""
     found = value.__dict__.get("_divisions")
     if found is None:
-        own = isinstance(value, Load) and any(_divides(e) for e in value.index)
+        own = isinstance(value, Load) and any(_divisions(e) for e in value.index)
         found = own or any(_has_divisions(c) for c in value.children())
         object.__setattr__(value, "_divisions", found)
     return found
-
-
-def _divides(e: Expr) -> bool:
-    return any(isinstance(atom, Call) for monomial, _ in e.terms for atom, _ in monomial)
 
 
 def _divisions(e: Expr) -> int:
