@@ -66,3 +66,19 @@ def test_tril_triu_with_offsets(lib, shape, dtype):
     expected = (np.tril(x), np.triu(x), np.tril(x, 1), np.triu(x, -2))
     for got, want in zip((lower, upper, lower1, upper_m2), expected):
         assert_close(got, want, rtol=0, atol=0)
+
+
+def test_tril_of_a_bool_tensor_is_a_causal_mask(compile_composites):
+    """np.tril on bool keeps False above the diagonal; the fill literal 0 took dtype bool and
+    was refused ('the number 0 cannot take dtype bool')."""
+    lib = compile_composites(
+        """
+        [composite.masked]
+        inputs = ["s: f32[H, T, T]"]
+        outputs = ["y: f32[H, T, T]"]
+        body = "y = where(tril(ones([T, T], bool))[None, :, :], s, -inf)"
+        """
+    )
+    s = randn((2, 5, 5))
+    want = np.where(np.tril(np.ones((5, 5), bool))[None], s, -np.inf)
+    np.testing.assert_array_equal(lib["masked"](s), want)

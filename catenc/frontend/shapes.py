@@ -247,9 +247,10 @@ class ShapeFunctions:
         col = T.Reshape(T.TType(I64, (ONE, cols)), loc, T.Arange(T.TType(I64, (cols,)), loc))
         shifted = T.Apply(T.TType(I64, (rows, ONE)), loc, "add", (row, T.SymVal(T.TType(I64, ()), loc, k, False)))
         keep = T.Apply(T.TType(BOOL, (rows, cols)), loc, "le" if lower else "ge", (col, shifted))
-        zero = self.retype(T.Lit(T.TType(I64, ()), loc, 0, True), arg.type.dtype, node)
         if arg.type.dtype == BOOL:
             zero = T.Lit(T.TType(BOOL, ()), loc, False, False)
+        else:
+            zero = self.retype(T.Lit(T.TType(I64, ()), loc, 0, True), arg.type.dtype, node)
         return T.Apply(arg.type, loc, "where", (keep, arg, zero))
 
     def fn_tril(self, node: ast.Call, loc: Loc) -> T.Node:
