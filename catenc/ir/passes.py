@@ -180,7 +180,10 @@ def inline_decision(producer: Compute, sites: list[Site], element_bytes: int, re
     made = elements(producer)
     each = element_work(producer.body).weighted
     traffic = (made + evaluations) * element_bytes * BYTE_WEIGHT
-    kind = "a reduction" if producer.body.summary.has_reduce else "an expensive elementwise value"
+    if producer.body.summary.has_reduce:
+        kind = "a reduction"
+    else:
+        kind = "an expensive elementwise value" if calls_expensive(producer.body) else "an elementwise value"
     if not no_more_than(evaluations * each, made * each + traffic):
         consumer, most = max(per_read.items(), key=lambda item: at_reference(item[1]))
         if not no_more_than(most, made):
