@@ -604,7 +604,7 @@ SMALL_VALUES = 4
 def _prove_by_cases(e: Expr, facts: Facts, depth: int) -> bool:
     if depth >= MAX_CASE_DEPTH:
         return False
-    atoms = _call_atoms(e)
+    atoms = call_atoms(e)
     divided_names = set().union(*(a.free_symbols() for a in atoms if a.func in ("floordiv", "mod"))) if atoms else set()
     for name, c in divisibility(facts):
         if name in divided_names:  # name % c == 0: write name as c*name and the division cancels
@@ -677,7 +677,8 @@ def _substitute_facts(facts: Facts, mapping: Mapping[str, Expr]) -> Facts:
     )
 
 
-def _call_atoms(e: Expr) -> list[Call]:
+def call_atoms(e: Expr) -> list[Call]:
+    """The divisions, remainders, maxima and minima of e's terms."""
     return [atom for m, _ in e.terms for atom, _ in m if isinstance(atom, Call)]
 
 
@@ -708,7 +709,7 @@ def _prove_direct(e: Expr, facts: Facts) -> bool:
     if any(_nonneg_over_symbols(r, facts) for r in reduced):
         return True
     # Last: fold a // b and a % b whose a lies in [0, b) (e.g. (K - 1) // K once k < K is used).
-    return any(_nonneg_over_symbols(s, facts) for s in (simplify(r, facts) for r in reduced if _call_atoms(r)))
+    return any(_nonneg_over_symbols(s, facts) for s in (simplify(r, facts) for r in reduced if call_atoms(r)))
 
 
 def _scales(e: Expr, fact: Expr) -> list[Expr]:
@@ -775,7 +776,7 @@ def _nested_division(func: str, num: Expr, den: Expr, facts: Facts) -> Expr | No
     monomial, coef = den.terms[0]
     atoms = [atom for atom, power in monomial for _ in range(power)]
     for size in range(len(atoms) - 1, 0, -1):
-        for chosen in sorted(set(itertools.combinations(range(len(atoms)), size))):
+        for chosen in itertools.combinations(range(len(atoms)), size):
             d = product(Expr.atom(atoms[k]) for k in chosen)
             m = product(Expr.atom(atoms[k]) for k in range(len(atoms)) if k not in chosen) * coef
             quotient, rest = _split_multiples(num, d)

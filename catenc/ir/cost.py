@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from catenc.ir.nodes import Binary, Buffer, Compute, Reduce, Unary, Value, loads
+from catenc.ir.nodes import Binary, Buffer, Compute, Reduce, Unary, Value, loaded_buffers
 from catenc.registry import TRANSCENDENTAL_OPS
 from catenc.symbolic import ONE, ZERO, Expr, product
 
@@ -132,17 +132,13 @@ def computes_cost(computes: Iterable[Compute], buffers: dict[str, Buffer], store
         work = element_work(c.body)
         flops, calls = flops + work.ops * elements(c), calls + work.calls * elements(c)
     written = {c.name for c in computes}
-    loaded = dict.fromkeys(b for c in computes for b in _loaded(c.body) if b not in written)
+    loaded = dict.fromkeys(b for c in computes for b in loaded_buffers(c.body) if b not in written)
     return Cost(
         flops,
         calls,
         sum((buffer_bytes(buffers[b]) for b in loaded), ZERO),
         sum((buffer_bytes(buffers[b]) for b in stored), ZERO),
     )
-
-
-def _loaded(value: Value) -> list[str]:
-    return list(dict.fromkeys(ld.buffer for ld in loads(value)))
 
 
 def at_reference(e: Expr, sizes: dict[str, int] | None = None) -> int:

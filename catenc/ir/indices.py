@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from catenc.ir.nodes import Buffer, Compute, Gather, Graph, Load, Reduce, SymInt, Value, walk
+from catenc.ir.nodes import Buffer, Compute, Gather, Graph, Load, Reduce, Value, own_symbols, walk
+from catenc.ir.passes import substitute
 from catenc.ir.verify import bounds_problems
-from catenc.symbolic import Call, Expr, Facts, const, divisibility, floordiv, mod, simplify, sym
+from catenc.symbolic import Expr, Facts, call_atoms, const, divisibility, floordiv, mod, simplify, sym
 
 
 def simplify_indices(graph: Graph, facts: Facts) -> Graph:
@@ -93,7 +94,7 @@ def _has_divisions(value: Value) -> bool:
 
 def _divisions(e: Expr) -> int:
     """How many divisions and remainders e computes (each distinct one once)."""
-    atoms = {atom for monomial, _ in e.terms for atom, _ in monomial if isinstance(atom, Call)}
+    atoms = set(call_atoms(e))
     return len(atoms) + sum(_divisions(arg) for atom in atoms for arg in atom.args)
 
 
@@ -123,7 +124,8 @@ def _coalesced(value: Value, shapes: dict[str, tuple[Expr, ...]]) -> Value:
     while k + 1 < len(value.indices):
         (a, extent_a), (b, extent_b) = value.indices[k], value.indices[k + 1]
         if _reads_as_adjacent_axes(value.body, a, b, extent_a, extent_b, shapes):
-            body = _merge_axes(value.body, a, b, extent_b)
+            # a and b stand only in loads: `[..., a, b]` becomes `[..., a // extent_b, a % extent_b]`
+            body = substitute(value.body, {a: floordiv(sym(a), extent_b), b: mod(sym(a), extent_b)})
             indices = value.indices[:k] + ((a, extent_a * extent_b),) + value.indices[k + 2 :]
             value = replace(value, indices=indices, body=body)
         else:
@@ -136,7 +138,7 @@ def _reads_as_adjacent_axes(value: Value, a: str, b: str, extent_a: Expr, extent
     pair = (sym(a), sym(b))
     for node in walk(value):
         if not isinstance(node, Load) or isinstance(node, Gather):
-            if isinstance(node, (SymInt, Reduce)) and not _own_names(node).isdisjoint((a, b)):
+            if not own_symbols(node).isdisjoint((a, b)):  # a reduction's extents, an index as a value
                 return False
             if isinstance(node, Gather) and not node.summary.symbols.isdisjoint((a, b)):
                 return False
@@ -151,25 +153,3 @@ def _reads_as_adjacent_axes(value: Value, a: str, b: str, extent_a: Expr, extent
         if (shape[k], shape[k + 1]) != (extent_a, extent_b):
             return False
     return True
-
-
-def _own_names(node: Value) -> set[str]:
-    if isinstance(node, SymInt):
-        return node.expr.free_symbols()
-    assert isinstance(node, Reduce)
-    return set().union(*(e.free_symbols() for _, e in node.indices))
-
-
-def _merge_axes(value: Value, a: str, b: str, extent_b: Expr) -> Value:
-    """Loads `[..., a, b, ...]` read as `[..., a // extent_b, a % extent_b, ...]` (a now ranges
-    over both)."""
-    mapping = {a: floordiv(sym(a), extent_b), b: mod(sym(a), extent_b)}
-
-    def rewrite(node: Value) -> Value:
-        if isinstance(node, Load):
-            return replace(node, index=tuple(e.substitute(mapping) for e in node.index))
-        children = node.children()
-        new = tuple(rewrite(c) for c in children)
-        return node.with_children(new) if any(n is not c for n, c in zip(new, children)) else node
-
-    return rewrite(value)

@@ -83,7 +83,7 @@ def _summarise(value: Value) -> Summary:
             continue
         parts = [child.__dict__["_summary"] for child in node.children()]
         op = getattr(node, "op", None)
-        symbols = frozenset(_own_symbols(node)).union(*(p.symbols for p in parts))
+        symbols = frozenset(own_symbols(node)).union(*(p.symbols for p in parts))
         summary = Summary(
             size=1 + sum(p.size for p in parts),
             depth=1 + max((p.depth for p in parts), default=0),
@@ -96,7 +96,7 @@ def _summarise(value: Value) -> Summary:
     return value.__dict__["_summary"]
 
 
-def _own_symbols(node: Value) -> set[str]:
+def own_symbols(node: Value) -> set[str]:
     """The names a node's own index expressions and reduction ranges mention."""
     if isinstance(node, Load):
         return set().union(*(e.free_symbols() for e in node.index))
@@ -238,6 +238,16 @@ def walk(value: Value) -> Iterator[Value]:
 
 def loads(value: Value) -> Iterator[Load]:
     return (v for v in walk(value) if isinstance(v, Load))
+
+
+def loaded_buffers(value: Value) -> list[str]:
+    """The buffers a value tree loads, each once, in the order of their first load."""
+    return list(dict.fromkeys(ld.buffer for ld in loads(value)))
+
+
+def contains(value: Value, part: Value) -> bool:
+    """Whether `part` is a subtree of value."""
+    return any(node == part for node in walk(value))
 
 
 def value_symbols(value: Value) -> set[str]:

@@ -22,6 +22,7 @@ from catenc.ir.nodes import (
     Unary,
     Value,
     Where,
+    loaded_buffers,
     loads,
     walk,
 )
@@ -245,7 +246,7 @@ class _Inliner:
         self.position = {c.name: k for k, c in enumerate(graph.computes)}
         self.temps = {b.name for b in graph.buffers if b.role == "temp"}
         self.itemsize = {b.name: b.dtype.itemsize for b in graph.buffers}
-        self.reads = {c.name: dict.fromkeys(ld.buffer for ld in loads(c.body)) for c in graph.computes}
+        self.reads = {c.name: dict.fromkeys(loaded_buffers(c.body)) for c in graph.computes}
         self.readers: dict[str, set[str]] = {}  # buffer -> the computes that load it
         for c in graph.computes:
             for name in self.reads[c.name]:
@@ -276,7 +277,7 @@ class _Inliner:
         result = remove_dead_computes(replace(self.graph, computes=tuple(self.computes.values())))
         readers: dict[str, list[Compute]] = {}
         for c in result.computes:
-            for name in dict.fromkeys(ld.buffer for ld in loads(c.body)):
+            for name in loaded_buffers(c.body):
                 readers.setdefault(name, []).append(c)
         notes = []
         for producer in result.computes:

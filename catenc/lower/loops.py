@@ -34,7 +34,7 @@ from catenc.registry import EXPENSIVE_OPS
 from catenc.schedule.contractions import Contraction
 from catenc.schedule.interchange import COMBINE, strided_reduction
 from catenc.schedule.kernels import Decisions, Kernel, Schedule
-from catenc.symbolic import ONE, ZERO, Call, Expr, sym
+from catenc.symbolic import ONE, ZERO, Expr, call_atoms, sym
 
 
 @dataclass(frozen=True)
@@ -347,7 +347,7 @@ def _worth_hoisting(value: Value) -> bool:
     that do not change it."""
     if isinstance(value, (Unary, Binary)):
         return value.op in EXPENSIVE_OPS
-    return type(value) is Load and any(isinstance(a, Call) for e in value.index for m, _ in e.terms for a, _ in m)
+    return type(value) is Load and any(call_atoms(e) for e in value.index)
 
 
 def _accumulate(value: Reduce, body: Value, fresh) -> tuple[list[Stmt], list[Stmt], Value]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from catenc.dtypes import DType
-from catenc.ir.nodes import Binary, Const, Load, Local, Value, value_symbols, walk
+from catenc.ir.nodes import Binary, Const, Load, Local, Value, contains, value_symbols, walk
 from catenc.ir.passes import calls_expensive, replace_node, substitute
 from catenc.lower.loops import Assign, Declare, For, If, LaneReduce, LoopKernel, Stmt, Store
 from catenc.symbolic import sym
@@ -165,7 +165,7 @@ def _store_and_reload(reduce: LaneReduce, loop: Stmt, storage: dict[str, DType])
     if not isinstance(store, Store) or reduce.index in _names(store):
         return None
     value = substitute(reduce.value, {reduce.index: sym(loop.index)})
-    if not _contains(store.value, value):
+    if not contains(store.value, value):
         return None
     # the value read back must be the reduced one exactly: stored in the dtype it is computed in
     if storage[store.buffer] != reduce.dtype or reduce.dtype.name in ("f16", "bf16", "bool"):
@@ -176,10 +176,6 @@ def _store_and_reload(reduce: LaneReduce, loop: Stmt, storage: dict[str, DType])
     back = tuple(e.substitute({loop.index: sym(reduce.index)}) for e in store.index)
     reduced = replace(reduce, store=(store.buffer, back))
     return reduced, replace(loop, body=(replace(store, value=replace_node(store.value, value, load)),))
-
-
-def _contains(value: Value, part: Value) -> bool:
-    return any(n == part for n in walk(value))
 
 
 def _names(store: Store) -> set[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from catenc.dtypes import DType
-from catenc.ir.nodes import Compute, Gather, Reduce, Where, loads, walk
+from catenc.ir.nodes import Compute, Gather, Reduce, Where, contains, loads, walk
 from catenc.schedule.kernels import Schedule
 from catenc.symbolic import ONE, sym
 
@@ -35,7 +35,7 @@ def strided_reduction(compute: Compute, storage: DType) -> Reduce | None:
     (reduce,) = reduces
     if reduce.op not in COMBINE or reduce.dtype != storage or reduce.dtype.name == "bool":
         return None
-    if reduce.body.summary.has_reduce or any(isinstance(n, Where) and reduce in walk(n) for n in walk(compute.body)):
+    if reduce.body.summary.has_reduce or any(isinstance(n, Where) and contains(n, reduce) for n in walk(compute.body)):
         return None
     if any(load.buffer == compute.name for load in loads(compute.body)):
         return None
