@@ -28,6 +28,7 @@ from catenc.frontend.composites import load_composite_file
 from catenc.plan import FilePlan, Options
 from catenc.runtime.descriptor import bundled_runtime_names, load_runtime
 from catenc.schedule.kernels import kernel_cost
+from catenc.schedule.tuning_file import load_tuning
 from catenc.symbolic import const
 
 EXIT_USER, EXIT_USAGE, EXIT_TEST, EXIT_INTERNAL = 1, 2, 3, 4
@@ -353,6 +354,13 @@ def main() -> None:
 @click.option("--disable-pass", "disabled_passes", multiple=True, metavar="PASS", help="Skip an optional pass.")
 @click.option("--time-passes", is_flag=True, help="Print the time each pass took to stderr.")
 @click.option("--verify-ir", is_flag=True, help="Check the IR's invariants after every pass (also CATENC_VERIFY_IR=1).")
+@click.option(
+    "--tuning",
+    "tuning_path",
+    default=None,
+    metavar="FILE",
+    help="Apply a tuning file written by `catenc tune` (its entries for this machine and toolchain).",
+)
 @click.option("-MD", "make_deps", is_flag=True, help="Write a Make depfile.")
 @click.option("-MF", "depfile", default=None, metavar="FILE", help="Depfile path.")
 @click.option("-MT", "dep_target", default=None, metavar="TARGET", help="Depfile target.")
@@ -444,6 +452,7 @@ def _compile(
     disabled_passes,
     time_passes,
     verify_ir,
+    tuning_path,
     make_deps,
     depfile,
     dep_target,
@@ -471,6 +480,7 @@ def _compile(
         dump_after=_pass_names(dump_after),
         verify_ir=verify_ir,
         time_passes=time_passes,
+        tuning=load_tuning(tuning_path) if tuning_path else None,
     )
     if print_passes:
         click.echo(print_pipeline(options))
@@ -501,6 +511,10 @@ def _compile(
     if verbose and not quiet:
         for path in written.values():
             click.echo(f"catenc: {'wrote' if path in request.written else 'unchanged'} {path}")
+        for entry in plan.entries:
+            for note in entry.schedule.notes:
+                if note.startswith("tuning: "):
+                    click.echo(f"catenc: note: {note}")
     if test_sizes is None:
         return 0
     return _run_test(plan, written, test_sizes, quiet)

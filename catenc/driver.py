@@ -19,6 +19,9 @@ from catenc.passes.manager import Instruments, Pipeline, VerifyError, run_pipeli
 from catenc.passes.pipelines import Target, build_pipeline
 from catenc.plan import EntryPlan, FilePlan, Options
 from catenc.resources import package_path
+from catenc.runtime.machine import host_machine, toolchain_target
+from catenc.schedule.kernels import Tune
+from catenc.schedule.tuning_file import apply_tuning
 from catenc.symbolic import Facts
 
 
@@ -128,7 +131,14 @@ def plan_entry(
 
 def pipeline_for(options: Options, symbol: str = "", facts: Facts | None = None) -> Pipeline:
     """The pipeline of the options' level, runtime and tuner (kernels named `<symbol>_k<n>`)."""
-    return build_pipeline(options.opt, Target.of(options.runtime, options.config), symbol, facts, options.tune)
+    return build_pipeline(options.opt, Target.of(options.runtime, options.config), symbol, facts, tune_of(options))
+
+
+def tune_of(options: Options) -> Tune | None:
+    """The options' tuner, else their tuning file's decisions for this machine and toolchain."""
+    if options.tune is not None or options.tuning is None:
+        return options.tune
+    return apply_tuning(options.tuning, host_machine(), toolchain_target(options.runtime, options.config))
 
 
 def print_pipeline(options: Options) -> str:

@@ -15,6 +15,7 @@ from catenc.lower.gpu import GpuKernel
 from catenc.lower.loops import LoopKernel
 from catenc.runtime.descriptor import Runtime
 from catenc.schedule.kernels import Schedule, Tune
+from catenc.schedule.tuning_file import Tuning
 from catenc.symbolic import Expr
 
 
@@ -31,7 +32,8 @@ class Options:
     dump_after: tuple[str, ...] = ()  # --dump-after: passes (or "all") whose result is written out
     verify_ir: bool = False  # --verify-ir: check the invariants after every pass
     time_passes: bool = False  # --time-passes: time every pass
-    tune: Tune | None = None  # changes the schedule's decisions (never results)
+    tune: Tune | None = None  # changes the schedule's decisions (never results): a tuner, a test
+    tuning: Tuning | None = None  # --tuning: a tuning file's decisions, where its entries match
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,94 @@
+"""`catenc tune`: search the schedule of a file's entries on this machine and write what was
+found to a tuning file (docs/cli.md, "Tuning"). The search is catenc/tune/search.py; this
+module plans the file, wires the measurements and reads and writes the file."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from catenc.build import write_atomic
+from catenc.driver import plan_file
+from catenc.passes.pipelines import Target
+from catenc.plan import Options
+from catenc.runtime.machine import host_machine, toolchain_target
+from catenc.schedule.kernels import Schedule
+from catenc.schedule.tuning_file import Tuning, load_tuning
+from catenc.tune.search import Knob, Measure, Progress, Search, collect_knobs, entries_of, resume, run_search
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    tuning: Tuning  # the whole file as written
+    knobs: tuple[Knob, ...]
+    rounds: int
+    interrupted: bool
+
+
+def heuristic_schedules(path: str, options: Options) -> list[Schedule]:
+    """Each entry's schedule as the tuner sees it (at the pass that applies a tuning)."""
+    seen: list[Schedule] = []
+
+    def record(schedule: Schedule) -> Schedule:
+        seen.append(schedule)
+        return schedule
+
+    plan_file(path, replace(options, tune=record, tuning=None))
+    return seen
+
+
+def tune_file(
+    path: str,
+    options: Options,
+    bindings: Sequence[dict[str, int]],
+    budget: float,
+    output: str,
+    measure: Measure,
+    progress: Progress | None = None,
+) -> TuneResult:
+    """Search, then merge the entries into `output` (its entries for other kernels, machines or
+    toolchains are kept; measured candidates of this one count as measured: a resumed run)."""
+    target = Target.of(options.runtime, options.config)
+    schedules = heuristic_schedules(path, options)
+    knobs = collect_knobs(schedules, bindings, target.threads, target.vector_lanes)
+    search = Search(knobs, target.threads)
+    machine, toolchain = host_machine(), toolchain_target(options.runtime, options.config)
+    previous = load_tuning(output) if Path(output).is_file() else Tuning(path=output)
+    resume(search, [e for e in previous.entries if e.machine == machine and e.target == toolchain])
+    interrupted = False
+    try:
+        run_search(search, measure, budget, progress)
+    except KeyboardInterrupt:
+        interrupted = True
+    tuning = previous.merged(entries_of(search, machine, toolchain, bindings))
+    write_atomic(Path(output), tuning.dumps())
+    return TuneResult(tuning, tuple(knobs), search.rounds, interrupted)
+
+
+def summary(result: TuneResult) -> list[str]:
+    """A line per knob: heuristic and tuned time, and what changed (or why it was not searched)."""
+    lines = []
+    for knob in result.knobs:
+        if knob.pruned:
+            lines.append(f"  {knob.label}: heuristics kept ({knob.pruned})")
+            continue
+        if not knob.measured:
+            lines.append(f"  {knob.label}: not measured (budget spent)")
+            continue
+        base = knob.measured.get(knob.heuristic, math.nan)
+        best = knob.best()
+        tuned = knob.measured[best]
+        changes = knob_changes(knob, best)
+        lines.append(
+            f"  {knob.label}: {1e3 * base:.3f} ms -> {1e3 * tuned:.3f} ms ({changes}; {len(knob.measured)} tried)"
+        )
+    return lines
+
+
+def knob_changes(knob: Knob, candidate: str) -> str:
+    values = json.loads(candidate)
+    changed = [f"{name}={json.dumps(values[name])}" for name in sorted(values) if values[name] != knob.base.get(name)]
+    return ", ".join(changed) or "heuristics kept"
