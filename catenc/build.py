@@ -59,6 +59,7 @@ class BuildRequest:
     depfile: str | None = None
     dep_target: str | None = None
     dep_phony: bool = False
+    profile: bool = False  # time every kernel call (catenc profile; catenc/emit.py render_source)
     written: list[str] = field(default_factory=list)  # filled by build: the outputs it rewrote
 
 
@@ -139,7 +140,7 @@ def build(plan: FilePlan, options: Options, request: BuildRequest) -> dict[str, 
     names = file_names(stem, runtime.source_suffix)
     out_dir = output_directory(request.out_dir)
     origin = Path(request.path).name  # no directory of the build machine in the outputs
-    source = render_source(plan.entries, stem, origin, runtime.renderer(), runtime.source_suffix)
+    source = render_source(plan.entries, stem, origin, runtime.renderer(), runtime.source_suffix, request.profile)
     emit = _emitted(request.emit, runtime)
     staging, staging_lock = None, None
     try:

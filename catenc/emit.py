@@ -142,16 +142,21 @@ def render_source(
     source: str,
     renderer: CRenderer,
     suffix: str = ".c",
+    profile: bool = False,
 ) -> str:
+    """The source of the entries; with `profile`, a host source also times each kernel call site
+    and exports the table (`catenc profile`; catenc/codegen/templates/model.c.j2 says how)."""
     check_entry_names(entries, renderer)
     if renderer.work_groups:
+        if profile:
+            raise CatencError(f"profiling needs a host runtime; {renderer.language} kernels run on a device")
         return render_gpu_source(entries, stem, source, renderer, suffix)
     prelude = _ENV.get_template("prelude.c.j2").render(**prelude_tables())
     prelude += "\n" + _ENV.get_template("vecmath.c.j2").render()
     tiles = gemm_tiles(entries)
     if tiles:
         prelude += "\n" + render_gemm_support(tiles)
-    context = [_entry_context(e, renderer) for e, _ in renamed_entries(entries, renderer)]
+    context = [_entry_context(e, renderer, profile) for e, _ in renamed_entries(entries, renderer)]
     return _ENV.get_template("model.c.j2").render(
         source_name=f"{stem}{suffix}",
         header_name=f"{stem}.h",
@@ -159,6 +164,7 @@ def render_source(
         source=source,
         prelude=prelude.strip(),
         entries=context,
+        profile=profile,
     )
 
 
@@ -292,7 +298,7 @@ def gemm_tiles(entries: tuple[EntryPlan, ...]) -> dict[str, GemmTiles]:
     return dict(sorted(tiles.items()))
 
 
-def _entry_context(entry: EntryPlan, renderer: CRenderer) -> dict:
+def _entry_context(entry: EntryPlan, renderer: CRenderer, profile: bool = False) -> dict:
     graph = entry.schedule.graph
     args = buffer_args(graph.buffers)
     kernels = [renderer.kernel(k, args) for k in entry.kernels if k.shares is None]
@@ -308,13 +314,15 @@ def _entry_context(entry: EntryPlan, renderer: CRenderer) -> dict:
             temps.append(f"{ctype}* {name} = ({ctype}*)((char*)workspace + {slot.offset.to_c()});")
     scalar_inputs = {name for name, ttype in entry.program.inputs if ttype.rank == 0}
     calls = []
-    for kernel in entry.kernels:
+    for n, kernel in enumerate(entry.kernels):
         actuals = [f"&{b}" if b in scalar_inputs else b for b in kernel.buffers] + list(kernel.symbols)
-        calls.append(f"{kernel.shares or kernel.name}({', '.join(actuals)})")
+        call = f"{kernel.shares or kernel.name}({', '.join(actuals)})"
+        calls.append(f"CATENC_PROFILE_CALL({entry.symbol}_profile_table, {n}, {call})" if profile else call)
     checks = [_render_check(c.lhs, c.op, c.rhs) for c in entry.checks]
     statuses = [b.name for b in graph.buffers if b.role == "status"]
     return {
         "name": entry.name,
+        "symbol": entry.symbol,
         "kernels": kernels,
         "prototype": signature(entry),
         "workspace_prototype": workspace_signature(entry),
