@@ -1,6 +1,6 @@
 """The benchmark suite behind bench/run.py (see its docstring for the environment it sets up).
 
-Steps: build and run the machine-peak kernels (bench/peaks/), compile every composite of
+Steps: build and run the machine-peak kernels (catenc/peaks/), compile every composite of
 bench/composites/ (and the GPT-2 sample, samples/gpt2/gpt2.toml) with catenc at the default
 level and at -O3 (timing file -> loaded library), then for each workload time catenc and its
 peers round-robin on the same inputs, check every result against a float64 reference, and
@@ -30,16 +30,16 @@ import numpy as np
 import threadpoolctl
 import torch
 from cases import Case, cases
-from ccall import BoundCall
 
 import catenc
+from catenc.ccall import BoundCall
 from catenc.diagnostics import CatencError
 from catenc.loader import Library, load
 from catenc.runtime.descriptor import load_runtime
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-PEAKS = BENCH / "peaks"
+PEAKS = Path(catenc.__file__).resolve().parent / "peaks"  # the probes catenc profile runs too
 BUILD = ROOT / "build" / "bench"
 RESULTS = BENCH / "results.md"
 
@@ -108,7 +108,7 @@ def measure_peaks(quick: bool) -> Peaks:
     BUILD.mkdir(parents=True, exist_ok=True)
     triad = (256, 8) if quick else (TRIAD_MIB, TRIAD_PASSES)
     fma = (2_000_000, 10) if quick else (FMA_ITERATIONS, FMA_PASSES)
-    peaks.triad_text = f"{THREADS} threads, 3 x {triad[0]} MiB f64 arrays, best of {triad[1]}; bench/peaks/triad.c"
+    peaks.triad_text = f"{THREADS} threads, 3 x {triad[0]} MiB f64 arrays, best of {triad[1]}; catenc/peaks/triad.c"
     for source, key, args in [
         ("triad.c", "triad_gbs", [str(v) for v in triad]),
         ("fma_peak.c", "fma_gflops", [str(v) for v in fma]),
@@ -125,7 +125,7 @@ def measure_peaks(quick: bool) -> Peaks:
         if source == "fma_peak.c":
             op = "FMAs" if values.get("fma") == "1" else "multiplies and adds (no FMA)"
             width = f"{values['vector_bits']}-bit" if "vector_bits" in values else "widest"
-            peaks.fma_text = f"{THREADS} threads, 12 chains of {width} {op}, best of {fma[1]}; bench/peaks/fma_peak.c"
+            peaks.fma_text = f"{THREADS} threads, 12 chains of {width} {op}, best of {fma[1]}; catenc/peaks/fma_peak.c"
     return peaks
 
 
@@ -668,7 +668,7 @@ def report(
         f"Median of the timed runs (n; at most {runs}) after warm-up, milliseconds. Contenders run",
         "round-robin (catenc, numpy, numpy out=, torch 1T, ... then again), "
         f"{GAP_S * 1e3:g} ms apart, on the same inputs.",
-        "catenc calls the C entry directly (bench/ccall.py) with **preallocated** outputs and workspace;",
+        "catenc calls the C entry directly (catenc/ccall.py) with **preallocated** outputs and workspace;",
         "the `numpy` and `torch` columns are the peers as users call them, **allocating** their results;",
         "the `out=` columns write into **preallocated** outputs (`np.matmul(out=)`, `torch.matmul(out=)`,",
         "`torch.softmax(out=)`, an in-place numpy chain), where the library offers it. n/a: no such form.",

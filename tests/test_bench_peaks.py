@@ -1,4 +1,4 @@
-"""bench/peaks/fma_peak.c builds for AVX2 and for AVX-512 with both compilers, measures at the
+"""catenc/peaks/fma_peak.c builds for AVX2 and for AVX-512 with both compilers, measures at the
 width it was built for, and runs wherever this CPU has the features."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from toolchains import COMPILERS, MARCH_LANES, MARCHES, cpu_runs, require
 
-SOURCE = Path(__file__).resolve().parents[1] / "bench" / "peaks" / "fma_peak.c"
+SOURCE = Path(__file__).resolve().parents[1] / "catenc" / "peaks" / "fma_peak.c"
 
 
 @pytest.mark.parametrize("march", MARCHES)

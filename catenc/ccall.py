@@ -1,4 +1,5 @@
-"""A thin ctypes binding of one catenc entry, for timing: every buffer is preallocated.
+"""A thin ctypes binding of one catenc entry, for timing (`make bench`, `catenc profile`): every
+buffer is preallocated.
 
 ``catenc.loader`` (the public loader) allocates outputs and a workspace on every call, which
 is right for users and wrong for a benchmark: on this machine touching fresh memory costs
@@ -38,10 +39,11 @@ class BoundCall:
 
     ``inputs`` are numpy arrays in declared order (rank-0 inputs: numbers or 0-d arrays),
     already of the entry's storage dtype and C-contiguous; they are kept alive, not copied.
-    After ``call()`` the results are in ``outputs`` (a list, declared order).
+    ``dims`` gives the free symbols no input shape holds. After ``call()`` the results are in
+    ``outputs`` (a list, declared order).
     """
 
-    def __init__(self, library: Library, name: str, inputs: Sequence[object]) -> None:
+    def __init__(self, library: Library, name: str, inputs: Sequence[object], **dims: int) -> None:
         entry: Entry = library[name]
         self.name = name
         self.entry = entry
@@ -51,7 +53,7 @@ class BoundCall:
         for spec, array in zip(entry.inputs, arrays):
             if spec.rank and (array.dtype != spec.dtype.numpy or not array.flags.c_contiguous):
                 raise TypeError(f"{name}: input {spec.name!r} must be a C-contiguous {spec.dtype.numpy} array")
-        self.symbols = entry.bind(*arrays)  # every symbol value, checked against the shapes
+        self.symbols = entry.bind(*arrays, **dims)  # every symbol value, checked against the shapes
         self.outputs = [
             np.empty(tuple(expr(self.symbols) for expr in spec.exprs), dtype=spec.dtype.numpy) for spec in entry.outputs
         ]
