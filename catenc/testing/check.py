@@ -70,8 +70,9 @@ def parse_sizes(text: str) -> dict[str, int]:
     return sizes
 
 
-def entry_sizes(entry: EntryPlan, given: dict[str, int]) -> dict[str, int]:
-    """Values of the entry's free symbols: --test sizes first, then the composite's test.sizes."""
+def entry_sizes(entry: EntryPlan, given: dict[str, int], option: str = "--test") -> dict[str, int]:
+    """Values of the entry's free symbols: the sizes given (with `option`) first, then the
+    composite's test.sizes; checked against the entry's constraints."""
     defaults = entry.composite.test.get("sizes", {})
     values = {}
     for dim in entry.dims:
@@ -81,7 +82,7 @@ def entry_sizes(entry: EntryPlan, given: dict[str, int]) -> dict[str, int]:
             values[dim] = int(defaults[dim])
         else:
             raise CatencError(
-                f"--test: no size for symbol '{dim}' of '{entry.name}'; pass it (e.g. --test \"{dim}=8\") "
+                f"{option}: no size for symbol '{dim}' of '{entry.name}'; pass it (e.g. {option} \"{dim}=8\") "
                 "or set test.sizes in the composite",
                 entry.composite.loc,
             )
@@ -91,7 +92,7 @@ def entry_sizes(entry: EntryPlan, given: dict[str, int]) -> dict[str, int]:
         rhs = check.rhs.substitute({k: const(v) for k, v in values.items()})
         if decide(lhs, check.op, rhs, facts) is False:
             raise CatencError(
-                f"--test sizes {values} violate the constraint '{check.text}' of '{entry.name}'",
+                f"{option} sizes {values} violate the constraint '{check.text}' of '{entry.name}'",
                 check.loc,
             )
     return values
@@ -328,8 +329,7 @@ def run_once(
 ) -> tuple[list[OutputCheck], list[np.ndarray]]:
     """Call an entry on random inputs (within the composite's test.ranges) at these sizes and
     compare every output with the reference; returns the checks and the inputs used."""
-    env = {**entry.specialized, **sizes}  # symbols fixed with -D are sizes too
-    env.update({k: int(v.evaluate(env)) for k, v in entry.derived.items()})
+    env = entry_env(entry, sizes)
     check_memory(entry, sizes, env)
     try:
         return _run_once(entry, composite, function, sizes, env, seed)
@@ -340,16 +340,31 @@ def run_once(
         ) from None
 
 
+def entry_env(entry: EntryPlan, sizes: dict[str, int]) -> dict[str, int]:
+    """Every symbol's value: the free sizes, those fixed with -D and those `where` derives."""
+    env = {**entry.specialized, **sizes}
+    env.update({k: int(v.evaluate(env)) for k, v in entry.derived.items()})
+    return env
+
+
+def random_inputs(entry: EntryPlan, composite: Composite, env: dict[str, int], seed: int) -> list[np.ndarray]:
+    """The entry's inputs at these symbol values, random (within the composite's test.ranges) and
+    seeded, in storage form."""
+    rng = np.random.default_rng(seed)
+    storage = []
+    for name, ttype in entry.program.inputs:
+        shape = tuple(int(d.evaluate(env)) for d in ttype.shape)
+        storage.append(
+            to_storage(random_input(rng, ttype.dtype, shape, input_range(composite, name, env)), ttype.dtype)
+        )
+    return storage
+
+
 def _run_once(
     entry: EntryPlan, composite: Composite, function, sizes: dict[str, int], env: dict[str, int], seed: int
 ) -> tuple[list[OutputCheck], list[np.ndarray]]:
-    rng = np.random.default_rng(seed)
-    values, storage = {}, []
-    for name, ttype in entry.program.inputs:
-        shape = tuple(int(d.evaluate(env)) for d in ttype.shape)
-        stored = to_storage(random_input(rng, ttype.dtype, shape, input_range(composite, name, env)), ttype.dtype)
-        storage.append(stored)
-        values[name] = stored_values(stored, ttype.dtype)
+    storage = random_inputs(entry, composite, env, seed)
+    values = {name: stored_values(s, ttype.dtype) for (name, ttype), s in zip(entry.program.inputs, storage)}
     try:
         result = function(*storage, **sizes)
     except CatencStatusError as err:
