@@ -3,6 +3,7 @@ the top of a source checkout."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent
@@ -13,3 +14,13 @@ def package_path(name: str) -> Path:
     if installed.is_dir():
         return installed
     return _PACKAGE.parent / name
+
+
+def user_cache_dir() -> Path:
+    """Where catenc keeps what it measured or built for reuse: $CATENC_CACHE_DIR, else the user
+    cache directory ($XDG_CACHE_HOME, else ~/.cache) /catenc. Not created here."""
+    chosen = os.environ.get("CATENC_CACHE_DIR")
+    if chosen:
+        return Path(chosen)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "catenc"
