@@ -26,7 +26,8 @@ from catenc.driver import plan_file, print_pipeline
 from catenc.dtypes import DTYPES
 from catenc.frontend.composites import load_composite_file
 from catenc.plan import FilePlan, Options
-from catenc.runtime.descriptor import bundled_runtime_names, load_runtime
+from catenc.resources import bundled_runtime_names
+from catenc.runtime.descriptor import load_runtime
 from catenc.schedule.kernels import kernel_cost
 from catenc.schedule.tuning_file import load_tuning
 from catenc.symbolic import const
@@ -569,3 +570,62 @@ def _run_test(plan: FilePlan, written: dict[str, str], sizes_text: str, quiet: b
         click.echo(f"catenc: --test: {len(failed)} output(s) differ from the reference", err=True)
         return EXIT_TEST
     return 0
+
+
+@main.command("tune")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("-o", "output", default=None, metavar="FILE", help="Tuning file to write (default: FILE.tuning.json).")
+@click.option("--runtime", "runtime_spec", default="clang", show_default=True, help="Runtime name or descriptor file.")
+@click.option("-D", "defines", multiple=True, metavar="NAME=VALUE", help="Fix a symbol, as compile does.")
+@click.option(
+    "--sizes", "sizes", multiple=True, metavar="SIZES", help='Free sizes to measure at: "T=256,D=64" (repeatable).'
+)
+@click.option("-I", "include_dirs", multiple=True, metavar="DIR", help="Add a composite search directory.")
+@click.option("--config", "config_items", multiple=True, metavar="K=V[,K=V]", help="Runtime options.")
+@click.option("-O", "opt", default="2", show_default=True, type=click.Choice(["1", "2", "3", "fast"]))
+@click.option("--composite", "composites", multiple=True, metavar="NAME", help="Tune only these composites.")
+@click.option("--budget", default="60s", show_default=True, help="Time to spend measuring (60s, 2m).")
+@click.option("--runs", default=5, show_default=True, type=click.IntRange(1, 1000), help="Timed calls per build.")
+@guarded(lambda kw: [kw["file"]])
+def tune_command(file, output, runtime_spec, defines, sizes, include_dirs, config_items, opt, composites, budget, runs):
+    """Search each kernel's schedule on this machine and write a tuning file for --tuning.
+
+    Interrupt it (Ctrl-C) to keep the best found so far; run it again with the same -o to resume."""
+    from catenc.testing.check import parse_sizes
+    from catenc.tune.tuner import parse_budget, profile_measure, summary, tune_file
+
+    if not Path(file).is_file():
+        raise CatencError(f"{file}: no such file")
+    runtime = load_runtime(runtime_spec)
+    config = runtime.validate_config(parse_config(config_items))
+    if not runtime.runnable(config) or runtime.work_groups:
+        raise CatencError(f"catenc tune: runtime '{runtime.name}' cannot be timed here; tune with a host runtime")
+    options = Options(
+        runtime, config, opt, defines=parse_defines(defines), include_dirs=tuple(include_dirs), composites=composites
+    )
+    output = output or str(Path(file).with_suffix(".tuning.json"))
+    bindings = [parse_sizes(text, "--sizes") for text in sizes]
+    seconds = parse_budget(budget)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C ends the search, keeping its best
+    try:
+        result = tune_file(
+            file, options, bindings, seconds, output, profile_measure(file, options, bindings, runs), _bar
+        )
+    except KeyboardInterrupt:  # before the search began: nothing to keep
+        raise Stopped(signal.SIGINT) from None
+    click.echo(file=sys.stderr)
+    for line in summary(result):
+        click.echo(line)
+    if result.interrupted:
+        click.echo(f"catenc: interrupted after {result.rounds} round(s); wrote {output}; run again to resume", err=True)
+        return 128 + signal.SIGINT
+    click.echo(f"catenc: {result.rounds} round(s); wrote {output}")
+    return 0
+
+
+def _bar(done: float, text: str) -> None:
+    """The tuner's progress: a bar and the best improvement so far, on one line at a terminal."""
+    width = 24
+    filled = int(done * width)
+    line = f"[{'#' * filled}{'.' * (width - filled)}] {100 * done:3.0f}%  {text}"
+    click.echo(f"\r{line}" if sys.stderr.isatty() else line, err=True, nl=not sys.stderr.isatty())

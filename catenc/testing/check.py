@@ -53,19 +53,19 @@ class OutputCheck:
     worst: float = 0.0  # the largest |got - want| / (atol + rtol·|want|): above 1 fails
 
 
-def parse_sizes(text: str) -> dict[str, int]:
-    """'M=100,N=64' -> {'M': 100, 'N': 64}."""
+def parse_sizes(text: str, option: str = "--test") -> dict[str, int]:
+    """'M=100,N=64' -> {'M': 100, 'N': 64} (errors name `option`)."""
     sizes: dict[str, int] = {}
     for piece in filter(None, (p.strip() for p in text.split(","))):
         name, sep, value = piece.partition("=")
         if not sep or not name.strip().isidentifier():
-            raise CatencError(f"--test: expected NAME=INT pairs separated by commas, got '{piece}'")
+            raise CatencError(f"{option}: expected NAME=INT pairs separated by commas, got '{piece}'")
         try:
             number = int(value)
         except ValueError:
-            raise CatencError(f"--test: size '{name.strip()}' must be an integer, got '{value}'") from None
+            raise CatencError(f"{option}: size '{name.strip()}' must be an integer, got '{value}'") from None
         if number < 0:
-            raise CatencError(f"--test: size '{name.strip()}' must not be negative")
+            raise CatencError(f"{option}: size '{name.strip()}' must not be negative")
         sizes[name.strip()] = number
     return sizes
 

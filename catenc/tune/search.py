@@ -56,7 +56,7 @@ class Site:
     kernel: int
 
 
-@dataclass
+@dataclass(eq=False)  # a knob is itself: hashed by identity
 class Knob:
     """One kernel's decisions, or one dtype's gemm tiles, and what was measured of them."""
 
@@ -79,7 +79,13 @@ class Knob:
     def best(self) -> Candidate:
         if self.chosen is not None:
             return self.chosen
-        return min(self.measured, key=lambda c: (self.measured[c], c)) if self.measured else self.heuristic
+        return self.ranked()[0] if self.measured else self.heuristic
+
+    def ranked(self) -> list[Candidate]:
+        """Measured candidates, fastest first; among equal times the one measured first (the
+        heuristics, then their nearest neighbours)."""
+        order = {c: n for n, c in enumerate(self.measured)}
+        return sorted(self.measured, key=lambda c: (self.measured[c], order[c]))
 
     def next_candidate(self) -> Candidate | None:
         """The first untried neighbour of the beam (the best measured candidates)."""
@@ -87,8 +93,7 @@ class Knob:
             return None
         if self.heuristic not in self.measured:
             return self.heuristic
-        beam = sorted(self.measured, key=lambda c: (self.measured[c], c))[:BEAM]
-        for value in beam:
+        for value in self.ranked()[:BEAM]:
             for neighbour in self.neighbours(json.loads(value)):
                 if neighbour not in self.measured and neighbour not in self.queued:
                     return neighbour
@@ -224,13 +229,18 @@ class Search:
         return tune
 
     def record(self, chosen: dict[str, Candidate], timings: list[Timings]) -> None:
-        for knob in self.knobs:
-            if knob.signature not in chosen:
-                continue
-            seconds = [sum(t[s.entry][s.kernel] for s in knob.sites) for t in timings]
-            mean = math.exp(sum(math.log(max(s, 1e-9)) for s in seconds) / len(seconds))
+        for knob, seconds in self.times(chosen, timings).items():
             candidate = chosen[knob.signature]
-            knob.measured[candidate] = min(mean, knob.measured.get(candidate, math.inf))
+            knob.measured[candidate] = min(seconds, knob.measured.get(candidate, math.inf))
+
+    def times(self, chosen: dict[str, Candidate], timings: list[Timings]) -> dict[Knob, float]:
+        """Each chosen knob's time in these timings: the geometric mean over the bindings."""
+        out = {}
+        for knob in self.knobs:
+            if knob.signature in chosen:
+                seconds = [sum(t[s.entry][s.kernel] for s in knob.sites) for t in timings]
+                out[knob] = math.exp(sum(math.log(max(s, 1e-9)) for s in seconds) / len(seconds))
+        return out
 
 
 def collect_knobs(
@@ -304,19 +314,22 @@ def run_search(
 
 
 def confirm(search: Search, measure: Measure, rounds: int) -> None:
-    """Time the best and the heuristics in turns; a knob keeps its best only where it measured
-    no slower than the heuristics (by the fastest of all their measurements)."""
+    """Time the best and the heuristics again, in turns; a knob keeps its best only where that
+    was faster in these measurements too (a clock's spike during the search does not count)."""
     searched = [k for k in search.knobs if not k.pruned and k.best() != k.heuristic]
     if not searched:
         return
     best = {k.signature: k.best() for k in searched}
     plain = {k.signature: k.heuristic for k in searched}
+    fastest: dict[tuple[Knob, bool], float] = {}
     for _ in range(rounds):
-        search.record(plain, measure(search.tune_for(plain)))
-        search.record(best, measure(search.tune_for(best)))
+        for tuned, chosen in ((False, plain), (True, best)):
+            for knob, seconds in search.times(chosen, measure(search.tune_for(chosen))).items():
+                fastest[knob, tuned] = min(seconds, fastest.get((knob, tuned), math.inf))
     for knob in searched:
-        best = knob.best()
-        knob.chosen = best if knob.measured[best] < knob.measured[knob.heuristic] else knob.heuristic
+        won = fastest[knob, True] < fastest[knob, False]
+        knob.chosen = best[knob.signature] if won else knob.heuristic
+        knob.measured[knob.chosen] = fastest[knob, won]
 
 
 def _best_line(search: Search) -> str:
@@ -344,7 +357,7 @@ def entries_of(
         if knob.pruned or not knob.measured:
             continue
         best = knob.best()
-        trials = sorted(knob.measured.items(), key=lambda item: (item[1], item[0]))[:TRIALS_KEPT]
+        trials = [(c, knob.measured[c]) for c in knob.ranked()[:TRIALS_KEPT]]
         out.append(
             TuningEntry(
                 knob.signature,

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from catenc.build import write_atomic
+from catenc.diagnostics import CatencError
 from catenc.driver import plan_file
 from catenc.passes.pipelines import Target
-from catenc.plan import Options
+from catenc.plan import FilePlan, Options
 from catenc.runtime.machine import host_machine, toolchain_target
 from catenc.schedule.kernels import Schedule
 from catenc.schedule.tuning_file import Tuning, load_tuning
@@ -28,16 +29,32 @@ class TuneResult:
     interrupted: bool
 
 
-def heuristic_schedules(path: str, options: Options) -> list[Schedule]:
-    """Each entry's schedule as the tuner sees it (at the pass that applies a tuning)."""
+def heuristic_schedules(path: str, options: Options) -> tuple[FilePlan, list[Schedule]]:
+    """The plan, and each entry's schedule as the tuner sees it (at the pass that applies a tuning)."""
     seen: list[Schedule] = []
 
     def record(schedule: Schedule) -> Schedule:
         seen.append(schedule)
         return schedule
 
-    plan_file(path, replace(options, tune=record, tuning=None))
-    return seen
+    return plan_file(path, replace(options, tune=record, tuning=None)), seen
+
+
+def check_bindings(plan: FilePlan, bindings: Sequence[dict[str, int]]) -> None:
+    """Every binding gives each free size of the entries, and only those."""
+    free = list(dict.fromkeys(dim for entry in plan.entries for dim in entry.dims))
+    if free and not bindings:
+        raise CatencError(f'the entries have free sizes {", ".join(free)}: give them with --sizes "{free[0]}=..." ')
+    for sizes in bindings:
+        missing = [dim for dim in free if dim not in sizes]
+        unknown = [name for name in sizes if name not in free]
+        if missing or unknown:
+            what = f"lacks {', '.join(missing)}" if missing else f"names {', '.join(unknown)}, not a free size here"
+            raise CatencError(f"--sizes {_format_binding(sizes)}: {what} (free sizes: {', '.join(free) or 'none'})")
+
+
+def _format_binding(sizes: dict[str, int]) -> str:
+    return ",".join(f"{name}={value}" for name, value in sizes.items())
 
 
 def tune_file(
@@ -52,7 +69,9 @@ def tune_file(
     """Search, then merge the entries into `output` (its entries for other kernels, machines or
     toolchains are kept; measured candidates of this one count as measured: a resumed run)."""
     target = Target.of(options.runtime, options.config)
-    schedules = heuristic_schedules(path, options)
+    plan, schedules = heuristic_schedules(path, options)
+    check_bindings(plan, bindings)
+    bindings = list(bindings) or [{}]
     knobs = collect_knobs(schedules, bindings, target.threads, target.vector_lanes)
     search = Search(knobs, target.threads)
     machine, toolchain = host_machine(), toolchain_target(options.runtime, options.config)
@@ -66,6 +85,34 @@ def tune_file(
     tuning = previous.merged(entries_of(search, machine, toolchain, bindings))
     write_atomic(Path(output), tuning.dumps())
     return TuneResult(tuning, tuple(knobs), search.rounds, interrupted)
+
+
+def profile_measure(path: str, options: Options, bindings: Sequence[dict[str, int]], runs: int) -> Measure:
+    """Measurements by the profiler's per-kernel timers: one timed build per size binding."""
+    from catenc.profile import time_kernels
+
+    def measure(tune: Callable[[Schedule], Schedule]) -> list[list[list[float]]]:
+        tuned = replace(options, tune=tune, tuning=None)
+        out = []
+        for sizes in bindings:
+            entries = time_kernels(path, tuned, dict(sizes), runs)
+            out.append([[kernel.seconds for kernel in entry.kernels] for entry in entries])
+        return out
+
+    return measure
+
+
+def parse_budget(text: str) -> float:
+    """'60s', '2m', '90' -> seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    number, unit = (text[:-1], units[text[-1]]) if text and text[-1] in units else (text, 1)
+    try:
+        seconds = float(number) * unit
+    except ValueError:
+        raise CatencError(f"--budget {text}: expected seconds, like 60s or 2m") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise CatencError(f"--budget {text}: must be a positive time")
+    return seconds
 
 
 def summary(result: TuneResult) -> list[str]:
