@@ -1,10 +1,13 @@
 """Where the bundled folders (`ops/`, `runtimes/`) are: inside the installed package, or at
-the top of a source checkout."""
+the top of a source checkout; which descriptor file a `--runtime` names (found without loading
+it, so the compile cache can key on it cheaply)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from catenc.diagnostics import CatencError, closest
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -24,3 +27,29 @@ def user_cache_dir() -> Path:
         return Path(chosen)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "catenc"
+
+
+def bundled_runtimes_dir() -> Path:
+    return package_path("runtimes")
+
+
+def bundled_runtime_names() -> list[str]:
+    return sorted(p.stem for p in bundled_runtimes_dir().glob("*.py") if not p.name.startswith("_"))
+
+
+def find_runtime(spec: str) -> tuple[Path, str]:
+    """The descriptor file for --runtime NAME|PATH and its display name for the manifest."""
+    if spec.endswith(".py") or os.sep in spec or "/" in spec:
+        path = Path(spec)
+        if not path.is_file():
+            raise CatencError(f"runtime descriptor '{spec}' not found")
+        return path, spec
+    bundled = bundled_runtimes_dir() / f"{spec}.py"
+    if bundled.is_file():
+        return bundled, f"catenc:runtimes/{spec}.py"
+    for directory in filter(None, os.environ.get("CATENC_RUNTIME_PATH", "").split(os.pathsep)):
+        candidate = Path(directory) / f"{spec}.py"
+        if candidate.is_file():
+            return candidate, str(candidate)
+    names = bundled_runtime_names()
+    raise CatencError(f"unknown runtime '{spec}'{closest(spec, names)}; bundled runtimes: {', '.join(names)}")

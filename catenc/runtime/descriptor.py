@@ -36,7 +36,7 @@ from pathlib import Path
 from catenc.codegen.c import CRenderer
 from catenc.diagnostics import CatencError, Loc, closest
 from catenc.dtypes import DTYPES
-from catenc.resources import package_path
+from catenc.resources import find_runtime
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,11 @@ class Runtime:
     def toolchain_version(self, config: Mapping[str, str]) -> str:
         return "none"
 
+    def tools(self, config: Mapping[str, str]) -> tuple[str, ...]:
+        """Executables (names looked up on PATH) whose choice or version can change what is
+        emitted, beside those its build commands run: the compile cache checks each on a hit."""
+        return ()
+
     def verify_source(self, path: Path, config: Mapping[str, str]) -> str | None:
         """For a runtime that builds no binary: the toolchain's complaint about the emitted
         source, or None when it builds (or cannot be checked here)."""
@@ -172,10 +177,17 @@ class CRuntime(Runtime):
     extra_flags: tuple[str, ...] = ()
     config_keys: Mapping[str, ConfigKey] = field(default_factory=c_config_keys)
 
+    def candidates(self, config: Mapping[str, str] | None = None) -> tuple[str, ...]:
+        """The compilers `compiler` chooses from, in order."""
+        wanted = (config or {}).get("CC") or os.environ.get("CC")
+        return (wanted,) if wanted else self.compilers
+
+    def tools(self, config: Mapping[str, str]) -> tuple[str, ...]:
+        return tuple(name.split()[0] for name in self.candidates(config) if name.strip())
+
     def compiler(self, config: Mapping[str, str] | None = None) -> str:
         """The compiler executable; a clear error when there is none."""
-        wanted = (config or {}).get("CC") or os.environ.get("CC")
-        candidates = (wanted,) if wanted else self.compilers
+        candidates = self.candidates(config)
         for name in candidates:
             found = shutil.which(name.split()[0]) if name else None
             if found:
@@ -310,32 +322,6 @@ def _probe_macros(compiler: str, target_flags: tuple[str, ...]) -> frozenset[str
     except (OSError, subprocess.SubprocessError):
         return frozenset()
     return frozenset(re.findall(r"#define (\w+)", out))
-
-
-def bundled_runtimes_dir() -> Path:
-    return package_path("runtimes")
-
-
-def bundled_runtime_names() -> list[str]:
-    return sorted(p.stem for p in bundled_runtimes_dir().glob("*.py") if not p.name.startswith("_"))
-
-
-def find_runtime(spec: str) -> tuple[Path, str]:
-    """The descriptor file for --runtime NAME|PATH and its display name for the manifest."""
-    if spec.endswith(".py") or os.sep in spec or "/" in spec:
-        path = Path(spec)
-        if not path.is_file():
-            raise CatencError(f"runtime descriptor '{spec}' not found")
-        return path, spec
-    bundled = bundled_runtimes_dir() / f"{spec}.py"
-    if bundled.is_file():
-        return bundled, f"catenc:runtimes/{spec}.py"
-    for directory in filter(None, os.environ.get("CATENC_RUNTIME_PATH", "").split(os.pathsep)):
-        candidate = Path(directory) / f"{spec}.py"
-        if candidate.is_file():
-            return candidate, str(candidate)
-    names = bundled_runtime_names()
-    raise CatencError(f"unknown runtime '{spec}'{closest(spec, names)}; bundled runtimes: {', '.join(names)}")
 
 
 def load_runtime(spec: str) -> Runtime:
