@@ -570,6 +570,9 @@ class Library:
         self._dir_files: dict[str, list[CompositeFile]] = {}
         self.files_read: dict[str, str] = {f.source.path: f.real_path for f in _walk(root)}
         """display path -> path on disk, of every file read, in order"""
+        self.dirs_read: dict[str, list[str]] = {}
+        """search directory -> paths on disk of every file parsed from it (includes too), for the
+        directories searched so far: the compile cache checks them and the directory's listing"""
 
     def find(self, name: str) -> Composite | None:
         if name in self.aliases:
@@ -587,12 +590,14 @@ class Library:
     def _load_dir(self, directory: str, display: str) -> dict[str, Composite]:
         if directory not in self._dir_cache:
             found: dict[str, Composite] = {}
+            parsed = self.dirs_read.setdefault(directory, [])
             for path in sorted(Path(directory).glob("*")):
                 if path.suffix not in (".toml", ".yaml", ".yml"):
                     continue
                 file = load_composite_file(str(path), f"{display}/{path.name}")
                 for part in _walk(file):
                     self._dir_files[part.source.path] = list(_walk(file))
+                    parsed.append(part.real_path)
                 for name, comp in all_composites(file).items():
                     found.setdefault(name, comp)
             self._dir_cache[directory] = found
