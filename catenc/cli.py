@@ -608,9 +608,7 @@ def tune_command(file, output, runtime_spec, defines, sizes, include_dirs, confi
     seconds = parse_budget(budget)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C ends the search, keeping its best
     try:
-        result = tune_file(
-            file, options, bindings, seconds, output, profile_measure(file, options, bindings, runs), _bar
-        )
+        result = tune_file(file, options, bindings, seconds, output, profile_measure(file, options, runs), _bar)
     except KeyboardInterrupt:  # before the search began: nothing to keep
         raise Stopped(signal.SIGINT) from None
     click.echo(file=sys.stderr)
@@ -620,6 +618,69 @@ def tune_command(file, output, runtime_spec, defines, sizes, include_dirs, confi
         click.echo(f"catenc: interrupted after {result.rounds} round(s); wrote {output}; run again to resume", err=True)
         return 128 + signal.SIGINT
     click.echo(f"catenc: {result.rounds} round(s); wrote {output}")
+    return 0
+
+
+@main.command("profile")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--runtime", "runtime_spec", default="clang", show_default=True, help="Runtime name or descriptor file.")
+@click.option("-D", "defines", multiple=True, metavar="NAME=VALUE", help="Fix a symbol, as compile does.")
+@click.option("--sizes", "sizes", default="", metavar="SIZES", help='Free sizes to run at: "T=256,D=64".')
+@click.option("-I", "include_dirs", multiple=True, metavar="DIR", help="Add a composite search directory.")
+@click.option("--config", "config_items", multiple=True, metavar="K=V[,K=V]", help="Runtime options.")
+@click.option("-O", "opt", default="2", show_default=True, type=click.Choice(["0", "1", "2", "3", "fast"]))
+@click.option("--composite", "composites", multiple=True, metavar="NAME", help="Profile only these composites.")
+@click.option("--tuning", "tuning_path", default=None, metavar="FILE", help="Apply a tuning file, as compile does.")
+@click.option("--runs", default=10, show_default=True, type=click.IntRange(1, 100000), help="Timed calls per entry.")
+@click.option(
+    "--peaks",
+    "peaks_text",
+    default=None,
+    metavar="GFLOPS,GBS|measure",
+    help="This machine's fp32 FMA peak and bandwidth (default: measured once, then kept in the user cache); "
+    "'measure' measures them again.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
+@guarded(lambda kw: [kw["file"]])
+def profile_command(
+    file,
+    runtime_spec,
+    defines,
+    sizes,
+    include_dirs,
+    config_items,
+    opt,
+    composites,
+    tuning_path,
+    runs,
+    peaks_text,
+    as_json,
+):
+    """Time every kernel of each entry on this machine against its FMA peak and memory bandwidth."""
+    from catenc.profile import check_host_runtime, dumps, format_report, machine_peaks, parse_peaks, profile_file
+    from catenc.testing.check import parse_sizes
+
+    if not Path(file).is_file():
+        raise CatencError(f"{file}: no such file")
+    runtime = load_runtime(runtime_spec)
+    config = runtime.validate_config(parse_config(config_items))
+    check_host_runtime(runtime, config)
+    options = Options(
+        runtime,
+        config,
+        opt,
+        defines=parse_defines(defines),
+        include_dirs=tuple(include_dirs),
+        composites=composites,
+        tuning=load_tuning(tuning_path) if tuning_path else None,
+    )
+    given = parse_sizes(sizes, "--sizes")
+    if peaks_text in (None, "measure"):
+        peaks = machine_peaks(runtime, config, remeasure=peaks_text == "measure")
+    else:
+        peaks = parse_peaks(peaks_text)
+    report = profile_file(file, options, given, runs, peaks)
+    click.echo(dumps(report) if as_json else format_report(report), nl=not as_json)
     return 0
 
 
