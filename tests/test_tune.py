@@ -31,6 +31,7 @@ from catenc.schedule.tuning_file import (
     load_tuning,
     parse_tuning,
 )
+from catenc.tune import search as search_module
 from catenc.tune.search import Search, collect_knobs, entries_of, run_search
 from catenc.tune.tuner import heuristic_schedules, tune_file
 
@@ -74,13 +75,13 @@ class FakeMeasure:
         self.noise = noise or {}  # call number -> factor on every time of that call
         self.seen: list[list[Schedule]] = []
 
-    def __call__(self, tune) -> list[list[list[float]]]:
+    def __call__(self, tune) -> list[dict[str, list[float]]]:
         self.calls += 1
         self.now += 1.0
         tuned = [tune(s) for s in self.schedules]
         self.seen.append(tuned)
         factor = self.noise.get(self.calls, 1.0)
-        return [[[factor * t for t in synthetic_seconds(s)] for s in tuned]]
+        return [{s.graph.name: [factor * t for t in synthetic_seconds(s)] for s in tuned}]
 
     def clock(self) -> float:
         return self.now
@@ -128,16 +129,21 @@ def test_the_budget_bounds_the_rounds_and_the_best_is_kept() -> None:
             assert knob.measured[knob.best()] <= knob.measured[knob.heuristic]
 
 
-def test_the_heuristics_stay_where_a_candidate_was_fast_only_by_noise() -> None:
+def test_the_heuristics_stay_where_a_candidate_was_fast_only_by_noise(monkeypatch: pytest.MonkeyPatch) -> None:
     _, schedules = heuristic_schedules(ATTENTION, options())
-    search = Search(collect_knobs(schedules, BINDINGS, threads=True, lanes=16), threads=True)
-    # every time of the second measurement (each knob's first neighbour: one thread, which is
-    # slower) reads 10x faster than it is: a spike of the clock
-    measure = FakeMeasure(schedules, noise={2: 0.1})
-    run_search(search, measure, 3, clock=measure.clock)
-    kernels = [k for k in search.knobs if "parallel" in k.space]
-    assert all(json.loads(k.ranked()[0])["parallel"] is False for k in kernels)  # the spike won the search
-    assert all(json.loads(k.best())["parallel"] is True for k in kernels)  # not the confirmation
+
+    def run(confirmed: bool) -> list:
+        search = Search(collect_knobs(schedules, BINDINGS, threads=True, lanes=16), threads=True)
+        # every time of the second measurement (each knob's first neighbour: one thread, which is
+        # slower) reads 10x faster than it is: a spike of the clock
+        measure = FakeMeasure(schedules, noise={2: 0.1})
+        if not confirmed:
+            monkeypatch.setattr(search_module, "confirm", lambda *args, **kw: None)
+        run_search(search, measure, 3, clock=measure.clock)
+        return [json.loads(k.best())["parallel"] for k in search.knobs if "parallel" in k.space]
+
+    assert run(confirmed=True) == [True, True, True]  # the confirmation rejects the spike
+    assert run(confirmed=False) == [False, False, False]  # which the search alone would have kept
 
 
 def test_tune_file_resumes_and_keeps_other_machines_entries(tmp_path: Path) -> None:
@@ -146,12 +152,12 @@ def test_tune_file_resumes_and_keeps_other_machines_entries(tmp_path: Path) -> N
     out.write_text(Tuning((other,)).dumps())
     _, schedules = heuristic_schedules(ATTENTION, options())
     first = FakeMeasure(schedules)
-    tune_file(ATTENTION, options(), BINDINGS, 1e9, str(out), first)
+    tune_file(ATTENTION, options(), BINDINGS, 1e9, str(out), lambda plan, bindings: first)
     written = load_tuning(str(out))
     assert any(e.signature == "deadbeef" for e in written.entries)
     assert len(written.entries) == 1 + 4  # three kernels and the f32 tiles
     second = FakeMeasure(schedules)
-    tune_file(ATTENTION, options(), BINDINGS, 1e9, str(out), second)
+    tune_file(ATTENTION, options(), BINDINGS, 1e9, str(out), lambda plan, bindings: second)
     assert second.calls < first.calls  # the first run's trials count as measured
     assert load_tuning(str(out)).dumps() == out.read_text()
 
@@ -166,7 +172,7 @@ def test_an_interrupted_search_writes_its_best_so_far(tmp_path: Path) -> None:
             raise KeyboardInterrupt
         return measure(tune)
 
-    result = tune_file(ATTENTION, options(), BINDINGS, 1e9, str(out), interrupted)
+    result = tune_file(ATTENTION, options(), BINDINGS, 1e9, str(out), lambda plan, bindings: interrupted)
     assert result.interrupted and result.rounds == 4
     assert load_tuning(str(out)).entries  # what was measured before the interrupt
 
@@ -174,10 +180,13 @@ def test_an_interrupted_search_writes_its_best_so_far(tmp_path: Path) -> None:
 def test_free_sizes_must_be_given(tmp_path: Path) -> None:
     from catenc.diagnostics import CatencError
 
-    with pytest.raises(CatencError, match="free sizes T, D"):
-        tune_file(ATTENTION, options(), [], 1, str(tmp_path / "t.json"), FakeMeasure([]))
-    with pytest.raises(CatencError, match="lacks D"):
-        tune_file(ATTENTION, options(), [{"T": 8}], 1, str(tmp_path / "t.json"), FakeMeasure([]))
+    never = lambda plan, bindings: FakeMeasure([])  # noqa: E731
+    with pytest.raises(CatencError, match="attention has free sizes T, D: give them all in one --sizes"):
+        tune_file(ATTENTION, options(), [], 1, str(tmp_path / "t.json"), never)
+    with pytest.raises(CatencError, match="attention has free sizes T, D"):
+        tune_file(ATTENTION, options(), [{"T": 8}], 1, str(tmp_path / "t.json"), never)
+    with pytest.raises(CatencError, match="X is not a free size here"):
+        tune_file(ATTENTION, options(), [{"T": 8, "D": 4, "X": 1}], 1, str(tmp_path / "t.json"), never)
 
 
 # --- the file, applied by compile --tuning ------------------------------------------------------

@@ -4,7 +4,7 @@ by kernel signature, machine and toolchain, and the tune that applies them to a 
 A kernel's signature hashes what it computes (its loops, the values it stores and their bodies,
 dtypes and shapes), with buffer and loop index names replaced by their order of appearance: the
 same kernel in another file, or under other names, finds the same entry. Gemm tiles are one per
-dtype in a file, so their entry is keyed by the dtype and the signatures of the file's gemms.
+dtype for all the entries of a library, so their entry is keyed by the dtype alone.
 
 Every value read from the file is checked against the legal values of its field; an illegal or
 unknown one is dropped with a note and the heuristic's value kept, so a stale or hand-edited
@@ -64,9 +64,9 @@ def kernel_signature(graph: Graph, kernel: Kernel) -> str:
     return _digest(kernel_text(graph, kernel))
 
 
-def tiles_signature(dtype: str, gemm_signatures: list[str]) -> str:
-    """The key of a file's gemm tiles of `dtype`: the dtype and every gemm the tiles serve."""
-    return "tiles-" + dtype + "-" + _digest("\n".join(sorted(gemm_signatures)))
+def tiles_signature(dtype: str) -> str:
+    """The key of the gemm tiles of `dtype` (one set serves every gemm of that dtype in a library)."""
+    return "gemm-tiles-" + dtype
 
 
 def _digest(text: str) -> str:
@@ -256,15 +256,6 @@ def tiles_json(tiles: GemmTiles) -> dict[str, int]:
     return {f: getattr(tiles, f) for f in _TILE_FIELDS}
 
 
-def gemm_signatures(schedule: Schedule) -> dict[str, list[str]]:
-    """dtype -> the signatures of the schedule's gemms of that dtype."""
-    out: dict[str, list[str]] = {}
-    for kernel in schedule.kernels:
-        if kernel.contraction is not None:
-            out.setdefault(kernel.contraction.dtype.name, []).append(kernel_signature(schedule.graph, kernel))
-    return out
-
-
 def apply_tuning(tuning: Tuning, machine: dict[str, Any], target: dict[str, Any]) -> Tune:
     """The tune that gives each kernel (and each dtype's gemm tiles) the decisions its entry
     for this machine and toolchain holds; kernels without one keep the heuristics', noted."""
@@ -281,10 +272,9 @@ def apply_tuning(tuning: Tuning, machine: dict[str, Any], target: dict[str, Any]
             decisions = checked_decisions(kernel.decisions, entry.decisions, notes, kernel.name)
             kernels.append(replace(kernel, decisions=decisions))
             notes.append(f"tuning: {kernel.name}: {decisions.describe()} (from {tuning.path or 'the tuning file'})")
-        signatures = gemm_signatures(schedule)
         tiles = []
         for dtype, base in schedule.tiles:
-            entry = tuning.find(tiles_signature(dtype, signatures.get(dtype, [])), machine, target)
+            entry = tuning.find(tiles_signature(dtype), machine, target)
             tiles.append((dtype, checked_tiles(base, entry.decisions, dtype, notes) if entry else base))
         return replace(schedule, kernels=tuple(kernels), tiles=tuple(tiles), notes=schedule.notes + tuple(notes))
 

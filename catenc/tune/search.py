@@ -32,7 +32,6 @@ from catenc.schedule.tiles import CTYPES, GemmTiles
 from catenc.schedule.tuning_file import (
     TuningEntry,
     decisions_json,
-    gemm_signatures,
     kernel_signature,
     kernel_text,
     tiles_json,
@@ -50,9 +49,9 @@ Candidate = str  # a knob's values as sorted JSON: hashable and printable
 
 @dataclass(frozen=True)
 class Site:
-    """Where a knob's kernel runs: entry number and kernel number in that entry's schedule."""
+    """Where a knob's kernel runs: the entry's name and the kernel's number in its schedule."""
 
-    entry: int
+    entry: str
     kernel: int
 
 
@@ -188,8 +187,9 @@ def _at(e, sizes: dict[str, int]) -> float:
     return float(e.evaluate({name: sizes.get(name, 1) for name in e.free_symbols()}))
 
 
-# Times of one build at one size binding: entry number -> kernel number -> seconds per entry call.
-Timings = list[list[float]]
+# Times of one build at one size binding: entry name -> seconds per entry call of each kernel (the
+# entries a binding gives every free size of).
+Timings = dict[str, list[float]]
 Measure = Callable[[Callable[[Schedule], Schedule]], list[Timings]]  # a tune -> one Timings per binding
 Progress = Callable[[float, str], None]
 
@@ -216,10 +216,9 @@ class Search:
                     continue
                 values = json.loads(chosen.get(knob.signature, knob.best()))
                 kernels.append(replace(kernel, decisions=replace(kernel.decisions, **values)))
-            signatures = gemm_signatures(schedule)
             tiles = []
             for dtype, base in schedule.tiles:
-                knob = by_signature.get(tiles_signature(dtype, signatures.get(dtype, [])))
+                knob = by_signature.get(tiles_signature(dtype))
                 if knob is None:
                     tiles.append((dtype, base))
                 else:
@@ -234,12 +233,16 @@ class Search:
             knob.measured[candidate] = min(seconds, knob.measured.get(candidate, math.inf))
 
     def times(self, chosen: dict[str, Candidate], timings: list[Timings]) -> dict[Knob, float]:
-        """Each chosen knob's time in these timings: the geometric mean over the bindings."""
+        """Each chosen knob's time in these timings: the sum over its kernels, the geometric mean
+        over the bindings that ran them."""
         out = {}
         for knob in self.knobs:
-            if knob.signature in chosen:
-                seconds = [sum(t[s.entry][s.kernel] for s in knob.sites) for t in timings]
-                out[knob] = math.exp(sum(math.log(max(s, 1e-9)) for s in seconds) / len(seconds))
+            if knob.signature not in chosen:
+                continue
+            seconds = [sum(t[s.entry][s.kernel] for s in knob.sites if s.entry in t) for t in timings]
+            seconds = [x for x, t in zip(seconds, timings) if any(s.entry in t for s in knob.sites)]
+            if seconds:
+                out[knob] = math.exp(sum(math.log(max(x, 1e-9)) for x in seconds) / len(seconds))
         return out
 
 
@@ -249,7 +252,8 @@ def collect_knobs(
     """A knob per distinct kernel signature (kernels that compute alike share one) and per
     dtype's gemm tiles, from the heuristics' schedules of the entries, in entry order."""
     knobs: dict[str, Knob] = {}
-    for e, schedule in enumerate(schedules):
+    for schedule in schedules:
+        e = schedule.graph.name
         shares = cost_shares(schedule, bindings)
         for k, kernel in enumerate(schedule.kernels):
             signature = kernel_signature(schedule.graph, kernel)
@@ -264,9 +268,8 @@ def collect_knobs(
                     knob.pruned = f"{100 * shares[k]:.2f}% of the entry's cost"
                 knobs[signature] = knob
             knobs[signature].sites.append(Site(e, k))
-        signatures = gemm_signatures(schedule)
         for dtype, tiles in schedule.tiles:
-            signature = tiles_signature(dtype, signatures.get(dtype, []))
+            signature = tiles_signature(dtype)
             if signature not in knobs:
                 knob = Knob(
                     signature,
@@ -329,7 +332,9 @@ def confirm(search: Search, measure: Measure, rounds: int) -> None:
     for knob in searched:
         won = fastest[knob, True] < fastest[knob, False]
         knob.chosen = best[knob.signature] if won else knob.heuristic
-        knob.measured[knob.chosen] = fastest[knob, won]
+        # what the file and the summary report: these measurements, taken in turns
+        knob.measured[knob.heuristic] = fastest[knob, False]
+        knob.measured[best[knob.signature]] = fastest[knob, True]
 
 
 def _best_line(search: Search) -> str:

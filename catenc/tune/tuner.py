@@ -18,7 +18,7 @@ from catenc.plan import FilePlan, Options
 from catenc.runtime.machine import host_machine, toolchain_target
 from catenc.schedule.kernels import Schedule
 from catenc.schedule.tuning_file import Tuning, load_tuning
-from catenc.tune.search import Knob, Measure, Progress, Search, collect_knobs, entries_of, resume, run_search
+from catenc.tune.search import Knob, Measure, Progress, Search, Timings, collect_knobs, entries_of, resume, run_search
 
 
 @dataclass(frozen=True)
@@ -41,16 +41,27 @@ def heuristic_schedules(path: str, options: Options) -> tuple[FilePlan, list[Sch
 
 
 def check_bindings(plan: FilePlan, bindings: Sequence[dict[str, int]]) -> None:
-    """Every binding gives each free size of the entries, and only those."""
+    """Each binding gives every free size of one or more entries (and names no other symbol);
+    every entry is given all its free sizes by some binding."""
     free = list(dict.fromkeys(dim for entry in plan.entries for dim in entry.dims))
-    if free and not bindings:
-        raise CatencError(f'the entries have free sizes {", ".join(free)}: give them with --sizes "{free[0]}=..." ')
     for sizes in bindings:
-        missing = [dim for dim in free if dim not in sizes]
         unknown = [name for name in sizes if name not in free]
-        if missing or unknown:
-            what = f"lacks {', '.join(missing)}" if missing else f"names {', '.join(unknown)}, not a free size here"
-            raise CatencError(f"--sizes {_format_binding(sizes)}: {what} (free sizes: {', '.join(free) or 'none'})")
+        if unknown:
+            raise CatencError(
+                f"--sizes {_format_binding(sizes)}: {', '.join(unknown)} is not a free size here "
+                f"(free sizes: {', '.join(free) or 'none'})"
+            )
+    for entry in plan.entries:
+        if not any(set(entry.dims) <= set(sizes) for sizes in bindings or [{}]):
+            raise CatencError(
+                f"{entry.name} has free sizes {', '.join(entry.dims)}: give them all in one --sizes "
+                '"' + ",".join(f"{dim}=..." for dim in entry.dims) + '"'
+            )
+
+
+def covered(plan: FilePlan, sizes: dict[str, int]) -> tuple[str, ...]:
+    """The entries a binding gives every free size of."""
+    return tuple(entry.name for entry in plan.entries if set(entry.dims) <= set(sizes))
 
 
 def _format_binding(sizes: dict[str, int]) -> str:
@@ -63,15 +74,17 @@ def tune_file(
     bindings: Sequence[dict[str, int]],
     budget: float,
     output: str,
-    measure: Measure,
+    measure_for: MeasureFor,
     progress: Progress | None = None,
 ) -> TuneResult:
-    """Search, then merge the entries into `output` (its entries for other kernels, machines or
-    toolchains are kept; measured candidates of this one count as measured: a resumed run)."""
+    """Search with the measurements `measure_for(plan, bindings)` makes, then merge the entries
+    into `output` (its entries for other kernels, machines or toolchains are kept; measured
+    candidates of this one count as measured: a resumed run)."""
     target = Target.of(options.runtime, options.config)
     plan, schedules = heuristic_schedules(path, options)
     check_bindings(plan, bindings)
     bindings = list(bindings) or [{}]
+    measure = measure_for(plan, bindings)
     knobs = collect_knobs(schedules, bindings, target.threads, target.vector_lanes)
     search = Search(knobs, target.threads)
     machine, toolchain = host_machine(), toolchain_target(options.runtime, options.config)
@@ -87,19 +100,26 @@ def tune_file(
     return TuneResult(tuning, tuple(knobs), search.rounds, interrupted)
 
 
-def profile_measure(path: str, options: Options, bindings: Sequence[dict[str, int]], runs: int) -> Measure:
-    """Measurements by the profiler's per-kernel timers: one timed build per size binding."""
+MeasureFor = Callable[[FilePlan, list[dict[str, int]]], Measure]  # the measurements of a plan at bindings
+
+
+def profile_measure(path: str, options: Options, runs: int) -> MeasureFor:
+    """Measurements by the profiler's per-kernel timers: one timed build per size binding, of
+    the entries it gives every free size of."""
     from catenc.profile import time_kernels
 
-    def measure(tune: Callable[[Schedule], Schedule]) -> list[list[list[float]]]:
-        tuned = replace(options, tune=tune, tuning=None)
-        out = []
-        for sizes in bindings:
-            entries = time_kernels(path, tuned, dict(sizes), runs)
-            out.append([[kernel.seconds for kernel in entry.kernels] for entry in entries])
-        return out
+    def measure_for(plan: FilePlan, bindings: list[dict[str, int]]) -> Measure:
+        def measure(tune: Callable[[Schedule], Schedule]) -> list[Timings]:
+            out = []
+            for sizes in bindings:
+                tuned = replace(options, tune=tune, tuning=None, composites=covered(plan, sizes))
+                entries = time_kernels(path, tuned, dict(sizes), runs)
+                out.append({entry.entry: [kernel.seconds for kernel in entry.kernels] for entry in entries})
+            return out
 
-    return measure
+        return measure
+
+    return measure_for
 
 
 def parse_budget(text: str) -> float:
