@@ -9,6 +9,7 @@
 #   make gpt2    GPT-2 small in C (samples/gpt2): compile it, write random weights, generate 32 tokens
 #   make bench   catenc against numpy and PyTorch (bench/run.py; installs the bench extra; writes
 #                bench/results.md; BENCH_ARGS="--quick" for a smoke run, "--only sgemm --runs 20")
+#   make bench-tune  catenc tune every bench composite on this machine (bench/tuning/; TUNE_ARGS)
 #   make clean   remove build outputs (keeps .venv; `make distclean` removes it too)
 #
 # Works on a fresh Debian 12 machine with only python3, gcc and make: `setup` runs
@@ -40,7 +41,7 @@ SIZES_conv2d    := N=2,C=3,H=13,W=11,K=8
 
 LINT_DIRS := catenc tests runtimes samples bench
 
-.PHONY: setup system-packages demo test fuzz coverage gpu-check lint bench gpt2 clean distclean $(addprefix sample-,$(SAMPLES))
+.PHONY: setup system-packages demo test fuzz coverage gpu-check lint bench bench-tune bench-deps gpt2 clean distclean $(addprefix sample-,$(SAMPLES))
 
 setup: $(STAMP)
 
@@ -174,9 +175,16 @@ distclean: clean
 
 # The benchmark suite: installs the bench extra (torch 2.13.0 CPU, threadpoolctl) when it is missing,
 # then runs bench/run.py (about 5 minutes at most; options in BENCH_ARGS).
-bench: $(STAMP)
+bench: bench-deps
+	$(PYBIN) bench/run.py $(BENCH_ARGS)
+
+# Tune every bench composite on this machine (catenc tune, TUNE_ARGS="--budget 40s --only softmax"):
+# writes bench/tuning/*.tuning.json, which `make bench` times as its `tuned` rows.
+bench-tune: bench-deps
+	$(PYBIN) bench/tune.py $(TUNE_ARGS)
+
+bench-deps: $(STAMP)
 	@if ! $(PYBIN) -c 'import sys, threadpoolctl, torch; sys.exit(torch.__version__.split("+")[0] != "2.13.0")' 2>/dev/null; then \
 	  echo "==> $(VENV)/bin/pip install -e '.[bench]'"; \
 	  $(VENV)/bin/pip install -e '.[bench]'; \
 	fi
-	$(PYBIN) bench/run.py $(BENCH_ARGS)

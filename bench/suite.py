@@ -174,7 +174,7 @@ class Build:
     """One composite compiled at one level."""
 
     composite: str
-    level: str  # "-O2" (the default: no flag is passed), "-O3", or -O0/-O1 for LEVEL_SWEEP
+    level: str  # "-O2" (the default: no flag is passed), "-O3", -O0/-O1 for LEVEL_SWEEP, or TUNED
     outdir: Path
     seconds: float = float("nan")  # catenc compile + load, wall clock
     library: Library | None = None
@@ -186,14 +186,25 @@ class Build:
 LEVEL_SWEEP = "softmax_rows"
 
 
-def levels_for(composite: str, no_o3: bool) -> tuple[str, ...]:
-    """The catenc levels a composite is built and timed at."""
+# The tuning files `make bench-tune` (bench/tune.py) writes: one per composite, entries per machine.
+TUNING = BENCH / "tuning"
+TUNED = "tuned"  # the level name of a -O2 build with the composite's tuning file
+
+
+def tuning_file(composite: str) -> Path:
+    return TUNING / f"{composite}.tuning.json"
+
+
+def levels_for(composite: str, no_o3: bool, tuned: bool = True) -> tuple[str, ...]:
+    """The catenc levels a composite is built and timed at (and tuned, where it has a tuning file)."""
     levels = ("-O0", "-O1", "-O2", "-O3") if composite == LEVEL_SWEEP else ("-O2", "-O3")
+    levels += (TUNED,) if tuned and tuning_file(composite).is_file() else ()
     return tuple(level for level in levels if not (no_o3 and level == "-O3"))
 
 
 def _o3_differs(o2: Build, o3: Build) -> bool:
-    """Whether -O3 deserves a row of its own: other C, or a failure the default level has not."""
+    """Whether -O3 (or the tuned build) deserves a row of its own: other C, or a failure the
+    default level has not."""
     if o3.error:
         return not o2.error
     return o2.error is not None or o2.source != o3.source
@@ -205,13 +216,17 @@ def _shown(path: Path) -> str:
 
 def compile_composite(composite: str, toml: Path, level: str, config: str) -> Build:
     """Compile ``toml`` (whose stem is ``composite``) at ``level`` and load the library."""
-    outdir = BUILD / (composite if level == "-O2" else f"{composite}{level}")
+    outdir = BUILD / (
+        composite if level == "-O2" else f"{composite}{level}" if level != TUNED else f"{composite}-{TUNED}"
+    )
     build = Build(composite, level, outdir)
     command = [sys.executable, "-m", "catenc", "compile", _shown(toml)]
     command += ["-o", _shown(outdir)]
     if config:
         command += ["--config", config]
-    if level != "-O2":
+    if level == TUNED:
+        command += ["--tuning", _shown(tuning_file(composite))]
+    elif level != "-O2":
         command.append(level)
     start = time.perf_counter()
     try:
@@ -522,6 +537,9 @@ def run(argv: Sequence[str], catenc_config: str) -> int:
     )
     parser.add_argument("--no-o3", action="store_true", help="do not build or time catenc -O3")
     parser.add_argument(
+        "--no-tuned", action="store_true", help="do not build or time catenc with the tuning files of bench/tuning/"
+    )
+    parser.add_argument(
         "--output",
         type=Path,
         default=None,
@@ -559,7 +577,7 @@ def run(argv: Sequence[str], catenc_config: str) -> int:
     log("==> compiling (catenc compile + load)")
     builds: dict[tuple[str, str], Build] = {}
     for composite, toml in dict.fromkeys((c.composite, c.toml) for c in selected):
-        for level in levels_for(composite, args.no_o3):
+        for level in levels_for(composite, args.no_o3, not args.no_tuned):
             build = compile_composite(composite, ROOT / toml, level, catenc_config)
             builds[composite, level] = build
             if build.error:
@@ -575,14 +593,14 @@ def run(argv: Sequence[str], catenc_config: str) -> int:
         reference = case.reference(inputs)
         contenders: list[Contender] = []
         catenc_rows: list[tuple[str, Contender | None, Build]] = []
-        for level in levels_for(case.composite, args.no_o3):
+        for level in levels_for(case.composite, args.no_o3, not args.no_tuned):
             build = builds.get((case.composite, level))
             if build is None:
                 continue
             default = builds.get((case.composite, "-O2"))
             sweep = case.composite == LEVEL_SWEEP
-            if level == "-O3" and not sweep and default is not None and not _o3_differs(default, build):
-                continue  # -O3 emits the same C as the default level (or fails the same way): no row
+            if level in ("-O3", TUNED) and not sweep and default is not None and not _o3_differs(default, build):
+                continue  # the same C as the default level (or the same failure): no row
             contender = None
             if build.library is not None:
                 try:
@@ -683,6 +701,9 @@ def report(
         f"less this process); above {100 * BUSY_WARNING:.0f}% the 2-thread contenders wait for a core and their "
         "times mean little.",
         "`-O3` rows appear only where catenc -O3 emits different C from the default level (-O2).",
+        "`tuned` rows: -O2 with `--tuning bench/tuning/<composite>.tuning.json` (written by `make bench-tune`",
+        "on the machines its entries name; kernels without an entry for this machine keep the heuristics),",
+        "shown only where that emits different C; the -O2 row is the heuristics alone.",
         f"Each result is checked against a float64 numpy reference: max|got − ref| / max|ref| ≤ {RTOL:g}, "
         "else **FAIL**.",
         "",
