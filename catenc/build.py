@@ -1,34 +1,18 @@
-"""Emitting a compiled file: sources, header, manifest, IR dumps, the toolchain run, depfile.
-
-Everything is produced in a private staging directory inside the output directory and moved
-into place with `os.replace` at the end, only where the content changed (an unchanged output
-only gets a fresh mtime, so Make sees it newer than its inputs, as after gcc): a failed run
-leaves no partial file. The moves happen under an exclusive lock on the output directory with
-SIGINT and SIGTERM held back, so concurrent runs into one directory each land their whole set
-of outputs at once, never a manifest of one beside a source of another. Each staging directory
-is locked by its run while it lives; one whose lock is free belongs to a killed run and the next
-run removes it.
-"""
+"""Emitting a compiled file: sources, header, manifest, IR dumps and the toolchain run, in a
+staging directory that catenc/outputs.py moves into place (with the depfile) as one transaction;
+what a compile read, for the compile cache (catenc/cache.py) to check on a hit."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
-import os
 import re
-import secrets
-import shutil
 import signal
 import subprocess
-import tempfile
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from catenc import __version__
+from catenc.cache import Inputs
 from catenc.codegen.c import buffer_args
 from catenc.codegen.gpu import KernelArg, launch_plan, status_offsets, temp_offsets
 from catenc.diagnostics import CatencError
@@ -37,45 +21,14 @@ from catenc.ir.cost import Cost
 from catenc.ir.nodes import Binary, Reduce, Unary, format_graph, walk
 from catenc.lower.gpu import format_gpu
 from catenc.lower.loops import format_loops
+from catenc.outputs import BuildRequest, commit_outputs, output_directory, staging_directory
 from catenc.plan import EntryPlan, FilePlan, Options
 from catenc.schedule.kernels import format_schedule, kernel_cost, schedule_cost
 from catenc.symbolic import Expr
 
-ARTIFACT_KINDS = ("c", "h", "manifest", "so", "o", "a")
-DUMP_KINDS = ("ir", "schedule", "loops")
-EMIT_KINDS = ARTIFACT_KINDS + DUMP_KINDS
-LOCK_FILE = ".catenc.lock"  # only where a file system refuses to lock a directory itself
-
 
 class InternalError(Exception):
     """A failure that is catenc's fault (e.g. generated code the C compiler rejects)."""
-
-
-@dataclass
-class BuildRequest:
-    path: str
-    out_dir: str
-    emit: tuple[str, ...]
-    depfile: str | None = None
-    dep_target: str | None = None
-    dep_phony: bool = False
-    profile: bool = False  # time every kernel call (catenc profile; catenc/emit.py render_source)
-    written: list[str] = field(default_factory=list)  # filled by build: the outputs it rewrote
-
-
-def default_emit(stop_after_source: bool, stop_after_object: bool) -> tuple[str, ...]:
-    if stop_after_source:
-        return ("c", "h", "manifest")
-    if stop_after_object:
-        return ("c", "h", "manifest", "o")
-    return ("c", "h", "manifest", "so")
-
-
-def emit_kinds(listed: tuple[str, ...], stop_after_source: bool, stop_after_object: bool) -> tuple[str, ...]:
-    """What --emit LIST writes: dumps in addition to the default outputs, while artifact kinds,
-    when the list names any, replace the defaults (docs/cli.md)."""
-    artifacts = tuple(k for k in listed if k in ARTIFACT_KINDS) or default_emit(stop_after_source, stop_after_object)
-    return artifacts + tuple(k for k in DUMP_KINDS if k in listed)
 
 
 def stem_of(path: str) -> str:
@@ -142,12 +95,7 @@ def build(plan: FilePlan, options: Options, request: BuildRequest) -> dict[str, 
     origin = Path(request.path).name  # no directory of the build machine in the outputs
     source = render_source(plan.entries, stem, origin, runtime.renderer(), runtime.source_suffix, request.profile)
     emit = _emitted(request.emit, runtime)
-    staging, staging_lock = None, None
-    try:
-        with locked(out_dir), signals_deferred():
-            _remove_stale_staging(out_dir)
-            staging = Path(tempfile.mkdtemp(prefix=".catenc-", dir=out_dir))
-            staging_lock = _lock(staging, blocking=True)
+    with staging_directory(out_dir) as staging:
         (staging / names["c"]).write_text(source)
         if runtime.header:  # the source includes it, whether or not it is emitted
             (staging / names["h"]).write_text(render_header(plan.entries, stem, origin, options.prefix))
@@ -176,90 +124,11 @@ def build(plan: FilePlan, options: Options, request: BuildRequest) -> dict[str, 
             manifest = build_manifest(plan, options, staging, names, produced, commands)
             (staging / names["manifest"]).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
             produced.append("manifest")
-        final = {}
-        with locked(out_dir), signals_deferred():
-            stamp = time.time_ns()
-            for kind in produced:
-                target = out_dir / names[kind]
-                if _commit(staging / names[kind], target, stamp):
-                    request.written.append(str(target))
-                final[kind] = str(target)
-            if request.depfile:
-                if write_atomic(Path(request.depfile), depfile_text(plan, options, request, final), stamp):
-                    request.written.append(request.depfile)
-                final["depfile"] = request.depfile
-        return final
-    finally:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
-        if staging_lock is not None:
-            os.close(staging_lock)
-
-
-def output_directory(path: str) -> Path:
-    """The -o directory, created if needed."""
-    directory = Path(path)
-    if directory.exists() and not directory.is_dir():
-        raise CatencError(f"-o {path}: not a directory")
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise CatencError(f"-o {path}: cannot create the directory: {err.strerror}") from None
-    return directory
-
-
-def _lock(directory: Path, blocking: bool) -> int | None:
-    """An exclusive flock on the directory itself, so no lock file is left behind (on LOCK_FILE in
-    it where the file system cannot lock a directory, as NFS); the returned descriptor holds it
-    until closed or the process ends. None when another process holds it and not blocking."""
-    flags = fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB)
-    try:
-        return _flock(os.open(directory, os.O_RDONLY | os.O_DIRECTORY), flags)
-    except OSError:
-        return _flock(os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666), flags)
-
-
-def _flock(fd: int, flags: int) -> int | None:
-    """fd, locked; None (fd closed) when another process holds the lock."""
-    try:
-        fcntl.flock(fd, flags)
-    except BaseException as err:
-        os.close(fd)
-        if isinstance(err, BlockingIOError):
-            return None
-        raise
-    return fd
-
-
-@contextlib.contextmanager
-def locked(directory: Path) -> Iterator[None]:
-    """Hold the directory's lock (waiting for it) for the duration of the block."""
-    fd = _lock(directory, blocking=True)
-    try:
-        yield
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def signals_deferred() -> Iterator[None]:
-    """SIGINT and SIGTERM wait until the block is done (they arrive right after it)."""
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-
-
-def _remove_stale_staging(out_dir: Path) -> None:
-    """Remove the staging directories of runs that were killed: nothing holds their lock."""
-    for path in sorted(out_dir.glob(".catenc-*")):
-        if path.is_symlink() or not path.is_dir():
-            continue
-        fd = _lock(path, blocking=False)
-        if fd is not None:
-            shutil.rmtree(path, ignore_errors=True)
-            os.close(fd)
+        outputs = {kind: names[kind] for kind in produced}
+        deps = [real for _, real in input_files(plan, options)]
+        if request.cache is not None:
+            request.cache.store(staging, outputs, deps, cache_inputs(plan, options, commands))
+        return commit_outputs(out_dir, staging, outputs, request, deps)
 
 
 def _emitted(requested: tuple[str, ...], runtime) -> tuple[str, ...]:
@@ -299,30 +168,6 @@ def _run_toolchain(argv: list[str], cwd: Path, user_flags: str = "") -> None:
         raise InternalError(
             f"the C toolchain rejected the generated code: {' '.join(argv)}\n{result.stderr.strip()[:4000]}"
         )
-
-
-def _commit(staged: Path, target: Path, stamp: int) -> bool:
-    """Move a staged file into place unless the target already holds the same bytes; either way
-    its mtime becomes `stamp`. True when it was rewritten."""
-    changed = not (target.is_file() and target.read_bytes() == staged.read_bytes())
-    if changed:
-        os.replace(staged, target)
-    os.utime(target, ns=(stamp, stamp))
-    return changed
-
-
-def write_atomic(path: Path, text: str, stamp: int | None = None) -> bool:
-    """Write a file beside its final place and rename it there, with the mode a new file gets
-    under the umask; as `_commit` for unchanged content. True when it was rewritten."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.parent / f".catenc-{secrets.token_hex(8)}"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        return _commit(temporary, path, time.time_ns() if stamp is None else stamp)
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 def _entry_manifest(entry: EntryPlan) -> dict:
@@ -434,14 +279,10 @@ def build_manifest(plan: FilePlan, options: Options, staging: Path, names: dict,
     }
 
 
-def _escape_make(path: str) -> str:
-    return path.replace("$", "$$").replace(" ", "\\ ").replace("#", "\\#")
-
-
-def depfile_text(plan: FilePlan, options: Options, request: BuildRequest, final: dict[str, str]) -> str:
-    deps = [real for _, real in input_files(plan, options)]
-    target = request.dep_target or final.get("so") or final.get("o") or final.get("c") or next(iter(final.values()))
-    lines = [f"{_escape_make(target)}: " + " ".join(_escape_make(d) for d in deps)]
-    if request.dep_phony:  # gcc -MP: a phony target for each dependency but the main file
-        lines += [f"\n{_escape_make(d)}:" for d in deps[1:]]
-    return "\n".join(lines) + "\n"
+def cache_inputs(plan: FilePlan, options: Options, commands: list[list[str]]) -> Inputs:
+    """What the compile read beyond its cache key: every file, the search directories whose listing
+    decided where a name was found, and the tools (the compiler chosen, those the build ran)."""
+    files = [real for _, real in input_files(plan, options)]
+    files += [path for parsed in plan.library.dirs_read.values() for path in parsed]
+    tools = [*options.runtime.tools(options.config), *(argv[0] for argv in commands)]
+    return Inputs(tuple(dict.fromkeys(files)), tuple(plan.library.dirs_read), tuple(dict.fromkeys(tools)))

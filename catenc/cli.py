@@ -16,21 +16,18 @@ import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from catenc import __version__
-from catenc.build import EMIT_KINDS, BuildRequest, build, emit_kinds, stage_dumps, write_atomic
+from catenc import __version__, cache
 from catenc.diagnostics import CatencError, closest, format_diagnostic
-from catenc.driver import plan_file, print_pipeline
-from catenc.dtypes import DTYPES
-from catenc.frontend.composites import load_composite_file
-from catenc.plan import FilePlan, Options
-from catenc.resources import bundled_runtime_names
-from catenc.runtime.descriptor import load_runtime
-from catenc.schedule.kernels import kernel_cost
-from catenc.schedule.tuning_file import load_tuning
-from catenc.symbolic import const
+from catenc.outputs import EMIT_KINDS, BuildRequest, emit_kinds, restore, write_atomic
+from catenc.resources import bundled_runtime_names, find_runtime
+
+# The compiler is imported where a command needs it: a compile-cache hit loads none of it.
+if TYPE_CHECKING:
+    from catenc.plan import FilePlan
 
 EXIT_USER, EXIT_USAGE, EXIT_TEST, EXIT_INTERNAL = 1, 2, 3, 4
 EXIT_CODES = (
@@ -106,6 +103,9 @@ def parse_emit(text: str | None) -> tuple[str, ...] | None:
 
 def debug_print(plan: FilePlan, level: int, source_text: str | None) -> None:
     """--debug N: what DEBUG_LEVELS lists."""
+    from catenc.build import stage_dumps
+    from catenc.schedule.kernels import kernel_cost
+
     dumps = stage_dumps(plan)
     if level >= 1:
         for entry in plan.entries:
@@ -146,6 +146,8 @@ def save_reproducer(argv: list[str], files: list[str], error: BaseException) -> 
 
 def _included_files(files: list[str]) -> list[str]:
     """Best effort: the files the given composite files include (they may not even parse)."""
+    from catenc.frontend.composites import load_composite_file
+
     found = []
     for name in files:
         try:
@@ -265,6 +267,8 @@ def _option_value(args: list[str], option: str) -> str | None:
 
 
 def _config_rows(spec: str) -> list[tuple[str, str]]:
+    from catenc.runtime.descriptor import load_runtime
+
     try:
         runtime = load_runtime(spec)
     except CatencError as err:
@@ -368,6 +372,7 @@ def main() -> None:
 @click.option("-MP", "dep_phony", is_flag=True, help="Add phony targets for dependencies.")
 @click.option("-v", "verbose", is_flag=True, help="Name each output: wrote (changed) or unchanged.")
 @click.option("-q", "quiet", is_flag=True, help="Print only errors.")
+@click.option("--no-cache", is_flag=True, help="Neither use nor fill the compile cache (also CATENC_NO_CACHE=1).")
 @guarded(lambda kw: [kw["file"]] + ([kw["runtime_spec"]] if kw["runtime_spec"].endswith(".py") else []))
 def compile_command(**kw) -> int:
     """Compile FILE (.toml, .yaml) into C sources, a header, a manifest and a shared library."""
@@ -392,6 +397,8 @@ def test_runtime_command(
 
     Exits 3 on a fail, error or xpass cell, and 1 when cells could not even be built here (`not
     run`: e.g. opencl without pyopencl or an OpenCL driver; the message says what to install)."""
+    from catenc.dtypes import DTYPES
+    from catenc.runtime.descriptor import load_runtime
     from catenc.testing.coverage import (
         not_run_note,
         progress_printer,
@@ -460,13 +467,37 @@ def _compile(
     dep_phony,
     verbose,
     quiet,
+    no_cache,
 ) -> int:
+    given = dict(locals())  # every option as given: the compile cache's key
     if sources_only and object_only:
         raise click.UsageError("-S and -c exclude each other")
     if not Path(file).is_file():
         raise CatencError(f"{file}: no such file")
     if prefix and not prefix.replace("_", "a").isalnum() or (prefix and prefix[0].isdigit()):
         raise CatencError(f"--prefix {prefix}: must be a C identifier prefix")
+    emit = emit_kinds(parse_emit(emit_text) or (), sources_only, object_only)
+    if test_sizes is not None and "so" not in emit:
+        if sources_only or object_only:
+            raise click.UsageError("--test needs the shared library; drop -S/-c")
+        emit = emit + ("so", "manifest")
+    if test_sizes is not None and "manifest" not in emit:
+        emit = emit + ("manifest",)
+    if make_deps and depfile is None:
+        depfile = str(Path(out_dir) / (Path(file).name.rsplit(".", 1)[0] + ".d"))
+    slot = _cache_slot(given, emit)
+    hit = slot.find() if slot else None
+    if hit is not None and test_sizes is None:
+        request = BuildRequest(file, out_dir, emit, depfile, dep_target, dep_phony)
+        _report(restore(hit, request), request, hit.notes, verbose and not quiet, cached=True)
+        return 0
+
+    from catenc.build import build
+    from catenc.driver import plan_file, print_pipeline
+    from catenc.plan import Options
+    from catenc.runtime.descriptor import load_runtime
+    from catenc.schedule.tuning_file import load_tuning
+
     runtime = load_runtime(runtime_spec)
     config = runtime.validate_config(parse_config(config_items))
     options = Options(
@@ -485,15 +516,8 @@ def _compile(
     )
     if print_passes:
         click.echo(print_pipeline(options))
-    emit = emit_kinds(parse_emit(emit_text) or (), sources_only, object_only)
-    if test_sizes is not None and "so" not in emit:
-        if sources_only or object_only:
-            raise click.UsageError("--test needs the shared library; drop -S/-c")
-        emit = emit + ("so", "manifest")
     if test_sizes is not None and not runtime.runnable(config):
         raise CatencError(f"--test: runtime '{runtime.name}' cannot run on this machine")
-    if test_sizes is not None and "manifest" not in emit:
-        emit = emit + ("manifest",)
     plan = plan_file(file, options)
     if not plan.entries:
         raise CatencError(f"{file}: no composite to compile (rank-polymorphic ones have no entry)")
@@ -503,22 +527,50 @@ def _compile(
         _check_test_sizes(plan, test_sizes)
     if debug_level:
         debug_print(plan, debug_level, None)
-    if make_deps and depfile is None:
-        depfile = str(Path(out_dir) / (Path(file).name.rsplit(".", 1)[0] + ".d"))
-    request = BuildRequest(file, out_dir, emit, depfile, dep_target, dep_phony)
-    written = build(plan, options, request)
+    notes = tuple(note for entry in plan.entries for note in entry.schedule.notes if note.startswith("tuning: "))
+    stored = slot and cache.Slot(slot.root, slot.key, slot.started, notes)
+    request = BuildRequest(file, out_dir, emit, depfile, dep_target, dep_phony, cache=stored)
+    written = restore(hit, request) if hit else build(plan, options, request)
     if debug_level >= 4 and "c" in written:
         click.echo(Path(written["c"]).read_text(), err=True)
-    if verbose and not quiet:
-        for path in written.values():
-            click.echo(f"catenc: {'wrote' if path in request.written else 'unchanged'} {path}")
-        for entry in plan.entries:
-            for note in entry.schedule.notes:
-                if note.startswith("tuning: "):
-                    click.echo(f"catenc: note: {note}")
+    _report(written, request, notes, verbose and not quiet, cached=hit is not None)
     if test_sizes is None:
         return 0
     return _run_test(plan, written, test_sizes, quiet)
+
+
+# Options of compile that never change what it writes (the depfile is written for each request).
+UNKEYED = ("out_dir", "test_sizes", "make_deps", "depfile", "dep_target", "dep_phony", "verbose", "quiet", "no_cache")
+# Options naming a file read before planning: its bytes are keyed too.
+KEYED_FILES = ("file", "tuning_path")
+# Options that print how the compile went: it runs, uncached.
+UNCACHED = ("debug_level", "print_passes", "time_passes", "verify_ir")
+
+
+def _cache_slot(given: dict[str, object], emit: tuple[str, ...]) -> cache.Slot | None:
+    """The compile cache's slot for these options (docs/cli.md, "Compile cache"): every option
+    not UNKEYED enters the key, so one added later is keyed unless said otherwise. None when the
+    cache is off or an UNCACHED option asks to watch the compile."""
+    if given["no_cache"] or not cache.enabled() or any(given[name] for name in UNCACHED):
+        return None
+    if os.environ.get("CATENC_VERIFY_IR") == "1":
+        return None
+    descriptor, display = find_runtime(str(given["runtime_spec"]))
+    options = {name: value for name, value in given.items() if name not in UNKEYED}
+    files = [str(descriptor)] + [str(given[name]) for name in KEYED_FILES if given[name]]
+    return cache.slot({**options, "emit": emit, "runtime": display}, files)
+
+
+def _report(written: dict[str, str], request: BuildRequest, notes: tuple[str, ...], verbose: bool, cached: bool):
+    """-v: each output, wrote or unchanged, and the tuning notes."""
+    if not verbose:
+        return
+    if cached:
+        click.echo(f"catenc: outputs from the compile cache ({cache.cache_root()})")
+    for path in written.values():
+        click.echo(f"catenc: {'wrote' if path in request.written else 'unchanged'} {path}")
+    for note in notes:
+        click.echo(f"catenc: note: {note}")
 
 
 def _pass_names(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -529,6 +581,7 @@ def _pass_names(values: tuple[str, ...]) -> tuple[str, ...]:
 def _check_test_sizes(plan: FilePlan, sizes_text: str) -> None:
     """Each --test size names a symbol of a tested composite, and one that `where` derives or -D
     fixes only with the value it has there."""
+    from catenc.symbolic import const
     from catenc.testing.check import entry_sizes, parse_sizes  # numpy: only when testing
 
     given = parse_sizes(sizes_text)
@@ -591,6 +644,8 @@ def tune_command(file, output, runtime_spec, defines, sizes, include_dirs, confi
     """Search each kernel's schedule on this machine and write a tuning file for --tuning.
 
     Interrupt it (Ctrl-C) to keep the best found so far; run it again with the same -o to resume."""
+    from catenc.plan import Options
+    from catenc.runtime.descriptor import load_runtime
     from catenc.testing.check import parse_sizes
     from catenc.tune.tuner import parse_budget, profile_measure, summary, tune_file
 
@@ -657,7 +712,10 @@ def profile_command(
     as_json,
 ):
     """Time every kernel of each entry on this machine against its FMA peak and memory bandwidth."""
+    from catenc.plan import Options
     from catenc.profile import check_host_runtime, dumps, format_report, machine_peaks, parse_peaks, profile_file
+    from catenc.runtime.descriptor import load_runtime
+    from catenc.schedule.tuning_file import load_tuning
     from catenc.testing.check import parse_sizes
 
     if not Path(file).is_file():
@@ -690,3 +748,39 @@ def _bar(done: float, text: str) -> None:
     filled = int(done * width)
     line = f"[{'#' * filled}{'.' * (width - filled)}] {100 * done:3.0f}%  {text}"
     click.echo(f"\r{line}" if sys.stderr.isatty() else line, err=True, nl=not sys.stderr.isatty())
+
+
+@main.group("cache", cls=Group)
+def cache_group() -> None:
+    """Show or empty the compile cache (docs/cli.md, "Compile cache")."""
+
+
+@cache_group.command("stats")
+@guarded(lambda kw: [])
+def cache_stats_command() -> int:
+    """Print where the compile cache is, its entries and size, and the hits and misses counted."""
+    info = cache.stats()
+    off = "" if info["enabled"] else f" (off: {cache.OFF_ENV} is set)"
+    click.echo(f"location: {info['location']}{off}")
+    click.echo(f"entries:  {info['entries']}")
+    click.echo(f"size:     {_size(info['bytes'])} of {_size(info['limit'])} ({cache.SIZE_ENV})")
+    click.echo(f"hits:     {info['hits']}")
+    click.echo(f"misses:   {info['misses']}")
+    return 0
+
+
+@cache_group.command("clear")
+@guarded(lambda kw: [])
+def cache_clear_command() -> int:
+    """Remove every entry of the compile cache and reset its counts."""
+    count = cache.clear()
+    click.echo(f"catenc: removed {count} entr{'y' if count == 1 else 'ies'} from {cache.cache_root()}")
+    return 0
+
+
+def _size(count: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return ""

@@ -26,6 +26,9 @@ from catenc.runtime.descriptor import load_runtime
 # Every compile of the suite, in-process or through `catenc` subprocesses, checks the IR's
 # invariants after every pass (docs/cli.md, --verify-ir): a pass that breaks one fails its test.
 os.environ["CATENC_VERIFY_IR"] = "1"
+# No compile of the suite reads or fills the compile cache (docs/cli.md); tests/test_cache.py
+# turns it on for its own compiles, in a directory of its own.
+os.environ["CATENC_NO_CACHE"] = "1"
 
 # Sizes every test binds a free symbol to: 1, primes, a larger non-multiple of 16.
 SIZES = (1, 7, 13, 37)

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from catenc.build import LOCK_FILE, BuildRequest, build
+from catenc.build import BuildRequest, build
 from catenc.driver import plan_file
+from catenc.outputs import LOCK_FILE
 from catenc.plan import Options
 from catenc.runtime.descriptor import load_runtime
 

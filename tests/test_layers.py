@@ -42,8 +42,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("plan", ("catenc.plan",)),
     # One compile: the one place that wires the stages together.
     ("driver", ("catenc.driver",)),
-    # Write sources, header and manifest, run the toolchain; load a built library.
-    ("outputs", ("catenc.emit", "catenc.build", "catenc.loader")),
+    # Write sources, header and manifest, run the toolchain, move them into place; the compile cache; load.
+    ("outputs", ("catenc.emit", "catenc.build", "catenc.loader", "catenc.outputs", "catenc.cache")),
     # The numpy reference, --test and the coverage report: compile, build and load.
     ("testing", ("catenc.testing.",)),
     # Commands only.
