@@ -23,7 +23,7 @@ from catenc.lower.gpu import format_gpu
 from catenc.lower.loops import format_loops
 from catenc.outputs import BuildRequest, commit_outputs, output_directory, staging_directory
 from catenc.plan import EntryPlan, FilePlan, Options
-from catenc.schedule.kernels import format_schedule, kernel_cost, schedule_cost
+from catenc.schedule.kernels import Kernel, format_schedule, kernel_cost, schedule_cost
 from catenc.symbolic import Expr
 
 
@@ -193,14 +193,13 @@ def _entry_manifest(entry: EntryPlan) -> dict:
         gpu = {k.name: k for k in entry.gpu}
         launches = {launch.kernel: launch for launch in launch_plan(entry, buffers, temps)}
     for kernel, member_group in zip(entry.kernels, entry.schedule.kernels):
-        ops: list[str] = []
-        for member in member_group.members:
-            for node in walk(member.body):
-                op = node.op if isinstance(node, (Unary, Binary, Reduce)) else None
-                if op and op not in ops:
-                    ops.append(op)
         cost = kernel_cost(entry.schedule.graph, member_group)
-        record = {"name": kernel.name, "fused": ops, "computes": list(kernel.fused), "flops": _shape(cost.flops)}
+        record = {
+            "name": kernel.name,
+            "fused": fused_ops(member_group),
+            "computes": list(kernel.fused),
+            "flops": _shape(cost.flops),
+        }
         record["cost"] = _cost(cost)
         if kernel.shares:
             record["shares"] = kernel.shares  # runs the code of that kernel, on its own buffers
@@ -235,6 +234,16 @@ def _entry_manifest(entry: EntryPlan) -> dict:
         "kernels": kernels,
         "doc": entry.composite.doc,
     }
+
+
+def fused_ops(kernel: Kernel) -> list[str]:
+    """The primitive ops a kernel's members compute, in order of first use (the manifest's `fused`)."""
+    ops: list[str] = []
+    for member in kernel.members:
+        for node in walk(member.body):
+            if isinstance(node, (Unary, Binary, Reduce)) and node.op not in ops:
+                ops.append(node.op)
+    return ops
 
 
 def _cost(cost: Cost) -> dict[str, int | str]:
