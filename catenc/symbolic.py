@@ -14,7 +14,7 @@ import itertools
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from itertools import combinations
 
 from catenc import pyparse
@@ -62,7 +62,7 @@ class Call(Atom):
     func: str
     args: tuple[Expr, ...]
 
-    @property
+    @cached_property
     def key(self) -> str:
         return f"{self.func}({', '.join(str(a) for a in self.args)})"
 
@@ -88,6 +88,8 @@ _EVAL = {"floordiv": _floordiv_int, "mod": _mod_int, "max": max, "min": min}
 
 
 def _mul_monomials(a: Monomial, b: Monomial) -> Monomial:
+    if not a or not b:
+        return a or b
     powers: dict[Atom, int] = dict(a)
     for atom, power in b:
         powers[atom] = powers.get(atom, 0) + power
@@ -114,7 +116,8 @@ class Expr:
     @staticmethod
     def from_dict(terms: Mapping[Monomial, int]) -> Expr:
         items = [(m, c) for m, c in terms.items() if c != 0]
-        items.sort(key=lambda item: (item[0] == (), -len(item[0]), _monomial_key(item[0])))
+        if len(items) > 1:
+            items.sort(key=_term_order)
         return Expr(tuple(items))
 
     @staticmethod
@@ -125,9 +128,21 @@ class Expr:
     def as_dict(self) -> dict[Monomial, int]:
         return dict(self.terms)
 
+    def __hash__(self) -> int:
+        """Computed once: expressions key many dicts, and hashing one hashes every atom in it."""
+        found = self.__dict__.get("_hash")
+        if found is None:
+            found = hash((self.terms,))  # what the dataclass's own hash gives
+            object.__setattr__(self, "_hash", found)
+        return found
+
     # ---- arithmetic ---------------------------------------------------------------------
     def __add__(self, other: ExprLike) -> Expr:
         other = to_expr(other)
+        if not other.terms:  # x + 0, 0 + x: canonical already
+            return self
+        if not self.terms:
+            return other
         out = dict(self.terms)
         for m, c in other.terms:
             out[m] = out.get(m, 0) + c
@@ -146,6 +161,12 @@ class Expr:
 
     def __mul__(self, other: ExprLike) -> Expr:
         other = to_expr(other)
+        for scalar, e in ((self, other), (other, self)):
+            if len(scalar.terms) == 1 and scalar.terms[0][0] == ():  # a nonzero constant keeps the order
+                factor = scalar.terms[0][1]
+                return e if factor == 1 else Expr(tuple((m, c * factor) for m, c in e.terms))
+        if not self.terms or not other.terms:
+            return ZERO
         out: dict[Monomial, int] = {}
         for ma, ca in self.terms:
             for mb, cb in other.terms:
@@ -313,8 +334,15 @@ def _is_simple(e: Expr) -> bool:
     return len(e.terms) <= 1 and (not e.terms or e.terms[0][1] >= 0)
 
 
+@lru_cache(maxsize=1 << 16)
 def _monomial_key(m: Monomial) -> str:
     return "*".join(f"{a.key}^{p}" for a, p in m)
+
+
+def _term_order(item: tuple[Monomial, int]) -> tuple[bool, int, str]:
+    """The canonical order of terms: longer monomials first, then by name, the constant last."""
+    m = item[0]
+    return (m == (), -len(m), _monomial_key(m))
 
 
 def const(n: int) -> Expr:

@@ -135,14 +135,16 @@ class _Frame:
 def lower_schedule(schedule: Schedule, symbol: str) -> LoopProgram:
     """Every kernel of a schedule as a loop nest, named `<symbol>_k<n>`; a kernel the schedule
     runs on threads gets its outermost iterating loop marked parallel."""
-    kernels = (_lower_kernel(schedule, kernel) for kernel in schedule.kernels)
+    taken = _names_in_use(schedule)
+    kernels = (_lower_kernel(schedule, kernel, taken) for kernel in schedule.kernels)
     return LoopProgram(schedule, tuple(replace(k, name=f"{symbol}_k{n}") for n, k in enumerate(kernels)))
 
 
-def _lower_kernel(schedule: Schedule, kernel: Kernel) -> LoopKernel:
+def _lower_kernel(schedule: Schedule, kernel: Kernel, taken: set[str]) -> LoopKernel:
+    """One kernel's loop nest; `taken` are the names its new locals must not shadow."""
     if kernel.contraction is not None:
         return _lower_gemm(schedule, kernel)
-    lowerer = _KernelLowerer(kernel, _names_in_use(schedule))
+    lowerer = _KernelLowerer(kernel, taken)
     outer_names = [name for name, _ in kernel.outer]
     row = _Frame(None, ONE)
     flops = stored = ZERO
