@@ -127,6 +127,7 @@ class Slot:
     root: Path
     key: str
     started: int  # time.time_ns() before any input was read
+    limit: int  # bytes the entries may take (CATENC_CACHE_SIZE)
     notes: tuple[str, ...] = ()
 
     def find(self) -> Hit | None:
@@ -151,7 +152,7 @@ class Slot:
     def store(self, staging: Path, outputs: Mapping[str, str], deps: Sequence[str], inputs: Inputs) -> None:
         """Keep the staged outputs (kind -> file name); silently skipped when an input changed
         during the compile or the cache cannot be written."""
-        with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError, CatencError):
+        with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError):
             self._store(staging, outputs, deps, inputs)
 
     def _store(self, staging: Path, outputs: Mapping[str, str], deps: Sequence[str], inputs: Inputs) -> None:
@@ -179,7 +180,7 @@ class Slot:
             shutil.rmtree(building, ignore_errors=True)
         index = {"schema": SCHEMA, "inputs": record, "entry": entry_key}
         _write_atomic(self.root / "index" / f"{self.key}.json", json.dumps(index, indent=1))
-        _evict(self.root, size_limit())
+        _evict(self.root, self.limit)
 
 
 def slot(options: Mapping[str, object], files: Sequence[str]) -> Slot:
@@ -197,7 +198,7 @@ def slot(options: Mapping[str, object], files: Sequence[str]) -> Slot:
             "files": [[path, _sha_file(path)] for path in files],
         }
     )
-    return Slot(cache_root(), key, started)
+    return Slot(cache_root(), key, started, size_limit())
 
 
 def source_hash() -> str:

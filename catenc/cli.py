@@ -15,6 +15,7 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -528,7 +529,7 @@ def _compile(
     if debug_level:
         debug_print(plan, debug_level, None)
     notes = tuple(note for entry in plan.entries for note in entry.schedule.notes if note.startswith("tuning: "))
-    stored = slot and cache.Slot(slot.root, slot.key, slot.started, notes)
+    stored = replace(slot, notes=notes) if slot else None
     request = BuildRequest(file, out_dir, emit, depfile, dep_target, dep_phony, cache=stored)
     written = restore(hit, request) if hit else build(plan, options, request)
     if debug_level >= 4 and "c" in written:
