@@ -252,3 +252,19 @@ def test_a_hit_loads_none_of_the_compiler(work: Path):
     assert done.returncode == 0, done.stderr
     assert HIT in done.stdout
     assert done.stdout.strip().endswith("[]"), done.stdout
+
+
+def test_least_recently_used_entries_go_beyond_the_size_limit(work: Path):
+    assert not compile_(work, "-S", "-o", "out")
+    (entry,) = (work / "cache" / "compile" / "entries").iterdir()
+    size = sum(path.stat().st_size for path in entry.iterdir())
+    room_for_two = environment(work, CATENC_CACHE_SIZE=str(size * 5 // 2))
+    assert not compile_(work, "-S", "-o", "out", "-D", "N=4", env=room_for_two)
+    assert compile_(work, "-S", "-o", "out", env=room_for_two)  # now the most recently used
+    assert not compile_(work, "-S", "-o", "out", "-D", "N=5", env=room_for_two)
+    assert entries(work) == 2
+    assert compile_(work, "-S", "-o", "out", env=room_for_two)
+    assert not compile_(work, "-S", "-o", "out", "-D", "N=4", env=room_for_two)
+    lots = environment(work, CATENC_CACHE_SIZE="lots")
+    bad = catenc(work, "compile", "model.toml", "-S", "-o", "out", env=lots, check=False)
+    assert bad.returncode == 1 and "CATENC_CACHE_SIZE=lots: expected a size such as 500M or 2G" in bad.stderr
