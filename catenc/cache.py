@@ -113,6 +113,7 @@ class Hit:
     notes: tuple[str, ...]  # what the compile printed under -v
 
     def write_to(self, directory: Path) -> None:
+        """Write the outputs into an empty directory, with the modes they were stored with."""
         for name, (data, mode) in self.contents.items():
             fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
             with os.fdopen(fd, "wb") as handle:
@@ -144,6 +145,8 @@ class Slot:
         index = _read_json(self.root / "index" / f"{self.key}.json")
         if index.get("schema") != SCHEMA or not _unchanged(index["inputs"]):
             return None
+        if not _plain_name(index["entry"]):
+            raise Corrupt(index["entry"])
         directory = self.root / "entries" / index["entry"]
         hit = _read_entry(directory)
         os.utime(directory)  # its age is its last use (eviction)
@@ -327,6 +330,8 @@ def _read_entry(directory: Path) -> Hit:
         raise Corrupt(str(directory))
     contents = {}
     for _, name, sha in entry["outputs"]:
+        if not _plain_name(name) or name == ENTRY_FILE:
+            raise Corrupt(name)
         path = directory / name
         data = path.read_bytes()
         if hashlib.sha256(data).hexdigest() != sha:
@@ -334,6 +339,11 @@ def _read_entry(directory: Path) -> Hit:
         contents[name] = (data, os.stat(path).st_mode & 0o777)
     outputs = {kind: name for kind, name, _ in entry["outputs"]}
     return Hit(outputs, contents, tuple(entry["deps"]), tuple(entry["notes"]))
+
+
+def _plain_name(name: object) -> bool:
+    """A file name of the entry's own, never a path out of it."""
+    return isinstance(name, str) and Path(name).name == name and not name.startswith(".")
 
 
 def _place(building: Path, final: Path, tmp: Path) -> None:

@@ -753,7 +753,7 @@ def _bar(done: float, text: str) -> None:
 
 @main.group("cache", cls=Group)
 def cache_group() -> None:
-    """Show or empty the compile cache (docs/cli.md, "Compile cache")."""
+    """Show or empty the compile cache."""
 
 
 @cache_group.command("stats")

@@ -177,7 +177,9 @@ def test_concurrent_compiles_of_one_key(work: Path):
     assert contents(work / "out3") == contents(work / "out1")
 
 
-@pytest.mark.parametrize("damage", ["truncate output", "garbage entry record", "garbage index", "remove entry"])
+@pytest.mark.parametrize(
+    "damage", ["truncate output", "garbage entry record", "a path in the entry record", "garbage index", "remove entry"]
+)
 def test_a_corrupt_entry_is_ignored_and_replaced(work: Path, damage: str):
     assert not compile_(work, "-o", "out")
     written = contents(work / "out")
@@ -187,6 +189,11 @@ def test_a_corrupt_entry_is_ignored_and_replaced(work: Path, damage: str):
         (entry / "libmodel.so").write_bytes((entry / "libmodel.so").read_bytes()[:100])
     elif damage == "garbage entry record":
         (entry / "entry.json").write_text("{not json")
+    elif damage == "a path in the entry record":
+        record = json.loads((entry / "entry.json").read_text())
+        record["outputs"][0][1] = "../../escaped.c"  # from the staging directory: work/escaped.c
+        (work / "cache" / "compile" / "escaped.c").write_bytes(written["model.c"])
+        (entry / "entry.json").write_text(json.dumps(record))
     elif damage == "garbage index":
         (index,) = (root / "index").iterdir()
         index.write_text("[1, 2")
@@ -194,6 +201,7 @@ def test_a_corrupt_entry_is_ignored_and_replaced(work: Path, damage: str):
         shutil.rmtree(entry)
     done = catenc(work, "compile", "model.toml", "-I", "lib", "-v", "-o", "out2")
     assert HIT not in done.stdout and "Traceback" not in done.stderr
+    assert not (work / "escaped.c").exists() and not (work / "out2" / "escaped.c").exists()
     assert contents(work / "out2") == written
     assert compile_(work, "-o", "out3")
     assert contents(work / "out3") == written
