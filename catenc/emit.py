@@ -14,6 +14,7 @@ from catenc.codegen.jinja import environment
 from catenc.codegen.names import Renamer, Reserved, collect_names, fresh_names
 from catenc.diagnostics import CatencError
 from catenc.frontend.typed import TType
+from catenc.ir.nodes import view_stride
 from catenc.lower.loops import iter_stmts
 from catenc.plan import EntryPlan
 from catenc.runtime.conventions import calling_convention
@@ -307,7 +308,7 @@ def _entry_context(entry: EntryPlan, renderer: CRenderer, profile: bool = False)
         if view.view_of is not None:
             base, at = view.view_of
             ctype = view.dtype.ctype
-            temps.append(f"const {ctype}* {view.name} = {base} + {at}LL * ({product(view.shape).to_c()});")
+            temps.append(f"const {ctype}* {view.name} = {base} + {at}LL * ({view_stride(graph, view).to_c()});")
     for slot in entry.schedule.slots:
         for name in slot.buffers:
             ctype = graph.buffer(name).dtype.ctype
@@ -351,7 +352,7 @@ def size_exprs(entry: EntryPlan) -> tuple[Expr, ...]:
     for buf in graph.buffers:
         add(product(buf.shape) * buf.dtype.itemsize)
         if buf.view_of is not None:
-            add(buf.view_of[1] * product(buf.shape))
+            add(buf.view_of[1] * view_stride(graph, buf))
     add(schedule.workspace_bytes)
     for slot in schedule.slots:
         add(slot.offset)

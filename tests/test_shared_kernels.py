@@ -64,3 +64,51 @@ def test_shared_kernels_compute_each_layer(tmp_path):
     for t in (1, 7, 130):
         x = randn((t, 16), seed=t)
         np.testing.assert_allclose(lib.stack3(x, w, b, g), reference(x, w, b, g), rtol=2e-4, atol=2e-4)
+
+
+CACHED = """
+[composite.cached_layer]
+inputs = ["x: f32[16]", "past: f32[S, 16]", "w: f32[16, 16]"]
+outputs = ["y: f32[16]"]
+body = '''
+score[j] = sum[d](x[d] * past[j, d]) * 0.25
+y[d] = x[d] + tanh(sum[j](score[j] * past[j, d]) + sum[e](w[d, e] * x[e]))
+'''
+
+[composite.cached3]
+inputs = ["x: f32[16]", "cache: f32[S, 3, 16]", "w: f32[3, 16, 16]"]
+outputs = ["y: f32[16]"]
+body = '''
+x1 = cached_layer(x, cache[:, 0], w[0])
+x2 = cached_layer(x1, cache[:, 1], w[1])
+y = cached_layer(x2, cache[:, 2], w[2])
+'''
+"""
+
+
+def cached_reference(x, cache, w):
+    x = x.astype(np.float64)
+    for layer in range(3):
+        past = cache[:, layer].astype(np.float64)
+        score = past @ x * 0.25
+        x = x + np.tanh(score @ past + w[layer].astype(np.float64) @ x)
+    return x
+
+
+def test_a_cache_stacked_second_is_sliced_into_views_and_its_layers_share_kernels(tmp_path):
+    """A constant index along a later axis (a decoding step's cache [S, layer, ...]) is a view too:
+    each layer's kernels then differ only in names, and the C has one function per kernel of
+    one layer instead of one per layer."""
+    path = tmp_path / "c.toml"
+    path.write_text(CACHED)
+    (entry,) = [e for e in plan_file(str(path), Options(runtime(), opt="2")).entries if e.name == "cached3"]
+    views = sorted(b.name for b in entry.schedule.graph.buffers if b.role == "view")
+    assert views == [f"cache_at{k}_axis1" for k in range(3)] + [f"w_at{k}" for k in range(3)]
+    # the first layer reads the input x, the second and third a temp: the third runs the second's code
+    shared = [k for k in entry.kernels if k.shares]
+    assert len(entry.kernels) % 3 == 0 and len(shared) == len(entry.kernels) // 3
+    lib = compile_text(tmp_path, CACHED, name="c")
+    w = randn((3, 16, 16), seed=1) * 0.2
+    for s in (1, 5, 33):
+        x, cache = randn((16,), seed=s), randn((s, 3, 16), seed=s + 1) * 0.3
+        np.testing.assert_allclose(lib.cached3(x, cache, w), cached_reference(x, cache, w), rtol=2e-4, atol=2e-4)

@@ -16,7 +16,7 @@ from catenc.dtypes import DType
 from catenc.registry import BINARY_OPS as BINARY_OPS  # the op names of Unary, Binary and Reduce nodes
 from catenc.registry import REDUCE_OPS as REDUCE_OPS
 from catenc.registry import UNARY_OPS as UNARY_OPS
-from catenc.symbolic import Expr
+from catenc.symbolic import Expr, product
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,16 @@ class Buffer:
     dtype: DType  # storage dtype
     shape: tuple[Expr, ...]
     role: str  # input, output, temp, status (an error count the entry checks after its kernels), view
-    view_of: tuple[str, int] | None = None  # a view: (input, leading index), the input's slice there
+    view_of: tuple[str, int] | None = None  # a view: (input, index), the input's slice at index along view_axis
+    # 0: the slice has the input's other dims; a later axis: it keeps the input's shape (its strides)
+    # and is read at index 0 along that axis, so that slices of any axis are pointers of their own
+    view_axis: int = 0
+
+
+def view_stride(graph: Graph, view: Buffer) -> Expr:
+    """Elements between consecutive indices along a view's axis of its input: the view starts
+    `view.view_of[1]` times as many past the input's start."""
+    return product(graph.buffer(view.view_of[0]).shape[view.view_axis + 1 :])
 
 
 @dataclass(frozen=True)

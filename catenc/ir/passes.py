@@ -27,7 +27,7 @@ from catenc.ir.nodes import (
     walk,
 )
 from catenc.registry import EXPENSIVE_OPS
-from catenc.symbolic import ZERO, Expr, product, sym
+from catenc.symbolic import ONE, ZERO, Expr, product, sym
 
 # A producer this deep stays materialised: a long chain of statements would otherwise become one
 # expression nested as deep as the chain is long, which every later pass and the C compiler recurse on.
@@ -76,29 +76,39 @@ def replace_loads(value: Value, makers: dict[str, Callable[[Load], Value]]) -> V
 
 
 def split_constant_slices(graph: Graph) -> Graph:
-    """Every load of an input at a constant leading index (a layer's slice of stacked weights,
-    `w[3, i, j]`) reads a view buffer instead (`w_at3[i, j]`: a pointer into the input the
-    entry computes once), so that identical layers lower to identical kernels."""
-    views: dict[tuple[str, int], Buffer] = {}
+    """Every load of an input at a constant index along an axis other than the last (a layer's
+    slice of stacked weights, `w[3, i, j]`, or of a cache stacked second, `kv[s, 3, h, d]`)
+    reads a view buffer instead (`w_at3[i, j]`, `kv_at3_axis1[s, 0, h, d]`: a pointer into the
+    input the entry computes once), so that identical layers lower to identical kernels. The
+    first constant index of a load is the one taken (after the first axis, along one of more
+    than one index: an axis of one has nothing to slice)."""
+    views: dict[tuple[str, int, int], Buffer] = {}
     inputs = {b.name: b for b in graph.buffers if b.role == "input" and len(b.shape) >= 2}
     taken = {b.name for b in graph.buffers}
 
     def view(load: Load) -> Value:
         base = inputs.get(load.buffer)
-        if base is None or isinstance(load, Gather) or not load.index[0].is_const:
+        if base is None or isinstance(load, Gather):
             return load
-        # only inside a leading dim of known size: a pointer past the input is undefined in C,
-        # even unused (a load under a false guard may carry any index)
-        if not (base.shape[0].is_const and 0 <= load.index[0].value < base.shape[0].value):
+        sliced = (k for k, e in enumerate(load.index[:-1]) if e.is_const and (k == 0 or base.shape[k] != ONE))
+        axis = next(sliced, None)
+        if axis is None:
             return load
-        key = (base.name, load.index[0].value)
+        at, extent = load.index[axis].value, base.shape[axis]
+        # only inside a dim of known size: a pointer past the input is undefined in C, even
+        # unused (a load under a false guard may carry any index)
+        if not (extent.is_const and 0 <= at < extent.value):
+            return load
+        key = (base.name, axis, at)
         if key not in views:
-            name = f"{base.name}_at{key[1]}"
+            name = f"{base.name}_at{at}" if axis == 0 else f"{base.name}_at{at}_axis{axis}"
             while name in taken:
                 name += "_"
             taken.add(name)
-            views[key] = Buffer(name, base.dtype, base.shape[1:], "view", key)
-        return replace(load, buffer=views[key].name, index=load.index[1:])
+            shape = base.shape[1:] if axis == 0 else base.shape
+            views[key] = Buffer(name, base.dtype, shape, "view", (base.name, at), axis)
+        index = load.index[1:] if axis == 0 else load.index[:axis] + (ZERO,) + load.index[axis + 1 :]
+        return replace(load, buffer=views[key].name, index=index)
 
     computes = []
     for c in graph.computes:
