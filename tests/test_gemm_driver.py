@@ -61,13 +61,16 @@ static void* alloc(size_t bytes) {
     return p;
 }
 
+/* The depth of the driver's k-slices: K in slices of equal depth, at most kc each. */
+static int64_t catenc_gemm_slice(int64_t K, int64_t kc) { int64_t n = (K + kc - 1) / kc; return (K + n - 1) / n; }
+
 #define HARNESS_DTYPE(T, S, VB)                                                                           \
 typedef struct { const T* A; const T* B; int64_t M, N, K, sai, sak, sbk, sbj; const T* ws; int64_t ws_n; } ctx_##S; \
 static void check_call_##S(const ctx_##S* c, const T* dst, int64_t first, int64_t panels, int64_t k0, int64_t kb,     \
                        int64_t total, int64_t R) {                                                         \
     if (first < 0 || panels < 1 || first + panels > total) fail("panel range out of bounds");            \
     if (k0 < 0 || kb < 1 || k0 + kb > c->K || kb > CATENC_GEMM_KC_##S) fail("k-slice out of bounds");  \
-    if (k0 % CATENC_GEMM_KC_##S != 0) fail("k-slice not at a multiple of KC");                          \
+    if (k0 % catenc_gemm_slice(c->K, CATENC_GEMM_KC_##S) != 0) fail("k-slices not of equal depth");       \
     if (dst < c->ws || dst + panels * kb * R > c->ws + c->ws_n) fail("packing outside the workspace");   \
 }                                                                                                          \
 static void pack_a_##S(const void* vc, T* dst, int64_t first, int64_t panels, int64_t k0, int64_t kb) {   \

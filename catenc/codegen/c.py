@@ -17,7 +17,17 @@ from catenc.codegen.names import C_KEYWORDS, C_LOCALS, C_MACROS_AND_TYPES, C_NAM
 from catenc.dtypes import DTYPES, DType
 from catenc.ir.nodes import Binary, Buffer, Cast, Const, Gather, Load, Local, SymInt, Unary, Value, Where
 from catenc.lower.flat import flatten
-from catenc.lower.gemm import AT, ContextField, GemmCall, Odometer, PackSide, gemm_call
+from catenc.lower.gemm import (
+    AT,
+    WINDOW_HIGH,
+    WINDOW_LOW,
+    ContextField,
+    GemmCall,
+    Odometer,
+    PackSide,
+    gemm_call,
+    window_bounds,
+)
 from catenc.lower.lanes import BASE, FULL, LANE, LANES, WIDTH, expand_lanes, lane
 from catenc.lower.loops import Assign, Declare, For, Gemm, If, LaneReduce, LoopKernel, Stmt, Store
 from catenc.schedule.contractions import ACC
@@ -376,7 +386,7 @@ class CRenderer:
         args += [c.row_stride.to_c(), c.col_stride.to_c(), pack]
         lines += [f"{pad}{{", f"{pad}{i}const int64_t catenc_count = {call.count.to_c()};"]
         if call.batch_parallel:
-            apart = f"catenc_count > 1 && 2.0 * ({rows}) * ({cols}) * ({depth}) < CATENC_GEMM_BATCH_FLOPS"
+            apart = f"CATENC_GEMM_APART(catenc_count, {rows}, {cols}, {depth}, {self.batch_slots})"
             pragma = self.batch_pragma.format(apart=apart, slots=self.batch_slots)
             lines += [f"{pad}{i}{line}" for line in pragma.splitlines()]
         lines += [
@@ -477,6 +487,8 @@ class CRenderer:
     ) -> list[str]:
         """`for counter < count: target = value` along the walk lowering chose (lower/gemm.py)."""
         i = self.indent
+        if walk.window is not None and not walk.carried:
+            return self.window_run(walk, start, None, count, counter, target, pad)
         if not walk.carried:
             return [
                 f"{pad}for (int64_t {counter} = 0; {counter} < {count}; ++{counter}) {{",
@@ -487,21 +499,61 @@ class CRenderer:
             ]
         last, extent = walk.last[0], walk.last[1].to_c()
         left = f"{count} - catenc_done"
+        if walk.window is not None:
+            run = self.window_run(walk, AT, "catenc_done", "catenc_run", counter, target, pad + i)
+        else:
+            run = [
+                f"{pad}{i}for (int64_t catenc_t = 0; catenc_t < catenc_run; ++catenc_t) {{",
+                f"{pad}{i * 2}const int64_t {last} = {AT} + catenc_t;",
+                f"{pad}{i * 2}const int64_t {counter} = catenc_done + catenc_t;",
+                *[f"{pad}{i * 2}{line}" for line in prologue],
+                *self.assignment(target, walk.value, pad + i * 2),
+                f"{pad}{i}}}",
+            ]
         return [
             *[f"{pad}{line}" for line in self.indices(walk.begin, start, const=False)],
             f"{pad}for (int64_t catenc_done = 0; catenc_done < {count};) {{",
             f"{pad}{i}const int64_t catenc_run = {left} < {extent} - {AT} ? {left} : {extent} - {AT};",
-            f"{pad}{i}for (int64_t catenc_t = 0; catenc_t < catenc_run; ++catenc_t) {{",
-            f"{pad}{i * 2}const int64_t {last} = {AT} + catenc_t;",
-            f"{pad}{i * 2}const int64_t {counter} = catenc_done + catenc_t;",
-            *[f"{pad}{i * 2}{line}" for line in prologue],
-            *self.assignment(target, walk.value, pad + i * 2),
-            f"{pad}{i}}}",
+            *run,
             f"{pad}{i}catenc_done += catenc_run;",
             f"{pad}{i}{AT} = 0;",
             f"{pad}{i}{self.carry(walk.carried)}",
             f"{pad}}}",
         ]
+
+    def window_run(
+        self, walk: Odometer, base: str, done: str | None, length: str, counter: str, target: str, pad: str
+    ) -> list[str]:
+        """`length` positions of a windowed walk whose last index starts at `base` (the counter
+        at `done`, None: 0): the outside value before and after the window, the inside between."""
+        window, i = walk.window, self.indent
+        low, high = window_bounds(window, base, length)
+        at = f"{done} + catenc_t" if done else "catenc_t"
+        lines = [f"{pad}{{", f"{pad}{i}const int64_t {WINDOW_LOW} = {low.to_c()};"]
+        lines.append(f"{pad}{i}int64_t {WINDOW_HIGH} = {high.to_c()};")
+        if window.keep is not None:
+            lines += self.assignment("const int catenc_keep", window.keep, pad + i)
+            lines.append(f"{pad}{i}if (!catenc_keep) {WINDOW_HIGH} = {WINDOW_LOW};")
+        spans = (("0", WINDOW_LOW, False), (WINDOW_LOW, WINDOW_HIGH, True), (WINDOW_HIGH, length, False))
+        for first, end, inside in spans:
+            if inside and window.contiguous:  # a block copy (memcpy: fast at any length, with any compiler)
+                source, first_at = self.value(window.inside), f"{done} + {WINDOW_LOW}" if done else WINDOW_LOW
+                lines += [
+                    f"{pad}{i}if ({WINDOW_HIGH} > {WINDOW_LOW}) {{",
+                    f"{pad}{i * 2}const int64_t {walk.last[0]} = {base} + {WINDOW_LOW};",
+                    f"{pad}{i * 2}const int64_t {counter} = {first_at};",
+                    f"{pad}{i * 2}CATENC_GEMM_COPY(&{target}, &{source}, {WINDOW_HIGH} - {WINDOW_LOW});",
+                    f"{pad}{i}}}",
+                ]
+                continue
+            lines += [
+                f"{pad}{i}for (int64_t catenc_t = {first}; catenc_t < {end}; ++catenc_t) {{",
+                *([f"{pad}{i * 2}const int64_t {walk.last[0]} = {base} + catenc_t;"] if inside else []),
+                f"{pad}{i * 2}const int64_t {counter} = {at};",
+                *self.assignment(target, window.inside if inside else window.outside, pad + i * 2),
+                f"{pad}{i}}}",
+            ]
+        return [*lines, f"{pad}}}"]
 
     def indices(self, divisions, flat: str, const: bool) -> list[str]:
         """Declarations of indices from a flattened position, as lower.flat.unflatten divides it."""

@@ -13,13 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from catenc.dtypes import DType
-from catenc.ir.nodes import Value
+from catenc.ir.nodes import Binary, Const, Load, Value, Where, value_symbols
+from catenc.ir.verify import as_expr
 from catenc.lower.flat import Axes, Divisions, flat_extent, flatten, unflatten
 from catenc.lower.lanes import Storage
 from catenc.lower.loops import Gemm, LoopKernel
-from catenc.schedule.contractions import Contraction
+from catenc.schedule.contractions import GEMM_DTYPES, Contraction
 from catenc.schedule.tiles import PANEL_ALIGN
-from catenc.symbolic import Expr, sym
+from catenc.symbolic import ZERO, Expr, floordiv, maximum, minimum, sym
 
 AT = "catenc_at"  # the last axis's index where an odometer run starts
 EPILOGUE_ROWS = 4  # output rows per epilogue call
@@ -36,16 +37,33 @@ class ContextField:
 
 
 @dataclass(frozen=True)
+class Window:
+    """A guarded value `where(cond, inside, outside)` split along the walk's last index: where
+    `keep` holds (None: always) it is `inside` for last index in [max(lows), min(highs)) and
+    `outside` (a constant) elsewhere, so the inside runs without a guard (a copy that vectorises:
+    the padded rows of a convolution's patches)."""
+
+    inside: Value
+    outside: Value
+    lows: tuple[Expr, ...]  # free of the last index
+    highs: tuple[Expr, ...]
+    keep: Value | None  # the conjuncts that do not read the last index
+    contiguous: bool = False  # inside is a plain load at unit stride along the last index: a block copy
+
+
+@dataclass(frozen=True)
 class Odometer:
     """`target = value` at `count` consecutive flattened positions of the axes from `start`.
     One axis (`carried` empty) is indexed directly; over several, the last one (`last`) runs an
     affine inner loop from AT, `begin` gives the other indices and AT at the start, and after
-    each run the carried indices (outermost first; the first never wraps) advance by one."""
+    each run the carried indices (outermost first; the first never wraps) advance by one.
+    `window`: the value's guard as a range of the last index (None: evaluate it as it is)."""
 
     value: Value
     begin: Divisions  # lower.flat.unflatten of the start
     last: tuple[str, Expr]
     carried: Axes
+    window: Window | None = None
 
 
 @dataclass(frozen=True)
@@ -83,12 +101,78 @@ class GemmCall:
     epilogue_rows: int = EPILOGUE_ROWS
 
 
-def odometer(axes: Axes, value: Value) -> Odometer:
-    """The walk of `value` over consecutive flattened positions of the axes."""
+def odometer(axes: Axes, value: Value, buffers: Mapping[str, Storage] | None = None) -> Odometer:
+    """The walk of `value` over consecutive flattened positions of the axes; with `buffers`
+    (a packing walk), its guard on the last index as a Window when it is one."""
+    window = None if buffers is None else guard_window(value, axes[-1][0], buffers)
     if len(axes) == 1:
-        return Odometer(value, (), axes[0], ())
+        return Odometer(value, (), axes[0], (), window)
     outer = tuple(axes[:-1]) + ((AT, axes[-1][1]),)
-    return Odometer(value, unflatten(outer), axes[-1], tuple(axes[:-1]))
+    return Odometer(value, unflatten(outer), axes[-1], tuple(axes[:-1]), window)
+
+
+_NONNEGATIVE = {  # a comparison as (x, y, c): it holds when y - x - c >= 0
+    "le": lambda a, b: (a, b, 0),
+    "lt": lambda a, b: (a, b, 1),
+    "ge": lambda a, b: (b, a, 0),
+    "gt": lambda a, b: (b, a, 1),
+}
+
+
+def _conjuncts(cond: Value) -> list[Value]:
+    if isinstance(cond, Binary) and cond.op == "and":
+        return _conjuncts(cond.a) + _conjuncts(cond.b)
+    return [cond]
+
+
+def guard_window(value: Value, last: str, buffers: Mapping[str, Storage]) -> Window | None:
+    """`value` as a Window along index `last`, when it is `where(cond, inside, constant)` and
+    every conjunct of cond that reads `last` compares index expressions linear in `last` with a
+    constant coefficient (a padded, strided read); None otherwise."""
+    if not (isinstance(value, Where) and isinstance(value.b, Const)):
+        return None
+    lows: list[Expr] = []
+    highs: list[Expr] = []
+    keep: list[Value] = []
+    index = sym(last)
+    for term in _conjuncts(value.cond):
+        compare = _NONNEGATIVE.get(term.op) if isinstance(term, Binary) else None
+        x, y = (as_expr(term.a), as_expr(term.b)) if compare else (None, None)
+        if x is None or y is None:
+            if last in value_symbols(term):
+                return None
+            keep.append(term)
+            continue
+        x, y, c = compare(x, y)
+        e = y - x - c  # the conjunct: e >= 0
+        coefficient = e.coefficient(last)
+        rest = e - coefficient * index
+        if last in rest.free_symbols():
+            return None
+        if not coefficient.is_const:
+            return None
+        step = coefficient.value
+        if step == 0:
+            keep.append(term)
+        elif step > 0:
+            lows.append(floordiv(step - 1 - rest, step))  # step*last + rest >= 0: last >= ceil(-rest / step)
+        else:
+            highs.append(floordiv(rest, -step) + 1)  # rest - |step|*last >= 0: last <= floor(rest / |step|)
+    if not lows and not highs:
+        return None
+    joined = None
+    for term in keep:
+        joined = term if joined is None else Binary(term.dtype, "and", joined, term)
+    return Window(value.a, value.b, tuple(lows), tuple(highs), joined, _unit_stride(value.a, last, buffers))
+
+
+def _unit_stride(value: Value, last: str, buffers: Mapping[str, Storage]) -> bool:
+    """Whether `value` reads its buffer as stored (no conversion) at consecutive elements as `last` steps."""
+    if type(value) is not Load or buffers[value.buffer].dtype != value.dtype or value.dtype.name not in GEMM_DTYPES:
+        return False
+    flat = flatten(list(value.index), list(buffers[value.buffer].shape))
+    step = flat.coefficient(last)
+    return step.is_const and step.value == 1 and last not in (flat - sym(last)).free_symbols()
 
 
 def output_position(c: Contraction) -> Expr:
@@ -114,13 +198,35 @@ def context_fields(
     return tuple(fields)
 
 
+WINDOW_LOW = "catenc_lo"  # the first position inside a window, in a run
+WINDOW_HIGH = "catenc_hi"  # ... and the first past it
+
+
+def window_bounds(window: Window, base: str, length: str) -> tuple[Expr, Expr]:
+    """WINDOW_LOW and WINDOW_HIGH of a run of `length` positions whose last index starts at
+    `base` (variable names): both clamped to [0, length], the high one to at least the low one."""
+    start = sym(base)
+    lows = [lo - start for lo in window.lows] or [ZERO]
+    highs = [hi - start for hi in window.highs] or [sym(length)]
+    low = minimum(maximum(_fold(maximum, lows), ZERO), sym(length))
+    high = minimum(maximum(_fold(minimum, highs), sym(WINDOW_LOW)), sym(length))
+    return low, high
+
+
+def _fold(combine, exprs: list[Expr]) -> Expr:
+    out = exprs[0]
+    for e in exprs[1:]:
+        out = combine(out, e)
+    return out
+
+
 def gemm_call(stmt: Gemm, kernel: LoopKernel, buffers: Mapping[str, Storage], parallel: bool) -> GemmCall:
     """The call of a Gemm statement in `kernel`; `parallel`: whether threads are on here (a
     batch of products then runs one product per thread, and the epilogue's rows spread)."""
     c = stmt.contraction
     sides = (
-        PackSide("a", "MR", flat_extent(c.rows), odometer(c.rows, c.a)),
-        PackSide("b", "NR", flat_extent(c.cols), odometer(c.cols, c.b)),
+        PackSide("a", "MR", flat_extent(c.rows), odometer(c.rows, c.a, buffers)),
+        PackSide("b", "NR", flat_extent(c.cols), odometer(c.cols, c.b, buffers)),
     )
     return GemmCall(
         c,

@@ -1,0 +1,183 @@
+"""Convolution patches packed by windows, and how the packed gemm driver shares work among threads.
+
+A padded read `where(in bounds, x[..., ow + s - p], 0)` packs as three spans per run of the
+last index (zeros, the unguarded inside, zeros), the inside as one block copy where it is
+contiguous (stride 1): checked by counting the copies in the C, and against numpy at odd sizes,
+paddings wider than the kernel, strides, dilations and depths past one k-slice. The threading
+decisions of templates/gemm.c.j2 (threads per product, columns or rows, a batch one product per
+thread or each product on all) are called from C and counted; batched and skinny products with
+threads forced on for every size are checked against numpy.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import assert_close, compile_text, randn
+
+from catenc.codegen.gemm import render_gemm_support
+from catenc.schedule.tiles import BATCH_FLOPS, PARALLEL_FLOPS, default_tiles
+
+# name -> (stride, padding, dilation); "wide": padding past the kernel, whole rows and runs are zeros
+CONV = {"s1p1": (1, 1, 1), "s2p1": (2, 1, 1), "d2p2": (1, 2, 2), "wide": (1, 3, 1), "s3p0": (3, 0, 1)}
+FORCE_THREADS = "CFLAGS=-DCATENC_GEMM_PARALLEL_FLOPS=0 -DCATENC_GEMM_FLOPS_PER_THREAD=1"
+
+
+def _conv_source() -> str:
+    out = []
+    for tag, (s, p, d) in CONV.items():
+        oh = f"(H + {2 * p} - {d}*(R - 1) - 1) // {s} + 1"
+        ow = f"(W + {2 * p} - {d}*(S - 1) - 1) // {s} + 1"
+        out.append(f"""
+[composite.conv_{tag}]
+inputs = ["x: f32[N, C, H, W]", "w: f32[K, C, R, S]"]
+outputs = ["y: f32[N, K, {oh}, {ow}]"]
+body = "y = conv2d(x, w, stride={s}, padding={p}, dilation={d})"
+""")
+    return "".join(out)
+
+
+GEMMS = """
+[composite.bmm]
+inputs = ["a: f32[B, M, K]", "b: f32[B, K, N]"]
+outputs = ["y: f32[B, M, N]"]
+body = "y = a @ b"
+
+[composite.mm]
+inputs = ["a: f32[M, K]", "b: f32[K, N]"]
+outputs = ["y: f32[M, N]"]
+body = "y = a @ b"
+"""
+
+
+@pytest.fixture(scope="module")
+def conv(tmp_path_factory):
+    return compile_text(tmp_path_factory.mktemp("conv"), _conv_source(), name="convs")
+
+
+@pytest.fixture(scope="module", params=["default", "threads-forced"])
+def gemms(request, tmp_path_factory):
+    config = {"CFLAGS": FORCE_THREADS.split("=", 1)[1]} if request.param == "threads-forced" else None
+    return compile_text(tmp_path_factory.mktemp("gemms"), GEMMS, name="gemms", config=config)
+
+
+def np_conv(x, w, stride, padding, dilation):
+    n, c, h, wd = x.shape
+    k, _, r, s = w.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    oh = (h + 2 * padding - dilation * (r - 1) - 1) // stride + 1
+    ow = (wd + 2 * padding - dilation * (s - 1) - 1) // stride + 1
+    y = np.zeros((n, k, oh, ow))
+    for i in range(r):
+        for j in range(s):
+            a, b = i * dilation, j * dilation
+            patch = xp[:, :, a : a + stride * (oh - 1) + 1 : stride, b : b + stride * (ow - 1) + 1 : stride]
+            y += np.einsum("nchw,kc->nkhw", patch, w[:, :, i, j].astype(np.float64))
+    return y
+
+
+def test_contiguous_windows_pack_by_block_copies(conv):
+    """Stride 1 (any padding or dilation): one block copy per pack of the patches; stride 3: the
+    window's inside is a strided loop, no copy; the weights (no guard) pack as before."""
+    source = (conv.path.parent / "convs.c").read_text()
+    for tag, (stride, _, _) in CONV.items():
+        pack_b = source.split(f"static void conv_{tag}_k0_g0_pack_b(")[1].split("\n}\n")[0]
+        pack_a = source.split(f"static void conv_{tag}_k0_g0_pack_a(")[1].split("\n}\n")[0]
+        assert pack_b.count("catenc_lo") >= 3, tag  # the window's bounds and spans
+        assert pack_b.count("CATENC_GEMM_COPY(") == (1 if stride == 1 else 0), tag
+        assert "catenc_lo" not in pack_a and "CATENC_GEMM_COPY(" not in pack_a, tag
+
+
+# (N, C, H, W, K, R, S): W under and over the 64-column panel, runs across panels and rows, one
+# column, one row, a depth C*R*S past the 512-deep k-slice (two equal slices), K not a multiple of 6
+CONV_SIZES = [(1, 1, 1, 1, 1, 3, 3), (2, 3, 13, 11, 8, 3, 3), (1, 5, 7, 70, 13, 3, 2), (2, 2, 40, 1, 7, 1, 3)]
+CONV_SIZES += [(1, 60, 9, 9, 5, 3, 3), (1, 4, 23, 37, 17, 3, 3)]
+
+
+def _fits(tag: str, size: tuple[int, ...]) -> bool:
+    """Whether the dilated kernel fits the padded input (else a shape error, tested in test_ops_conv)."""
+    _, padding, dilation = CONV[tag]
+    _, _, h, w, _, r, s = size
+    return h + 2 * padding >= dilation * (r - 1) + 1 and w + 2 * padding >= dilation * (s - 1) + 1
+
+
+@pytest.mark.parametrize("tag,size", [(tag, size) for tag in CONV for size in CONV_SIZES if _fits(tag, size)])
+def test_windowed_conv_matches_numpy(conv, tag, size):
+    stride, padding, dilation = CONV[tag]
+    n, c, h, w_, k, r, s = size
+    x, w = randn((n, c, h, w_), seed=1), randn((k, c, r, s), seed=2)
+    want = np_conv(x, w, stride, padding, dilation)
+    assert_close(conv[f"conv_{tag}"](x, w), want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()))
+
+
+@pytest.mark.parametrize("bmkn", [(12, 64, 64, 64), (12, 256, 64, 256), (3, 17, 600, 65), (8, 64, 576, 200)])
+def test_batched_products(gemms, bmkn):
+    b, m, k, n = bmkn
+    a, bb = randn((b, m, k), seed=1), randn((b, k, n), seed=2)
+    assert_close(gemms["bmm"](a, bb), a.astype(np.float64) @ bb, rtol=1e-5, atol=1e-5 * np.sqrt(k))
+
+
+@pytest.mark.parametrize("mkn", [(64, 512, 1536), (64, 1536, 512), (1, 700, 3000), (5, 1100, 70), (7, 3, 2000)])
+def test_skinny_products(gemms, mkn):
+    m, k, n = mkn
+    a, b = randn((m, k), seed=1), randn((k, n), seed=2)
+    assert_close(gemms["mm"](a, b), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5 * np.sqrt(k))
+
+
+DECISIONS = r"""
+#include <stdio.h>
+#include "gemm.h"
+int main(void) {
+    /* M, N, K: the threads of the product out of 2, then columns (1) or rows (0) for a team of 2 */
+    static const long long p[][3] = {{4, 4, 4}, {64, 512, 1536}, {64, 1536, 512}, {4096, 16, 256}, {6, 16, 100000},
+                                     {7, 10, 10000}};
+    static const long long b[][4] = {{12, 256, 256, 64}, {12, 64, 64, 64}, {8, 64, 3136, 576},
+                                     {3, 1024, 1024, 1024}, {12, 4, 4, 4}, {1, 256, 256, 64}};
+    unsigned i;
+    for (i = 0; i < sizeof p / sizeof p[0]; ++i)
+        printf("team %d split_n %d\n", catenc_gemm_team_f32(p[i][0], p[i][1], p[i][2], 2),
+               catenc_gemm_split_n_f32(p[i][0], p[i][1], 2));
+    printf("of 16: %d %d %d\n", catenc_gemm_team_f32(1024, 1024, 1024, 16), catenc_gemm_team_f32(64, 64, 64, 16),
+           catenc_gemm_team_f32(60, 64, 100000, 16));
+    for (i = 0; i < sizeof b / sizeof b[0]; ++i)
+        printf("apart %d\n", (int)CATENC_GEMM_APART(b[i][0], b[i][1], b[i][2], b[i][3], 2));
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("vector_bytes", [64, 32])
+def test_threading_decisions(tmp_path: Path, vector_bytes: int):
+    """Counted, not timed: tiny products stay on the calling thread, threads stop at one per
+    FLOPS_PER_THREAD and at the panels there are, skinny products (few rows) split their columns,
+    tall ones their rows; a batch runs one product per thread when its products are small or it
+    splits evenly among the threads, and not at all on threads below PARALLEL_FLOPS in all."""
+    assert (PARALLEL_FLOPS, BATCH_FLOPS) == (4_000_000, 32_000_000)  # the expectations below assume these
+    compiler = shutil.which("gcc") or shutil.which("clang")
+    assert compiler, "a C compiler with OpenMP (gcc has it built in) is needed"
+    (tmp_path / "gemm.h").write_text(render_gemm_support({"f32": default_tiles("f32", vector_bytes)}))
+    (tmp_path / "main.c").write_text(DECISIONS)
+    exe = tmp_path / "decide"
+    cmd = [compiler, "-std=c99", "-O1", "-fopenmp", f"-I{tmp_path}", str(tmp_path / "main.c"), "-o", str(exe)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    lines = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert lines == [
+        "team 1 split_n 1",  # 128 flops: one thread
+        "team 2 split_n 1",  # skinny (64 rows): columns
+        "team 2 split_n 1",
+        "team 2 split_n 0",  # tall (one column panel): rows
+        "team 1 split_n 1",  # one micro-tile of output, however deep: the depth is not split
+        "team 1 split_n 0",  # 1.4 Mflop: below the threshold
+        "of 16: 16 1 10",  # all 16; 0.5 Mflop: one; ten row panels: ten
+        "apart 1",  # small products
+        "apart 1",
+        "apart 1",  # large products, 8 on 2 threads: one per thread, no barrier
+        "apart 0",  # large products, 3 on 2 threads: each on both
+        "apart 0",  # 1.5 kflop in all: no threads
+        "apart 0",  # one product
+    ]
