@@ -325,3 +325,40 @@ def test_plan_with_a_tuning_applies_it() -> None:
         assert kernel.decisions.jam in (1, 2, 3, 4)
     applied = [n for n in plan.entries[0].schedule.notes if n.startswith("tuning:")]
     assert len(applied) == len(plan.entries[0].schedule.kernels) and entry
+
+
+# --- the command, measuring for real (small sizes and budget: what it finds is not checked) ----
+
+
+def test_catenc_tune_writes_a_file_that_compile_applies(tmp_path: Path) -> None:
+    sample = str(ROOT / "samples" / "softmax.toml")
+    out = tmp_path / "softmax.tuning.json"
+    done = catenc("tune", sample, "--sizes", "N=64,D=96", "--sizes", "N=3,D=200", "--budget", "4s", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert f"wrote {out}" in done.stdout and "softmax_k0" in done.stdout
+    tuning = load_tuning(str(out))
+    kernels = [e for e in tuning.entries if not e.signature.startswith("gemm-tiles")]
+    assert kernels and all(e.sizes == ({"N": 64, "D": 96}, {"N": 3, "D": 200}) for e in kernels)
+    assert all(e.seconds["tuned"] <= e.seconds["heuristic"] for e in kernels)
+    compiled = catenc("compile", sample, "-o", str(tmp_path / "b"), "--tuning", str(out), "-v", "--test", "N=5,D=77")
+    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
+    assert "no entry" not in compiled.stdout
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--budget", "soon"], "--budget soon: expected seconds, like 60s or 2m"),
+        (["--budget", "-3s"], "--budget -3s: must be a positive time"),
+        ([], 'softmax has free sizes N, D: give them all in one --sizes "N=...,D=..."'),
+        (["--sizes", "N=4,D=x"], "--sizes: size 'D' must be an integer, got 'x'"),
+        (["--sizes", "N=4,D=4,Q=1"], "--sizes N=4,D=4,Q=1: Q is not a free size here"),
+        (["--sizes", "N=4,D=4", "--runtime", "opencl"], "cannot be timed here; tune with a host runtime"),
+    ],
+)
+def test_catenc_tune_bad_input(tmp_path: Path, args: list[str], message: str) -> None:
+    out = tmp_path / "t.json"
+    done = catenc("tune", str(ROOT / "samples" / "softmax.toml"), "-o", str(out), *args)
+    assert done.returncode == 1, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert not out.exists()

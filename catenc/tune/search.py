@@ -295,10 +295,12 @@ def run_search(
     """Rounds until every knob has converged or the budget (seconds) is spent: kernels first,
     then gemm tiles; then the confirmation of the best against the heuristics."""
     start = clock()
-    phases = [[k for k in search.knobs if not k.tiles_of], [k for k in search.knobs if k.tiles_of]]
-    confirm_share = 0.15  # of the budget kept for the confirmation
-    for knobs in phases:
-        while clock() - start < budget * (1 - confirm_share):
+    kernels = [k for k in search.knobs if not k.tiles_of and not k.pruned]
+    tiles = [k for k in search.knobs if k.tiles_of]
+    # the share of the budget each phase may end at; the rest is kept for the confirmation
+    phases = [(kernels, 0.55 if tiles else 0.85), (tiles, 0.85)]
+    for knobs, share in phases:
+        while clock() - start < budget * share:
             chosen: dict[str, Candidate] = {}
             for knob in knobs:
                 candidate = knob.next_candidate()

@@ -10,9 +10,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from catenc.build import write_atomic
 from catenc.diagnostics import CatencError
 from catenc.driver import plan_file
+from catenc.outputs import write_atomic
 from catenc.passes.pipelines import Target
 from catenc.plan import FilePlan, Options
 from catenc.runtime.machine import host_machine, toolchain_target
