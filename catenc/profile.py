@@ -37,7 +37,7 @@ from catenc.lower.loops import LoopKernel
 from catenc.outputs import write_atomic
 from catenc.plan import EntryPlan, FilePlan, Options
 from catenc.resources import user_cache_dir
-from catenc.runtime.descriptor import CRuntime, Runtime
+from catenc.runtime.descriptor import Runtime
 from catenc.runtime.machine import host_machine
 from catenc.schedule.kernels import Kernel, kernel_cost
 from catenc.testing.check import entry_env, entry_sizes, random_inputs
@@ -393,10 +393,10 @@ def parse_peaks(text: str) -> Peaks:
 def machine_peaks(runtime: Runtime, config: Mapping[str, str], remeasure: bool = False) -> Peaks:
     """The peaks measured on this machine with the runtime's compiler and target flags: from the
     user cache when measured before (unless remeasure), else measured now and kept there."""
-    if not isinstance(runtime, CRuntime):
+    host = runtime.host_c_compiler(config)
+    if host is None:
         raise CatencError(f"profile: runtime '{runtime.name}' is no C runtime; give the machine's peaks with --peaks")
-    compiler = runtime.compiler(config)
-    flags = ["-O3", *runtime.target_flags(config)] + (["-fopenmp"] if runtime.parallel(config) else [])
+    compiler, flags = host[0], ["-O3", *host[1]]
     key = {
         "cpu": _cpu_model(),
         "machine": host_machine(),

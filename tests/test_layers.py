@@ -46,6 +46,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("outputs", ("catenc.emit", "catenc.build", "catenc.loader", "catenc.outputs", "catenc.cache")),
     # The numpy reference, --test and the coverage report: compile, build and load.
     ("testing", ("catenc.testing.",)),
+    # Measure on this machine: the preallocated entry call, per-kernel timers, the schedule search.
+    ("measure", ("catenc.ccall", "catenc.peaks", "catenc.profile", "catenc.tune.")),
     # Commands only.
     ("cli", ("catenc.cli", "catenc.__main__")),
 )

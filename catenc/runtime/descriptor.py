@@ -113,6 +113,11 @@ class Runtime:
         emitted, beside those its build commands run: the compile cache checks each on a hit."""
         return ()
 
+    def host_c_compiler(self, config: Mapping[str, str]) -> tuple[str, list[str]] | None:
+        """The C compiler and target flags this runtime builds host code with (catenc profile
+        builds the machine-peak probes with them), or None for a runtime that builds no C."""
+        return None
+
     def verify_source(self, path: Path, config: Mapping[str, str]) -> str | None:
         """For a runtime that builds no binary: the toolchain's complaint about the emitted
         source, or None when it builds (or cannot be checked here)."""
@@ -225,6 +230,9 @@ class CRuntime(Runtime):
             flags.append("-mprefer-vector-width=512")  # compilers default to 256-bit vectors on AVX-512
         flags += [f for f in config.get("CFLAGS", "").split() if f not in flags]
         return flags
+
+    def host_c_compiler(self, config: Mapping[str, str]) -> tuple[str, list[str]] | None:
+        return self.compiler(config), [*self.target_flags(config), *(["-fopenmp"] if self.parallel(config) else [])]
 
     def target_flags(self, config: Mapping[str, str]) -> list[str]:
         """The flags that choose the target CPU."""
