@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 from toolchains import COMPILERS, MARCHES, require, runnable_marches, runtime_flags
 
-FUNCTIONS = ("exp", "expm1", "log", "log1p", "tanh", "erf", "sigmoid")
+FUNCTIONS = ("exp", "exp_le0", "expm1", "log", "log1p", "tanh", "erf", "sigmoid")
 F32_MAX = float(np.finfo(np.float32).max)
 TINY = 2.0**-149  # smallest subnormal float
 FAST_MATH_BOUND = 4.0  # ulp, -ffast-math build on ordinary inputs (no guarantee is stated there)
@@ -122,6 +122,7 @@ def _erf64(x: np.ndarray) -> np.ndarray:
 
 REFERENCE = {
     "exp": np.exp,
+    "exp_le0": lambda x: np.exp(np.minimum(x, 0.0)),
     "expm1": np.expm1,
     "log": np.log,
     "log1p": np.log1p,
@@ -196,7 +197,7 @@ COMMON = [0.0, TINY, 2.0**-126, 0.5, 1.0, 2.0, F32_MAX, np.inf]
 def edges(name: str) -> np.ndarray:
     common = [s * v for v in COMMON for s in (1.0, -1.0)]
     ks = np.arange(-151, 130)
-    if name in ("exp", "expm1", "sigmoid"):
+    if name in ("exp", "exp_le0", "expm1", "sigmoid"):
         # overflow, smallest normal, smallest subnormal and underflow-to-zero results; the edges
         # of round(x/ln2); the clamps (89, -104 and expm1's -30)
         special = [math.log(F32_MAX), math.log(2.0**-126), math.log(TINY), math.log(2.0**-150), 89, -104, -30, -87]
@@ -220,6 +221,7 @@ def edges(name: str) -> np.ndarray:
 # where the function is not saturated (sampled over its floats, then uniformly)
 ACTIVE = {
     "exp": (-104.0, 89.0),
+    "exp_le0": (-104.0, 0.0),
     "expm1": (-30.0, 89.0),
     "log": (0.0, F32_MAX),
     "log1p": (-1.0, F32_MAX),
@@ -229,6 +231,7 @@ ACTIVE = {
 }
 UNIFORM = {
     "exp": (-10.0, 10.0),
+    "exp_le0": (-10.0, 1.0),
     "expm1": (-2.0, 2.0),
     "log": (0.0, 4.0),
     "log1p": (-1.0, 3.0),
@@ -296,7 +299,7 @@ def test_template_renders_alone_under_catenc_settings():
 
 
 def test_stated_bounds_meet_the_requirements(bounds):
-    for name in ("exp", "expm1", "log", "log1p"):
+    for name in ("exp", "exp_le0", "expm1", "log", "log1p"):
         assert bounds[name] <= 2.0
     for name in ("tanh", "erf", "sigmoid"):
         assert bounds[name] <= 3.0
@@ -330,6 +333,7 @@ def test_builds_agree(libraries, cases, bounds, build, name):
 # input:exact expected result; signed zeros are compared with their sign
 SPECIAL = {
     "exp": "nan:nan inf:inf -inf:0 0:1 -0:1 89:inf max:inf -104:0 -max:0 -103:tiny",
+    "exp_le0": "nan:nan inf:1 -inf:0 0:1 -0:1 89:1 max:1 tiny:1 -104:0 -max:0 -103:tiny",
     "expm1": "nan:nan inf:inf -inf:-1 0:0 -0:-0 -30:-1 -max:-1 89:inf max:inf tiny:tiny -tiny:-tiny min:min",
     "log": "nan:nan inf:inf -inf:nan 0:-inf -0:-inf -1:nan -tiny:nan 1:0 2:ln2",
     "log1p": "nan:nan inf:inf -inf:nan -1:-inf -2:nan -1.0000001:nan 0:0 -0:-0 tiny:tiny -tiny:-tiny",

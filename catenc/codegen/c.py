@@ -188,10 +188,13 @@ class CRenderer:
 
     def unary(self, v: Unary) -> str:
         dtype = v.x.dtype
+        vector_math = self._kernel.decisions.vector_math and self.ctype(dtype) == "float"
+        if vector_math and v.op == "exp" and isinstance(v.x, Binary) and v.x.op == "min" and v.x.b == Const(dtype, 0.0):
+            return f"catenc_vexp_le0_f32({self.value(v.x.a)})"  # exp(min(a, 0)), without overflow handling
         arg = self.value(v.x)
         if dtype.name == "bool":
             return self.spell(self.bool_ops[v.op], [arg], dtype)
-        if self._kernel.decisions.vector_math and self.ctype(dtype) == "float" and v.op in self.vector_math_f32:
+        if vector_math and v.op in self.vector_math_f32:
             return self.vector_math_f32[v.op].format(arg)
         table = self.unary_float if dtype.is_float else self.unary_int
         return self.spell(table[v.op], [arg], dtype)

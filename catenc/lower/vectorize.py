@@ -7,18 +7,21 @@ vector lane and two vectors deep, which the compiler maps onto vector registers.
 
 `reuse_reduced_values` then keeps an expensive value computed for a reduction when a later loop
 of the same row recomputes it for a store: softmax's `exp(x - max)` is computed once, stored
-into the output while it is summed, and the last loop only divides.
+into the output while it is summed, and the last loop only divides. With vector math, an
+`exp(v - t)` where t is the maximum of v over the same range (softmax's exp(x - max)) becomes
+`exp(min(v - t, 0))`, the same function, which the renderer computes with the cheaper routine
+for arguments <= 0 (no overflow handling; templates/vecmath.c.j2 states its accuracy).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from catenc.dtypes import DType
-from catenc.ir.nodes import Binary, Const, Load, Local, Value, contains, value_symbols, walk
+from catenc.ir.nodes import Binary, Const, Load, Local, Unary, Value, contains, value_symbols, walk
 from catenc.ir.passes import calls_expensive, replace_node, substitute
 from catenc.lower.loops import Assign, Declare, For, If, LaneReduce, LoopKernel, Stmt, Store
-from catenc.symbolic import sym
+from catenc.symbolic import Expr, sym
 
 LANE_OPS = frozenset({"add", "mul", "max", "min"})
 MAX_LANES = 64
@@ -35,7 +38,8 @@ def split_reduction_lanes(kernel: LoopKernel, storage: dict[str, DType]) -> Loop
     give (none: unchanged), reduced values reused (storage: each buffer's storage dtype)."""
     if not kernel.decisions.vector_lanes:
         return kernel
-    return replace(kernel, body=_reuse(_rewrite(kernel.body, kernel.decisions.vector_lanes), storage))
+    body = _reuse(_rewrite(kernel.body, kernel.decisions.vector_lanes), storage)
+    return replace(kernel, body=_bound_shifted_exps(body) if kernel.decisions.vector_math else body)
 
 
 def jam_rows(kernel: LoopKernel) -> LoopKernel:
@@ -199,3 +203,63 @@ def _reads_or_writes_any(stmt: Stmt, buffers: set[str]) -> bool:
     if isinstance(stmt, LaneReduce) and stmt.store is not None and stmt.store[0] in buffers:
         return True
     return any(_reads_or_writes_any(s, buffers) for s in inner)
+
+
+@dataclass(frozen=True)
+class _Maximum:
+    """A local that holds the maximum of `value` over `index` in 0..extent (and maybe more)."""
+
+    index: str
+    extent: Expr
+    value: Value
+
+
+def _bound_shifted_exps(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+    """Every exp(v - t) of a reduction over 0..n, where t holds the maximum of v over 0..n, as
+    exp(min(v - t, 0)): the argument is <= 0 (or NaN) anyway, and the renderer spells an exp of a
+    min with 0 as the cheaper routine for such arguments. Statement lists are scanned in order;
+    a maximum is forgotten once its local is assigned or a buffer it reads is written."""
+    out: list[Stmt] = []
+    maxima: dict[str, _Maximum] = {}
+    for stmt in body:
+        if isinstance(stmt, (For, If)):
+            stmt = replace(stmt, body=_bound_shifted_exps(stmt.body))
+        if isinstance(stmt, LaneReduce):
+            stmt = replace(stmt, **_bounded_values(stmt, maxima))
+        for name, maximum in list(maxima.items()):
+            if _reads_or_writes_any(stmt, _buffers_of(maximum.value)) or _assigns(stmt) & (
+                {name} | {n.name for n in walk(maximum.value) if isinstance(n, Local)}
+            ):
+                del maxima[name]
+        if isinstance(stmt, LaneReduce) and stmt.op == "max" and not stmt.more and stmt.dtype.is_float:
+            maxima[stmt.acc] = _Maximum(stmt.index, stmt.extent, stmt.value)
+        elif isinstance(stmt, Declare) and isinstance(stmt.value, Local) and stmt.value.name in maxima:
+            maxima[stmt.name] = maxima[stmt.value.name]
+        out.append(stmt)
+    return tuple(out)
+
+
+def _bounded_values(reduce: LaneReduce, maxima: dict[str, _Maximum]) -> dict[str, object]:
+    """The value and more values of a LaneReduce with their shifted exps bounded."""
+
+    def bounded(v: Value) -> Value:
+        for name, maximum in maxima.items():
+            if maximum.extent != reduce.extent:
+                continue
+            dtype, at = maximum.value.dtype, {maximum.index: sym(reduce.index)}
+            shifted = Binary(dtype, "sub", substitute(maximum.value, at), Local(dtype, name))
+            clamped = Binary(dtype, "min", shifted, Const(dtype, 0.0))
+            v = replace_node(v, Unary(dtype, "exp", shifted), Unary(dtype, "exp", clamped))
+        return v
+
+    return {"value": bounded(reduce.value), "more": tuple((acc, bounded(v)) for acc, v in reduce.more)}
+
+
+def _assigns(stmt: Stmt) -> set[str]:
+    """The locals a statement (and the statements inside it) assigns or declares."""
+    if isinstance(stmt, (Assign, Declare)):
+        return {stmt.name}
+    if isinstance(stmt, LaneReduce):
+        return {acc for acc, _ in stmt.reductions}
+    inner = stmt.body if isinstance(stmt, (For, If)) else ()
+    return set().union(*(_assigns(s) for s in inner))
