@@ -272,7 +272,12 @@ class Expr:
         return "".join(parts)
 
     def __str__(self) -> str:
-        return self.render(PYTHON)
+        """Rendered once: the text is a sort and dict key in many passes."""
+        found = self.__dict__.get("_str")
+        if found is None:
+            found = self.render(PYTHON)
+            object.__setattr__(self, "_str", found)
+        return found
 
     def __repr__(self) -> str:
         return f"Expr({self})"
@@ -457,9 +462,16 @@ _APPLY = {"floordiv": floordiv, "mod": mod, "max": maximum, "min": minimum}
 
 
 def product(exprs: Iterable[ExprLike]) -> Expr:
+    return _product(tuple(to_expr(e) for e in exprs))
+
+
+@lru_cache(maxsize=1 << 14)
+def _product(exprs: tuple[Expr, ...]) -> Expr:
+    """The product of a shape's extents, remembered: sizes and element counts are asked of the
+    same shapes again and again."""
     total = ONE
     for e in exprs:
-        total = total * to_expr(e)
+        total = total * e
     return total
 
 
@@ -612,6 +624,13 @@ def prove_nonneg(e: ExprLike, facts: Facts = Facts()) -> bool:
     # nested proofs, give up (never proving is sound) rather than recurse without bound.
     if _NESTING.depth >= MAX_NESTED_PROOFS:
         return False
+    return _proved(e, facts, _NESTING.depth)
+
+
+@lru_cache(maxsize=1 << 14)
+def _proved(e: Expr, facts: Facts, depth: int) -> bool:
+    """prove_nonneg's answer at a nesting depth, remembered: the passes ask the same questions
+    again and again (the depth is part of the question, as a deeper proof gives up sooner)."""
     _NESTING.depth += 1
     try:
         return _prove_direct(e, facts) or _prove_by_cases(e, facts, 0)

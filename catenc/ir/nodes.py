@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
+from functools import cache
 
 from catenc.dtypes import DType
 from catenc.registry import BINARY_OPS as BINARY_OPS  # the op names of Unary, Binary and Reduce nodes
@@ -44,9 +45,14 @@ class Value:
         """Computed once per node: trees are deep, and dicts of values hash them often."""
         found = self.__dict__.get("_hash")
         if found is None:
-            found = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            found = hash(tuple(getattr(self, name) for name in _field_names(type(self))))
             object.__setattr__(self, "_hash", found)
         return found
+
+
+@cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
 
 
 def value_node(cls: type) -> type:
@@ -249,9 +255,14 @@ def loads(value: Value) -> Iterator[Load]:
     return (v for v in walk(value) if isinstance(v, Load))
 
 
-def loaded_buffers(value: Value) -> list[str]:
-    """The buffers a value tree loads, each once, in the order of their first load."""
-    return list(dict.fromkeys(ld.buffer for ld in loads(value)))
+def loaded_buffers(value: Value) -> tuple[str, ...]:
+    """The buffers a value tree loads, each once, in the order of their first load (found once
+    per tree: the cost model and the scheduler ask it of the same bodies again and again)."""
+    found = value.__dict__.get("_loaded")
+    if found is None:
+        found = tuple(dict.fromkeys(ld.buffer for ld in loads(value)))
+        object.__setattr__(value, "_loaded", found)
+    return found
 
 
 def contains(value: Value, part: Value) -> bool:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from catenc.ir.cost import Cost, computes_cost
-from catenc.ir.nodes import Buffer, Compute, Graph, format_shape, format_value, loads
+from catenc.ir.nodes import Buffer, Compute, Graph, format_shape, format_value, loaded_buffers, loads
 from catenc.schedule.contractions import Contraction, extract_contractions
 from catenc.schedule.tiles import GemmTiles
 from catenc.symbolic import ONE, ZERO, Call, Expr, product, prove_nonneg, sym
@@ -213,7 +213,7 @@ def _scalar_members(graph: Graph, kernels: tuple[Kernel, ...], k: int) -> frozen
         inner = m.indices[len(kernels[k].outer) :]
         if graph.buffer(m.name).role != "temp" or any(e != ONE for _, e in inner):
             continue
-        if any(ld.buffer == m.name for c in later for ld in loads(c.body)):
+        if any(m.name in loaded_buffers(c.body) for c in later):
             continue
         scalars.add(m.name)
     return frozenset(scalars)
