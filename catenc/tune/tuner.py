@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -14,7 +15,7 @@ from catenc.diagnostics import CatencError
 from catenc.driver import plan_file
 from catenc.outputs import write_atomic
 from catenc.passes.pipelines import Target
-from catenc.plan import FilePlan, Options
+from catenc.plan import EntryPlan, FilePlan, Options
 from catenc.runtime.machine import host_machine, toolchain_target
 from catenc.schedule.kernels import Schedule
 from catenc.schedule.tuning_file import Tuning, load_tuning
@@ -104,22 +105,34 @@ MeasureFor = Callable[[FilePlan, list[dict[str, int]]], Measure]  # the measurem
 
 
 def profile_measure(path: str, options: Options, runs: int) -> MeasureFor:
-    """Measurements by the profiler's per-kernel timers: one timed build per size binding, of
-    the entries it gives every free size of."""
-    from catenc.profile import time_kernels
+    """Measurements by the profiler's per-kernel timers: one timed build per round, each entry
+    then run at every binding that gives all its free sizes."""
+    from catenc.profile import profiled_library, time_entry
 
     def measure_for(plan: FilePlan, bindings: list[dict[str, int]]) -> Measure:
         def measure(tune: Callable[[Schedule], Schedule]) -> list[Timings]:
-            out = []
-            for sizes in bindings:
-                tuned = replace(options, tune=tune, tuning=None, composites=covered(plan, sizes))
-                entries = time_kernels(path, tuned, dict(sizes), runs)
-                out.append({entry.entry: [kernel.seconds for kernel in entry.kernels] for entry in entries})
-            return out
+            tuned = replace(options, tune=tune, tuning=None)
+            timed = plan_file(path, tuned)
+            with tempfile.TemporaryDirectory(prefix="catenc-tune-") as scratch:
+                library = profiled_library(timed, tuned, path, Path(scratch))
+                return [
+                    {
+                        entry.name: [
+                            k.seconds for k in time_entry(entry, library, _given(entry, sizes), runs)[0].kernels
+                        ]
+                        for entry in timed.entries
+                        if entry.name in covered(plan, sizes)
+                    }
+                    for sizes in bindings
+                ]
 
         return measure
 
     return measure_for
+
+
+def _given(entry: EntryPlan, sizes: dict[str, int]) -> dict[str, int]:
+    return {dim: sizes[dim] for dim in entry.dims}
 
 
 def parse_budget(text: str) -> float:
