@@ -135,8 +135,9 @@ int main(void) {
     /* M, N, K: the threads of the product out of 2, then columns (1) or rows (0) for a team of 2 */
     static const long long p[][3] = {{4, 4, 4}, {64, 512, 1536}, {64, 1536, 512}, {4096, 16, 256}, {6, 16, 100000},
                                      {7, 10, 10000}};
-    static const long long b[][4] = {{12, 256, 256, 64}, {12, 64, 64, 64}, {8, 64, 3136, 576},
-                                     {3, 1024, 1024, 1024}, {12, 4, 4, 4}, {1, 256, 256, 64}};
+    static const long long b[][5] = {{12, 256, 256, 64, 2}, {12, 64, 64, 64, 2}, {8, 64, 3136, 576, 2},
+                                     {8, 64, 3136, 576, 16}, {3, 1024, 1024, 1024, 2}, {12, 4, 4, 4, 2},
+                                     {1, 256, 256, 64, 2}};
     unsigned i;
     for (i = 0; i < sizeof p / sizeof p[0]; ++i)
         printf("team %d split_n %d\n", catenc_gemm_team_f32(p[i][0], p[i][1], p[i][2], 2),
@@ -144,7 +145,7 @@ int main(void) {
     printf("of 16: %d %d %d\n", catenc_gemm_team_f32(1024, 1024, 1024, 16), catenc_gemm_team_f32(64, 64, 64, 16),
            catenc_gemm_team_f32(60, 64, 100000, 16));
     for (i = 0; i < sizeof b / sizeof b[0]; ++i)
-        printf("apart %d\n", (int)CATENC_GEMM_APART(b[i][0], b[i][1], b[i][2], b[i][3], 2));
+        printf("apart %d\n", (int)CATENC_GEMM_APART(b[i][0], b[i][1], b[i][2], b[i][3], 2, b[i][4]));
     return 0;
 }
 """
@@ -155,7 +156,8 @@ def test_threading_decisions(tmp_path: Path, vector_bytes: int):
     """Counted, not timed: tiny products stay on the calling thread, threads stop at one per
     FLOPS_PER_THREAD and at the panels there are, skinny products (few rows) split their columns,
     tall ones their rows; a batch runs one product per thread when its products are small or it
-    splits evenly among the threads, and not at all on threads below PARALLEL_FLOPS in all."""
+    splits evenly among the (2) slots with no more threads on offer, and not at all on threads below
+    PARALLEL_FLOPS in all."""
     assert (PARALLEL_FLOPS, BATCH_FLOPS) == (4_000_000, 32_000_000)  # the expectations below assume these
     compiler = shutil.which("gcc") or shutil.which("clang")
     assert compiler, "a C compiler with OpenMP (gcc has it built in) is needed"
@@ -177,6 +179,7 @@ def test_threading_decisions(tmp_path: Path, vector_bytes: int):
         "apart 1",  # small products
         "apart 1",
         "apart 1",  # large products, 8 on 2 threads: one per thread, no barrier
+        "apart 0",  # ... but with 16 threads on offer, each product on all 16
         "apart 0",  # large products, 3 on 2 threads: each on both
         "apart 0",  # 1.5 kflop in all: no threads
         "apart 0",  # one product

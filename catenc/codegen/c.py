@@ -389,7 +389,9 @@ class CRenderer:
         args += [c.row_stride.to_c(), c.col_stride.to_c(), pack]
         lines += [f"{pad}{{", f"{pad}{i}const int64_t catenc_count = {call.count.to_c()};"]
         if call.batch_parallel:
-            apart = f"CATENC_GEMM_APART(catenc_count, {rows}, {cols}, {depth}, {self.batch_slots})"
+            apart = (
+                f"CATENC_GEMM_APART(catenc_count, {rows}, {cols}, {depth}, {self.batch_slots}, omp_get_max_threads())"
+            )
             pragma = self.batch_pragma.format(apart=apart, slots=self.batch_slots)
             lines += [f"{pad}{i}{line}" for line in pragma.splitlines()]
         lines += [
