@@ -200,11 +200,12 @@ class Expr:
         return self.as_dict.get((), 0)
 
     def free_symbols(self) -> set[str]:
-        out: set[str] = set()
-        for m, _ in self.terms:
-            for atom, _ in m:
-                out |= atom.free_symbols()
-        return out
+        """The symbol names in the expression (a new set: collected once, copied for the caller)."""
+        found = self.__dict__.get("_symbols")
+        if found is None:
+            found = frozenset().union(*(atom.free_symbols() for m, _ in self.terms for atom, _ in m))
+            object.__setattr__(self, "_symbols", found)
+        return set(found)
 
     def as_symbol(self) -> str | None:
         """The symbol's name when the expression is exactly one symbol."""
