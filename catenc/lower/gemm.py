@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import reduce
 
 from catenc.dtypes import DType
 from catenc.ir.nodes import Binary, Const, Load, Value, Where, value_symbols
@@ -208,16 +209,9 @@ def window_bounds(window: Window, base: str, length: str) -> tuple[Expr, Expr]:
     start = sym(base)
     lows = [lo - start for lo in window.lows] or [ZERO]
     highs = [hi - start for hi in window.highs] or [sym(length)]
-    low = minimum(maximum(_fold(maximum, lows), ZERO), sym(length))
-    high = minimum(maximum(_fold(minimum, highs), sym(WINDOW_LOW)), sym(length))
+    low = minimum(maximum(reduce(maximum, lows), ZERO), sym(length))
+    high = minimum(maximum(reduce(minimum, highs), sym(WINDOW_LOW)), sym(length))
     return low, high
-
-
-def _fold(combine, exprs: list[Expr]) -> Expr:
-    out = exprs[0]
-    for e in exprs[1:]:
-        out = combine(out, e)
-    return out
 
 
 def gemm_call(stmt: Gemm, kernel: LoopKernel, buffers: Mapping[str, Storage], parallel: bool) -> GemmCall:
