@@ -10,6 +10,7 @@
 #   make bench   catenc against numpy and PyTorch (bench/run.py; installs the bench extra; writes
 #                bench/results.md; BENCH_ARGS="--quick" for a smoke run, "--only sgemm --runs 20")
 #   make bench-tune  catenc tune every bench composite on this machine (bench/tuning/; TUNE_ARGS)
+#   make samples-tune  the same for the samples and GPT-2 (samples/*.tuning.json)
 #   make clean   remove build outputs (keeps .venv; `make distclean` removes it too)
 #
 # Works on a fresh Debian 12 machine with only python3, gcc and make: `setup` runs
@@ -38,10 +39,17 @@ SIZES_softmax   := N=33,D=100
 SIZES_layernorm := N=33,D=100
 SIZES_attention := T=45,D=64
 SIZES_conv2d    := N=2,C=3,H=13,W=11,K=8
+# The sizes `make samples-tune` tunes each sample at (typical layer sizes, not the test's).
+TUNE_gemm       := M=1024,N=1024,K=1024
+TUNE_mlp        := B=256,D=768
+TUNE_softmax    := N=4096,D=1024
+TUNE_layernorm  := N=4096,D=1024
+TUNE_attention  := T=256,D=64
+TUNE_conv2d     := N=8,C=64,H=56,W=56,K=64
 
 LINT_DIRS := catenc tests runtimes samples bench
 
-.PHONY: setup system-packages demo test fuzz coverage gpu-check lint bench bench-tune bench-deps gpt2 clean distclean $(addprefix sample-,$(SAMPLES))
+.PHONY: setup system-packages demo test fuzz coverage gpu-check lint bench bench-tune bench-deps samples-tune gpt2 clean distclean $(addprefix sample-,$(SAMPLES))
 
 setup: $(STAMP)
 
@@ -89,6 +97,9 @@ system-packages:
 # changed compiles nothing, whatever catenc does with the mtimes of outputs it did not change.
 CATENC_DEPS := $(STAMP) $(sort $(shell find catenc ops runtimes -type f ! -path '*/__pycache__/*' 2>/dev/null))
 sample_file = $(firstword $(wildcard samples/$(1).toml samples/$(1).yaml))
+# A sample's tuning file, where one is committed (`make samples-tune` writes them): compile --tuning
+# applies its entries for this machine and toolchain; other machines keep the heuristics.
+sample_tuning = $(wildcard samples/$(1).tuning.json)
 
 demo: $(SAMPLES:%=build/samples/%.tested)
 	$(MAKE) --no-print-directory -C samples/c CATENC=$(abspath $(CATENC))
@@ -101,10 +112,18 @@ demo: $(SAMPLES:%=build/samples/%.tested)
 
 # Samples are found by stem: samples/<stem>.toml or samples/<stem>.yaml. build/samples/<stem>.tested:
 # build/samples/<stem>/ is up to date and passed its --test.
-$(foreach s,$(SAMPLES),$(eval build/samples/$(s).tested: $(call sample_file,$(s)) $$(CATENC_DEPS)))
+$(foreach s,$(SAMPLES),$(eval build/samples/$(s).tested: $(call sample_file,$(s)) $(call sample_tuning,$(s)) $$(CATENC_DEPS)))
 build/samples/%.tested:
-	$(CATENC) compile $(call sample_file,$*) -o build/samples/$* --test "$(SIZES_$*)"
+	$(CATENC) compile $(call sample_file,$*) -o build/samples/$* --test "$(SIZES_$*)" \
+	  $(addprefix --tuning ,$(call sample_tuning,$*))
 	@touch $@
+
+# Tune every sample (and GPT-2) on this machine, adding its entries to samples/*.tuning.json.
+samples-tune: $(STAMP)
+	$(foreach s,$(SAMPLES),$(CATENC) tune $(call sample_file,$(s)) --sizes "$(TUNE_$(s))" \
+	  -o samples/$(s).tuning.json $(TUNE_ARGS) && ) true
+	$(CATENC) tune samples/gpt2/gpt2.toml --composite gpt2 --composite gpt2_step --sizes "T=256" \
+	  --sizes "S=256" -o samples/gpt2/gpt2.tuning.json $(TUNE_ARGS)
 
 $(addprefix sample-,$(SAMPLES)): sample-%: build/samples/%.tested
 
@@ -122,8 +141,8 @@ GPT2 := build/gpt2
 gpt2: $(GPT2)/gpt2 | $(GPT2)/weights.safetensors
 	$(GPT2)/gpt2 $(GPT2)/weights.safetensors -n 32 $(GPT2_ARGS)
 
-build/gpt2.compiled: samples/gpt2/gpt2.toml $(CATENC_DEPS)
-	$(CATENC) compile samples/gpt2/gpt2.toml -o $(GPT2)
+build/gpt2.compiled: samples/gpt2/gpt2.toml $(wildcard samples/gpt2/gpt2.tuning.json) $(CATENC_DEPS)
+	$(CATENC) compile samples/gpt2/gpt2.toml -o $(GPT2) $(addprefix --tuning ,$(wildcard samples/gpt2/gpt2.tuning.json))
 	@touch $@
 
 $(GPT2)/gpt2: samples/gpt2/main.c build/gpt2.compiled
