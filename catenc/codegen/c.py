@@ -28,7 +28,7 @@ from catenc.lower.gemm import (
     gemm_call,
     window_bounds,
 )
-from catenc.lower.lanes import BASE, FULL, LANE, LANES, WIDTH, LaneLoops, expand_lanes, halvings, lane
+from catenc.lower.lanes import BASE, FULL, LANE, LANES, WIDTH, expand_lanes, lane
 from catenc.lower.loops import Assign, Declare, For, Gemm, If, LaneReduce, LoopKernel, Stmt, Store
 from catenc.schedule.contractions import ACC
 from catenc.symbolic import Expr, product
@@ -345,16 +345,13 @@ class CRenderer:
             f"{pad}{i}for (int64_t {loops.index} = {FULL}; {loops.index} < {extent}; ++{loops.index}) {{",
             *self.straight(loops.tail, pad + i * 2),
             f"{pad}{i}}}",
-            *[line for width in halvings(n) for line in self.combine(loops, width, pad + i)],
+            f"{pad}{i}for (int64_t {WIDTH} = {n // 2}; {WIDTH} > 0; {WIDTH} /= 2)",
+            f"{pad}{i * 2}for (int64_t {LANE} = 0; {LANE} < {WIDTH}; ++{LANE}) {{",
+            *self.straight(loops.combine, pad + i * 3),
+            f"{pad}{i * 2}}}",
             *self.straight(loops.finish, pad + i),
             f"{pad}}}",
         ]
-
-    def combine(self, loops: LaneLoops, width: int, pad: str) -> list[str]:
-        """One level of the lanes' combining tree, a loop of constant trip count (gcc vectorises
-        that, and keeps a loop over the widths scalar)."""
-        head = f"{pad}for (int64_t {LANE} = 0, {WIDTH} = {width}; {LANE} < {WIDTH}; ++{LANE}) {{"
-        return [head, *self.straight(loops.combine, pad + self.indent), f"{pad}}}"]
 
     def straight(self, body: tuple[Stmt, ...], pad: str) -> list[str]:
         """Straight-line statements inside a frame of their own (a declaration is const), each

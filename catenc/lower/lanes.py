@@ -10,7 +10,7 @@ accumulator. The renderer spells this frame around the statements decided here:
     for l < lanes: LANES[k][l] = start
     for base = 0; base < full; base += lanes: prefetches; for l < lanes: index = base + l; body
     for index = full; index < extent: tail
-    for w = lanes/2, lanes/4, ... 1 (each a loop of its own): for l < w: combine
+    for w = lanes/2; w > 0; w /= 2: for l < w: combine
     finish
 """
 
@@ -57,11 +57,6 @@ class LaneLoops:
     tail: tuple[Stmt, ...]  # one element into every accumulator
     combine: tuple[Stmt, ...]  # lane LANE op= lane LANE + WIDTH, every array
     finish: tuple[Stmt, ...]  # every accumulator op= its array's lane 0
-
-
-def halvings(lanes: int) -> tuple[int, ...]:
-    """The widths of the combining tree: lanes/2, lanes/4, ... 1."""
-    return tuple(lanes >> s for s in range(1, lanes.bit_length()))
 
 
 def lane(k: int, at: str) -> str:
