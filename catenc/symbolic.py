@@ -374,7 +374,7 @@ ONE = const(1)
 def _split_multiples(num: Expr, den: Expr) -> tuple[Expr, Expr]:
     """Write num = den*q + r, moving every term of num that den divides exactly into q."""
     if len(den.terms) != 1:
-        return ZERO, num
+        return _split_sum_multiples(num, den)
     dm, dc = den.terms[0]
     quotient: dict[Monomial, int] = {}
     rest: dict[Monomial, int] = {}
@@ -385,6 +385,26 @@ def _split_multiples(num: Expr, den: Expr) -> tuple[Expr, Expr]:
         else:
             rest[m] = c
     return Expr.from_dict(quotient), Expr.from_dict(rest)
+
+
+def _split_sum_multiples(num: Expr, den: Expr) -> tuple[Expr, Expr]:
+    """num = den*q + r for a divisor of several terms (`M + 1`): q takes each term of num that
+    den's leading term divides, kept only where that cancels terms of num and leaves no negative
+    one (`M*i + i + r` is `(M + 1)*i + r`, but `K + 3` stays whole over `K + 4`); else q = 0.
+    Any integer q is exact: (den*q + r) // den = q + r // den."""
+    leading = [(m, c) for m, c in den.terms if m]
+    if not leading:
+        return ZERO, num
+    lead, lead_c = max(leading, key=lambda t: (sum(p for _, p in t[0]), _monomial_key(t[0])))
+    quotient: dict[Monomial, int] = {}
+    for m, c in num.terms:
+        qm = _divide_monomial(m, lead)
+        if qm is not None and c % lead_c == 0:
+            quotient[qm] = c // lead_c
+    q = Expr.from_dict(quotient)
+    rest = num - q * den
+    simpler = len(rest.terms) < len(num.terms) and all(c > 0 for _, c in rest.terms)
+    return (q, rest) if simpler else (ZERO, num)
 
 
 def floordiv(a: ExprLike, b: ExprLike) -> Expr:

@@ -320,3 +320,50 @@ def test_guarded_load_at_a_negative_constant_index(tmp_path, m):
     t6, y = lib.guarded_negative_slice(np.zeros((0, m), np.int64), w)
     assert_close(t6, np.zeros((1, m), np.int64), **EXACT)
     assert_close(y, w[2] * 2, **EXACT)
+
+
+# ------------------------------------------------------------------------------------------
+# A contraction whose operand is read through a flattened index over a sum-sized axis: the
+# einsum's reduction index reads x3 as x3[f % (M + 1), f // (M + 1)] with f = (M + 1)*k + j.
+# The divisions by `M + 1` were not simplified (only single-term divisors were), and once -O3
+# jammed the rows of k the verifier could no longer prove the reads in bounds (internal
+# compiler error under CATENC_VERIFY_IR=1). `M*k + k + j` is now split as `(M + 1)*k + j`.
+
+SUM_DIVISOR = """
+[composite.sum_divisor]
+inputs = ["x1: u32[N, M + 1]", "x3: u32[M + 1, 2*M]", "x5: u32[2*M, M]"]
+outputs = ["t2: u32[N, M + 1]", "t6: u32[N]"]
+body = '''
+t2 = ~x1
+t4 = einsum("ij,jk->ik", t2, x3)
+t6[i] = min[k](t4[i, k] * prod[r](x5[k, r] - t4[i, k]))
+'''
+"""
+
+
+@pytest.mark.parametrize("opt", ["0", "3"])
+@pytest.mark.parametrize("nm", [(0, 0), (1, 1), (16, 2), (5, 7)])
+def test_division_by_a_sum_sized_axis_in_jammed_rows(compile_composites, opt, nm):
+    """Found as f0_2 of the differential fuzzer (derandomized): -O3 --config OMP=1 failed the
+    verifier after jam-rows ('cannot prove ((4*M*i6_jam + 4*i6_jam + r2_1) // (M + 1)) < 2*M')."""
+    lib = compile_composites(SUM_DIVISOR, name="sum_divisor", opt=opt)
+    n, m = nm
+    gen = rng(5)
+    x1 = gen.integers(0, 2**32, (n, m + 1), dtype=np.uint32)
+    x3 = gen.integers(0, 2**32, (m + 1, 2 * m), dtype=np.uint32)
+    x5 = gen.integers(0, 2**32, (2 * m, m), dtype=np.uint32)
+    t2, t6 = lib["sum_divisor"](x1, x3, x5)
+    t4 = (~x1).astype(np.uint64) @ x3.astype(np.uint64) % 2**32
+    prods = np.prod((x5[None, :, :].astype(np.uint64) - t4[:, :, None]) % 2**32, axis=2, dtype=np.uint64)
+    want = np.min((t4 * (prods % 2**32)) % 2**32, axis=1, initial=2**32 - 1).astype(np.uint32)
+    assert_close(t2, ~x1, **EXACT)
+    assert_close(t6, want, **EXACT)
+
+
+def test_a_sum_divisor_splits_only_where_terms_cancel() -> None:
+    from catenc.symbolic import floordiv, mod, sym
+
+    m, i, r, k = sym("M"), sym("i"), sym("r"), sym("K")
+    assert str(mod(m * i + i + r, m + 1)) == "(r % (M + 1))"
+    assert str(floordiv(2 * m * i + 2 * i, m + 1)) == "2*i"
+    assert str(floordiv(k + 3, k + 4)) == "((K + 3) // (K + 4))"  # no negative remainder
