@@ -5,8 +5,8 @@ composite with its file as well (the `tuned` rows) as without it (the heuristics
 
     .venv/bin/python bench/tune.py [--only NAME[,NAME]] [--budget 40s]
 
-A composite's size bindings are the free sizes of its entries as its rows' inputs give them
-(one `--sizes` per row). Entries of other machines already in a file are kept.
+A composite file is tuned for the entries its rows call (`--composite`), at the free sizes its
+rows' inputs give them (one `--sizes` per row). Entries of other machines already in a file are kept.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from suite import BUILD, ROOT, TUNING, _select, compile_composite, tuning_file
 from catenc.ccall import BoundCall
 
 
-def bindings(selected) -> dict[tuple[str, str], list[str]]:
-    """(composite, file) -> one "NAME=VALUE,..." per row: the free sizes its inputs give."""
-    out: dict[tuple[str, str], list[str]] = {}
+def bindings(selected) -> dict[tuple[str, str], tuple[list[str], list[str]]]:
+    """(composite, file) -> the entries its rows call, and one "NAME=VALUE,..." per row: the
+    free sizes its inputs give."""
+    out: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
     built = {}
     for case in selected:
         key = (case.composite, case.toml)
@@ -38,9 +39,11 @@ def bindings(selected) -> dict[tuple[str, str], list[str]]:
         inputs = case.inputs(np.random.default_rng(zlib.crc32(case.name.encode())))
         bound = BoundCall(build.library, case.entry, inputs)
         sizes = ",".join(f"{dim}={bound.symbols[dim]}" for dim in bound.entry.dims)
-        out.setdefault(key, [])
-        if sizes not in out[key]:
-            out[key].append(sizes)
+        entries, sizes_list = out.setdefault(key, ([], []))
+        if case.entry not in entries:
+            entries.append(case.entry)
+        if sizes not in sizes_list:
+            sizes_list.append(sizes)
     return out
 
 
@@ -53,9 +56,10 @@ def main(argv: list[str]) -> int:
     BUILD.mkdir(parents=True, exist_ok=True)
     env = fixed_environment()  # the thread pools' settings make bench runs under
     failed = []
-    for (composite, toml), sizes in bindings(_select(cases(False), args.only)).items():
+    for (composite, toml), (entries, sizes) in bindings(_select(cases(False), args.only)).items():
         command = [sys.executable, "-m", "catenc", "tune", toml, "-o", str(tuning_file(composite).relative_to(ROOT))]
         command += ["--budget", args.budget] + [f"--sizes={s}" for s in sizes if s]
+        command += [f"--composite={entry}" for entry in entries]
         print("==> " + " ".join(command[2:]), flush=True)
         if subprocess.run(command, cwd=ROOT, env=env).returncode:
             failed.append(composite)

@@ -37,10 +37,13 @@ from catenc.schedule.tuning_file import (
     tiles_json,
     tiles_signature,
 )
+from catenc.symbolic import Expr
 
 BEAM = 3  # best candidates per knob whose neighbours are tried
 TRIALS_KEPT = 8  # measured candidates a tuning entry keeps, for a resumed search
 MIN_COST_SHARE = 0.01  # a kernel below this share of its entry's cost keeps the heuristics
+MIN_GAIN = 0.02  # a tuned kernel must beat the heuristics by this share in the confirmation
+CONFIRM_ROUNDS = 3  # times the best and the heuristics are each timed again, in turns
 PARALLEL_WORKS = (1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20)
 JAMS = (1, 2, 4)
 
@@ -70,6 +73,7 @@ class Knob:
     pruned: str = ""  # why it is not searched
     tiles_of: str = ""  # the dtype, for a tiles knob
     chosen: Candidate | None = None  # what the confirmation kept: the best, or the heuristics
+    works: tuple[float, ...] = ()  # the kernel's work at each binding (what a thread threshold is compared with)
 
     @property
     def heuristic(self) -> Candidate:
@@ -129,6 +133,15 @@ class Knob:
             return tiles_json(tiles)
         if "parallel" in values and not values["parallel"]:
             values = {**values, "parallel_work": self.base["parallel_work"]}
+        elif "parallel_work" in values and self.works:
+            # thresholds on the same side of the work at every binding run the same way
+            def side(threshold: int) -> tuple[bool, ...]:
+                return tuple(work >= threshold for work in self.works)
+
+            same = [
+                t for t in (self.base["parallel_work"], *PARALLEL_WORKS) if side(t) == side(values["parallel_work"])
+            ]
+            values = {**values, "parallel_work": same[0]}
         return values
 
 
@@ -181,6 +194,13 @@ def cost_shares(schedule: Schedule, bindings: Sequence[dict[str, int]]) -> list[
         totals.append(sum(_at(weighted, b) for b in bindings))
     whole = sum(totals) or 1
     return [t / whole for t in totals]
+
+
+def kernel_work(schedule: Schedule, kernel: Kernel) -> Expr:
+    """About what the lowering compares a kernel's thread threshold with: its flops plus the
+    elements it stores (counted as 4-byte values)."""
+    cost = kernel_cost(schedule.graph, kernel)
+    return cost.flops + cost.bytes_written // 4
 
 
 def _at(e, sizes: dict[str, int]) -> float:
@@ -262,6 +282,8 @@ def collect_knobs(
                 knob = Knob(
                     signature, kernel.name, kernel_text(schedule.graph, kernel), decisions_json(kernel.decisions), space
                 )
+                if kernel.contraction is None:  # a gemm's threads follow its own thresholds too
+                    knob.works = tuple(_at(kernel_work(schedule, kernel), b) for b in bindings)
                 if not space:
                     knob.pruned = "no decision changes its code"
                 elif shares[k] < MIN_COST_SHARE:
@@ -313,14 +335,15 @@ def run_search(
             search.rounds += 1
             if progress:
                 progress(min(1.0, (clock() - start) / budget), _best_line(search))
-    confirm(search, measure, rounds=2)
+    confirm(search, measure, rounds=CONFIRM_ROUNDS)
     if progress:
         progress(1.0, _best_line(search))
 
 
 def confirm(search: Search, measure: Measure, rounds: int) -> None:
     """Time the best and the heuristics again, in turns; a knob keeps its best only where that
-    was faster in these measurements too (a clock's spike during the search does not count)."""
+    was faster by MIN_GAIN in these measurements too (a clock's spike during the search, or
+    a build's luck of alignment, does not count)."""
     searched = [k for k in search.knobs if not k.pruned and k.best() != k.heuristic]
     if not searched:
         return
@@ -332,7 +355,7 @@ def confirm(search: Search, measure: Measure, rounds: int) -> None:
             for knob, seconds in search.times(chosen, measure(search.tune_for(chosen))).items():
                 fastest[knob, tuned] = min(seconds, fastest.get((knob, tuned), math.inf))
     for knob in searched:
-        won = fastest[knob, True] < fastest[knob, False]
+        won = fastest[knob, True] < fastest[knob, False] * (1 - MIN_GAIN)
         knob.chosen = best[knob.signature] if won else knob.heuristic
         # what the file and the summary report: these measurements, taken in turns
         knob.measured[knob.heuristic] = fastest[knob, False]
