@@ -599,7 +599,8 @@ def run(argv: Sequence[str], catenc_config: str) -> int:
                 continue
             default = builds.get((case.composite, "-O2"))
             sweep = case.composite == LEVEL_SWEEP
-            if level in ("-O3", TUNED) and not sweep and default is not None and not _o3_differs(default, build):
+            shown_anyway = sweep and level != TUNED  # the level sweep shows every -O level
+            if level in ("-O3", TUNED) and not shown_anyway and default is not None and not _o3_differs(default, build):
                 continue  # the same C as the default level (or the same failure): no row
             contender = None
             if build.library is not None:
