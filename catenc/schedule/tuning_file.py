@@ -263,10 +263,11 @@ def apply_tuning(tuning: Tuning, machine: dict[str, Any], target: dict[str, Any]
     def tune(schedule: Schedule) -> Schedule:
         notes: list[str] = []
         kernels = []
+        missing = []
         for kernel in schedule.kernels:
             entry = tuning.find(kernel_signature(schedule.graph, kernel), machine, target)
             if entry is None:
-                notes.append(f"tuning: {kernel.name}: no entry for this kernel on this machine; heuristics kept")
+                missing.append(kernel.name)
                 kernels.append(kernel)
                 continue
             decisions = checked_decisions(kernel.decisions, entry.decisions, notes, kernel.name)
@@ -276,6 +277,12 @@ def apply_tuning(tuning: Tuning, machine: dict[str, Any], target: dict[str, Any]
         for dtype, base in schedule.tiles:
             entry = tuning.find(tiles_signature(dtype), machine, target)
             tiles.append((dtype, checked_tiles(base, entry.decisions, dtype, notes) if entry else base))
+        if missing:
+            shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+            notes.append(
+                f"tuning: {len(missing)} kernel(s) without an entry for this machine and toolchain keep the "
+                f"heuristics: {shown}"
+            )
         return replace(schedule, kernels=tuple(kernels), tiles=tuple(tiles), notes=schedule.notes + tuple(notes))
 
     return tune
