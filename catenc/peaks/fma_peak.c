@@ -9,15 +9,8 @@
  * counting 2 flops per lane per step. */
 #ifdef _OPENMP
 #include <omp.h>
-#else /* built without OpenMP (the runtime's OMP=0): one thread, timed by the POSIX clock */
-#include <time.h>
-static double omp_get_wtime(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-static int omp_get_num_threads(void) { return 1; }
-static int omp_get_thread_num(void) { return 0; }
+#else
+#include "no_openmp.h"
 #endif
 #include <stdio.h>
 #include <stdlib.h>

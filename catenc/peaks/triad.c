@@ -7,14 +7,8 @@
  * touched inside the same parallel loops, so pages land where the threads run. */
 #ifdef _OPENMP
 #include <omp.h>
-#else /* built without OpenMP (the runtime's OMP=0): one thread, timed by the POSIX clock */
-#include <time.h>
-static double omp_get_wtime(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-static int omp_get_max_threads(void) { return 1; }
+#else
+#include "no_openmp.h"
 #endif
 #include <stdio.h>
 #include <stdlib.h>
