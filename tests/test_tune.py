@@ -90,7 +90,7 @@ class FakeMeasure:
 def searched(budget: float = 200) -> tuple[Search, FakeMeasure]:
     _, schedules = heuristic_schedules(ATTENTION, options())
     knobs = collect_knobs(schedules, BINDINGS, threads=True, lanes=16)
-    search = Search(knobs, threads=True)
+    search = Search(knobs)
     measure = FakeMeasure(schedules)
     run_search(search, measure, budget, clock=measure.clock)
     return search, measure
@@ -138,7 +138,7 @@ def test_the_heuristics_stay_where_a_candidate_was_fast_only_by_noise(monkeypatc
     _, schedules = heuristic_schedules(ATTENTION, options())
 
     def run(confirmed: bool) -> list:
-        search = Search(collect_knobs(schedules, BINDINGS, threads=True, lanes=16), threads=True)
+        search = Search(collect_knobs(schedules, BINDINGS, threads=True, lanes=16))
         # every time of the second measurement (each knob's first neighbour: one thread, which is
         # slower) reads 10x faster than it is: a spike of the clock
         measure = FakeMeasure(schedules, noise={2: 0.1})

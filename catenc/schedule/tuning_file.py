@@ -220,18 +220,8 @@ def checked_decisions(base: Decisions, values: dict[str, Any], notes: list[str],
             else:
                 notes.append(f"tuning: {where}: {name} must be {what}, not {json.dumps(value)}; ignored")
         else:
-            choices = DECISION_CHOICES.get(name, ())
-            if value in choices:
-                changes[name] = value
-            else:
-                notes.append(
-                    f"tuning: {where}: {name} must be one of {list(choices)}, not {json.dumps(value)}; ignored"
-                )
+            notes.append(f"tuning: {where}: {name} is not a decision a tuning file sets; ignored")
     return replace(base, **changes)
-
-
-# The legal values of the decisions that are neither flags nor counts (variants of a kernel).
-DECISION_CHOICES: dict[str, tuple[Any, ...]] = {}
 
 
 def checked_tiles(base: GemmTiles, values: dict[str, Any], dtype: str, notes: list[str]) -> GemmTiles:

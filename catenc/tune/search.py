@@ -219,9 +219,7 @@ class Search:
     """The knobs of every entry, and the rounds measured so far."""
 
     knobs: list[Knob]
-    threads: bool
     rounds: int = 0
-    log: list[str] = field(default_factory=list)
 
     def tune_for(self, chosen: dict[str, Candidate]) -> Callable[[Schedule], Schedule]:
         """A tune giving each knob its chosen candidate (the best measured where not chosen)."""

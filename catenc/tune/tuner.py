@@ -87,7 +87,7 @@ def tune_file(
     bindings = list(bindings) or [{}]
     measure = measure_for(plan, bindings)
     knobs = collect_knobs(schedules, bindings, target.threads, target.vector_lanes)
-    search = Search(knobs, target.threads)
+    search = Search(knobs)
     machine, toolchain = host_machine(), toolchain_target(options.runtime, options.config)
     previous = load_tuning(output) if Path(output).is_file() else Tuning(path=output)
     resume(search, [e for e in previous.entries if e.machine == machine and e.target == toolchain])
