@@ -192,8 +192,8 @@ clean:
 distclean: clean
 	rm -rf $(VENV)
 
-# The benchmark suite: installs the bench extra (torch 2.13.0 CPU, threadpoolctl) when it is missing,
-# then runs bench/run.py (about 5 minutes at most; options in BENCH_ARGS).
+# The benchmark suite: installs the bench extra (torch 2.13.0 CPU, threadpoolctl, onnx, onnxruntime) when
+# one is missing, then runs bench/run.py (about 5 minutes at most; options in BENCH_ARGS).
 bench: bench-deps
 	$(PYBIN) bench/run.py $(BENCH_ARGS)
 
@@ -203,7 +203,7 @@ bench-tune: bench-deps
 	$(PYBIN) bench/tune.py $(TUNE_ARGS)
 
 bench-deps: $(STAMP)
-	@if ! $(PYBIN) -c 'import sys, threadpoolctl, torch; sys.exit(torch.__version__.split("+")[0] != "2.13.0")' 2>/dev/null; then \
+	@if ! $(PYBIN) -c 'import sys, threadpoolctl, torch, onnx, onnxruntime; sys.exit(torch.__version__.split("+")[0] != "2.13.0")' 2>/dev/null; then \
 	  echo "==> $(VENV)/bin/pip install -e '.[bench]'"; \
 	  $(VENV)/bin/pip install -e '.[bench]'; \
 	fi
