@@ -190,6 +190,12 @@ class Calls:
     def composite_call(self, comp: Composite, node: ast.Call) -> T.Node:
         if self.depth >= MAX_CALL_DEPTH:
             raise self.error(f"composite calls nest too deeply (recursive call of '{comp.name}'?)", node)
+        if comp.constants:
+            raise self.error(
+                f"'{comp.name}' has constants (a weights file), so it can only be compiled as an entry, not called",
+                node,
+                [("declared here", comp.loc)],
+            )
         if len(node.args) != len(comp.inputs):
             raise self.error(
                 f"'{comp.name}' takes {len(comp.inputs)} inputs ({', '.join(d.name for d in comp.inputs)}), "

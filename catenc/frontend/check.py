@@ -138,8 +138,8 @@ class BodyChecker(Calls, Methods, ShapeFunctions, IndexForm, Operators):
     # -- program --
     def run(self) -> T.Program:
         comp = self.comp
-        inputs = tuple((d.name, self.decl_type(d)) for d in comp.inputs)
-        for (name, ttype), decl in zip(inputs, comp.inputs):
+        inputs = tuple((d.name, self.decl_type(d)) for d in comp.arguments)  # constants last
+        for (name, ttype), decl in zip(inputs, comp.arguments):
             self.values[name] = (ttype, decl.loc)
         for decl in comp.outputs:
             self.outputs[decl.name] = self.decl_type(decl)
@@ -161,7 +161,7 @@ class BodyChecker(Calls, Methods, ShapeFunctions, IndexForm, Operators):
     def plan_names(self, statements: list[ast.stmt]) -> None:
         """Note the statement that assigns each name last, and every name the composite uses."""
         comp = self.comp
-        self.taken = {d.name for d in comp.inputs + comp.outputs} | set(comp.params) | set(comp.types)
+        self.taken = {d.name for d in comp.arguments + comp.outputs} | set(comp.params) | set(comp.types)
         self.taken |= set(self.bindings.symbols) | set(self.bindings.params)
         for k, stmt in enumerate(statements):
             self.taken |= {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
@@ -189,7 +189,7 @@ class BodyChecker(Calls, Methods, ShapeFunctions, IndexForm, Operators):
                     self.statements[k] = replace(stmt, value=_rename(stmt.value, self.renamed, memo))
                 else:
                     self.statements[k] = replace(stmt, body=_rename(stmt.body, self.renamed, memo))
-        inputs = {d.name for d in self.comp.inputs}
+        inputs = {d.name for d in self.comp.arguments}
         for k in range(first, len(self.statements)):
             name = self.statements[k].target
             if self.is_final(name) and name not in inputs:

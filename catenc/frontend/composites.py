@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import keyword
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from catenc.diagnostics import CatencError, Loc, closest
 from catenc.dtypes import DTYPES
-from catenc.frontend.source import KeyPath, SourceFile, load_source
+from catenc.frontend.source import KeyPath, SourceFile, load_source, source_from_text
 from catenc.symbolic import Expr, SymbolicSyntaxError, parse_expr
+from catenc.weights import Tensor, WeightsError, read_weights
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-COMPOSITE_KEYS = ("doc", "inputs", "outputs", "types", "where", "params", "body", "test")
+COMPOSITE_KEYS = ("doc", "inputs", "outputs", "types", "where", "params", "weights", "constants", "body", "test")
 TOP_KEYS = ("composite", "include")
 TEST_KEYS = ("sizes", "rtol", "atol", "reference", "ranges")
 C_RESERVED = frozenset(
@@ -78,10 +81,18 @@ class Composite:
     body: str
     test: dict = field(default_factory=dict)
     derived_locs: dict[str, Loc] = field(default_factory=dict)  # where each derivation is written
+    constants: list[TensorDecl] = field(default_factory=list)  # tensors with values, read after the inputs
+    constant_values: dict[str, np.ndarray] = field(default_factory=dict)  # by name, in storage form
+    weights_file: tuple[str, str] | None = None  # (display path, path on disk) of its `weights`
 
     @property
     def loc(self) -> Loc:
         return self.source.key_loc(self.keypath)
+
+    @property
+    def arguments(self) -> list[TensorDecl]:
+        """The tensors a body starts from: the inputs, then the constants."""
+        return self.inputs + self.constants
 
     @property
     def is_batched(self) -> bool:
@@ -264,7 +275,17 @@ def _split_constraint(text: str) -> tuple[str, str, str, int] | None:
     return None
 
 
-def parse_composite(source: SourceFile, name: str, definition: object) -> Composite:
+@dataclass(frozen=True)
+class Origin:
+    """Where a file's `weights` paths lead: its directory on disk and as displayed, and the
+    constants' values given in memory (`composite_file_from_text`), else None."""
+
+    directory: str
+    display: str
+    memory: Mapping[str, np.ndarray] | None = None
+
+
+def parse_composite(source: SourceFile, name: str, definition: object, origin: Origin | None = None) -> Composite:
     base: KeyPath = ("composite", name)
     reader = _Reader(source, base)
     check_name(name, "composite", source.key_loc(base))
@@ -312,6 +333,7 @@ def parse_composite(source: SourceFile, name: str, definition: object) -> Compos
     comp = Composite(
         name, source, base, doc, inputs, outputs, types, derived, constraints, params, body, test, derived_locs
     )
+    _read_constants(reader, definition, comp, seen, origin or Origin(".", "."))
     for symbol in comp.symbols():
         if symbol in seen:
             raise CatencError(f"'{symbol}' is both a tensor and a symbol (a dim) of '{name}'", seen[symbol].loc)
@@ -324,6 +346,76 @@ def parse_composite(source: SourceFile, name: str, definition: object) -> Compos
                 raise CatencError(f"param '{used}' appears in a shape, so it must be an integer within 2^62", decl.loc)
     _check_test_ranges(reader, comp)
     return comp
+
+
+def _read_constants(reader: _Reader, definition: dict, comp: Composite, seen: dict, origin: Origin) -> None:
+    """The `constants` declarations and their values, from the `weights` file or from memory
+    (docs/language.md, "Constants and weights files")."""
+    raw = reader.get(definition, "constants", list, "a list of tensor declarations", [])
+    comp.constants = [reader.decl(t, ("constants", i)) for i, t in enumerate(raw)]
+    for decl in comp.constants:
+        if decl.name in seen:
+            raise CatencError(
+                f"'{decl.name}' is declared twice", decl.loc, [("first declared here", seen[decl.name].loc)]
+            )
+        seen[decl.name] = decl
+        if decl.name in comp.params:
+            raise CatencError(f"'{decl.name}' is both a constant and a param of '{comp.name}'", decl.loc)
+        if decl.dtype not in DTYPES:
+            raise CatencError(
+                f"constant '{decl.name}' needs a dtype{closest(decl.dtype, list(DTYPES))}, not '{decl.dtype}'; "
+                f"dtypes are {' '.join(DTYPES)}",
+                decl.loc,
+            )
+        if decl.batch or not all(d.is_const for d in decl.dims):
+            raise CatencError(
+                f"constant '{decl.name}' must have integer dims (its value has one shape), not {decl}", decl.loc
+            )
+    path = reader.get(definition, "weights", str, "the path of a safetensors file")
+    tensors: dict[str, Tensor] = {}
+    if path is not None:
+        real = Path(origin.directory) / path
+        display = path if Path(path).is_absolute() else _normalise(str(Path(origin.display).parent / path))
+        try:
+            tensors = read_weights(str(real))
+        except WeightsError as err:
+            raise CatencError(f"weights file '{path}': {err}", reader.loc("weights")) from None
+        comp.weights_file = (display, str(real))
+    elif comp.constants and origin.memory is None:
+        raise CatencError(
+            f"'constants' of '{comp.name}' need a 'weights' file holding their values",
+            reader.source.key_loc(reader.base + ("constants",)),
+        )
+    for decl in comp.constants:
+        comp.constant_values[decl.name] = _constant_value(decl, path, tensors, origin.memory)
+
+
+def _constant_value(
+    decl: TensorDecl, path: str | None, tensors: dict[str, Tensor], memory: Mapping[str, np.ndarray] | None
+) -> np.ndarray:
+    """A constant's value (storage form), checked against its declaration."""
+    shape = tuple(d.value for d in decl.dims)
+    dtype = DTYPES[decl.dtype]
+    if memory is not None and decl.name in memory:
+        value = np.asarray(memory[decl.name])
+        if value.dtype != dtype.numpy or value.shape != shape:
+            raise CatencError(
+                f"constant '{decl.name}' is declared {decl.dtype}{list(shape)} but its value in memory is "
+                f"{value.dtype}{list(value.shape)} (storage: {dtype.numpy})",
+                decl.loc,
+            )
+        return value
+    where = f"weights file '{path}'" if path is not None else "the values given in memory"
+    tensor = tensors.get(decl.name)
+    if tensor is None:
+        raise CatencError(f"constant '{decl.name}' is not in {where}{closest(decl.name, list(tensors))}", decl.loc)
+    if tensor.dtype is not DTYPES[decl.dtype] or tensor.shape != shape:
+        raise CatencError(
+            f"constant '{decl.name}' is declared {decl.dtype}{list(shape)} but {where} holds "
+            f"{tensor.code}{list(tensor.shape)}",
+            decl.loc,
+        )
+    return tensor.data
 
 
 def _check_test_ranges(reader: _Reader, comp: Composite) -> None:
@@ -485,7 +577,24 @@ class CompositeFile:
 
 
 def load_composite_file(path: str, display: str | None = None, _stack: tuple[str, ...] = ()) -> CompositeFile:
-    source = load_source(path, display)
+    return _composite_file(load_source(path, display), path, display or path, _stack)
+
+
+def composite_file_from_text(text: str, display: str, constants: Mapping[str, np.ndarray]) -> CompositeFile:
+    """A composite file given as TOML text, named `display` (paths in it are relative to the
+    display's directory), whose composites' constants take their values from `constants` (name ->
+    storage-form array) before any `weights` file."""
+    source = source_from_text(text, display)
+    return _composite_file(source, display, display, (), constants)
+
+
+def _composite_file(
+    source: SourceFile,
+    path: str,
+    display: str,
+    _stack: tuple[str, ...],
+    memory: Mapping[str, np.ndarray] | None = None,
+) -> CompositeFile:
     data = source.data
     for key in data:
         if key not in TOP_KEYS:
@@ -520,7 +629,9 @@ def load_composite_file(path: str, display: str | None = None, _stack: tuple[str
         if not isinstance(table, dict):
             raise CatencError("'composite' must be a table of composite definitions", source.loc(("composite",)))
         for name, definition in table.items():
-            composites[name] = parse_composite(source, name, definition)
+            composites[name] = parse_composite(
+                source, name, definition, Origin(str(Path(path).parent), display, memory)
+            )
     return CompositeFile(source, composites, includes, path)
 
 
@@ -549,6 +660,14 @@ def all_composites(root: CompositeFile) -> dict[str, Composite]:
     return out
 
 
+def _read_by(file: CompositeFile) -> Iterator[tuple[str, str]]:
+    """(display path, path on disk) of a file and of the weights files its composites read."""
+    yield file.source.path, file.real_path
+    for comp in file.composites.values():
+        if comp.weights_file is not None:
+            yield comp.weights_file
+
+
 def _walk(root: CompositeFile) -> Iterator[CompositeFile]:
     yield root
     for inc in root.includes:
@@ -568,7 +687,7 @@ class Library:
         # test-runtime calls a library op named like a built-in function (relu, sum, ...).
         self.aliases: dict[str, Composite] = {}
         self._dir_files: dict[str, list[CompositeFile]] = {}
-        self.files_read: dict[str, str] = {f.source.path: f.real_path for f in _walk(root)}
+        self.files_read: dict[str, str] = dict(pair for f in _walk(root) for pair in _read_by(f))
         """display path -> path on disk, of every file read, in order"""
         self.dirs_read: dict[str, list[str]] = {}
         """search directory -> paths on disk of every file parsed from it (includes too), for the
@@ -583,7 +702,8 @@ class Library:
             found = self._load_dir(directory, display).get(name)
             if found is not None:
                 for file in self._dir_files[found.source.path]:
-                    self.files_read.setdefault(file.source.path, file.real_path)
+                    for display_path, real in _read_by(file):
+                        self.files_read.setdefault(display_path, real)
                 return found
         return None
 
@@ -597,7 +717,7 @@ class Library:
                 file = load_composite_file(str(path), f"{display}/{path.name}")
                 for part in _walk(file):
                     self._dir_files[part.source.path] = list(_walk(file))
-                    parsed.append(part.real_path)
+                    parsed += [real for _, real in _read_by(part)]
                 for name, comp in all_composites(file).items():
                     found.setdefault(name, comp)
             self._dir_cache[directory] = found

@@ -41,7 +41,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-__all__ = ["KeyPath", "SourceFile", "load_source"]
+__all__ = ["KeyPath", "SourceFile", "load_source", "source_from_text"]
 
 KeyPath = tuple[str | int, ...]
 
@@ -183,7 +183,11 @@ def load_source(path: str | os.PathLike[str], display_path: str | None = None) -
             raw = f.read()
     except OSError as e:
         raise CatencError(f"{shown}: cannot read file: {e.strerror or e}") from None
-    text = _decode_utf8(raw, shown)
+    return source_from_text(_decode_utf8(raw, shown), shown, kind)
+
+
+def source_from_text(text: str, shown: str, kind: str = "toml") -> SourceFile:
+    """A composite file's text (``kind`` "toml" or "yaml") as :func:`load_source` loads it, named ``shown``."""
     remember_source(shown, text)
     lines = _LineIndex(text)
     try:
