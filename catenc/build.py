@@ -11,11 +11,14 @@ import signal
 import subprocess
 from pathlib import Path
 
+import numpy as np
+
 from catenc import __version__
 from catenc.cache import Inputs
 from catenc.codegen.c import buffer_args
 from catenc.codegen.gpu import KernelArg, launch_plan, status_offsets, temp_offsets
 from catenc.diagnostics import CatencError
+from catenc.dtypes import DTYPES, DType
 from catenc.emit import parameters, prototype, render_header, render_source, size_exprs
 from catenc.ir.cost import Cost
 from catenc.ir.nodes import Binary, Reduce, Unary, format_graph, walk
@@ -25,6 +28,7 @@ from catenc.outputs import BuildRequest, commit_outputs, output_directory, stagi
 from catenc.plan import EntryPlan, FilePlan, Options
 from catenc.schedule.kernels import Kernel, format_schedule, kernel_cost, schedule_cost
 from catenc.symbolic import Expr
+from catenc.weights import weights_bytes
 
 
 class InternalError(Exception):
@@ -62,6 +66,7 @@ def file_names(stem: str, suffix: str) -> dict[str, str]:
         "ir": f"{stem}.ir.txt",
         "schedule": f"{stem}.schedule.txt",
         "loops": f"{stem}.loops.txt",
+        "weights": f"{stem}.safetensors",
     }
 
 
@@ -74,6 +79,7 @@ ROLES = {
     "ir": "ir_dump",
     "schedule": "schedule_dump",
     "loops": "loops_dump",
+    "weights": "weights",
 }
 
 
@@ -115,6 +121,10 @@ def build(plan: FilePlan, options: Options, request: BuildRequest) -> dict[str, 
             if kind in emit:
                 (staging / names[kind]).write_text(text)
         produced = [k for k in ("c", "h", "so", "o", "a", "ir", "schedule", "loops") if k in emit]
+        weights = external_weights(plan.entries)
+        if weights:
+            (staging / names["weights"]).write_bytes(weights_bytes(weights))
+            produced.append("weights")
         for n, (pass_name, text) in enumerate(plan.dumps, 1):  # --dump-after
             kind = f"after {pass_name}"
             names[kind] = f"{stem}.{n:02}.{pass_name}.txt"
@@ -129,6 +139,30 @@ def build(plan: FilePlan, options: Options, request: BuildRequest) -> dict[str, 
         if request.cache is not None:
             request.cache.store(staging, outputs, deps, cache_inputs(plan, options, commands))
         return commit_outputs(out_dir, staging, outputs, request, deps)
+
+
+def external_weights(entries: tuple[EntryPlan, ...]) -> dict[str, tuple[DType, np.ndarray]]:
+    """The constants the entries take as arguments (--weights external), by name, in order: the
+    weights file's tensors. Two entries may share a name only with the same value."""
+    tensors: dict[str, tuple[DType, np.ndarray]] = {}
+    owners: dict[str, str] = {}
+    for entry in entries:
+        if entry.baked:
+            continue
+        for decl, values in zip(entry.composite.constants, entry.constants):
+            tensor = (DTYPES[decl.dtype], values)
+            if decl.name in tensors and not _same(tensors[decl.name], tensor):
+                raise CatencError(
+                    f"--weights external: constant '{decl.name}' of '{entry.name}' differs from the one of "
+                    f"'{owners[decl.name]}', and the weights file holds one tensor per name; rename one of them",
+                    decl.loc,
+                )
+            tensors[decl.name], owners[decl.name] = tensor, entry.name
+    return tensors
+
+
+def _same(a: tuple[DType, np.ndarray], b: tuple[DType, np.ndarray]) -> bool:
+    return a[0] is b[0] and a[1].shape == b[1].shape and a[1].tobytes() == b[1].tobytes()
 
 
 def _emitted(requested: tuple[str, ...], runtime) -> tuple[str, ...]:
@@ -180,6 +214,7 @@ def _entry_manifest(entry: EntryPlan) -> dict:
                     "role": p.role,
                     "dtype": p.ttype.dtype.name,
                     "shape": [_shape(d) for d in p.ttype.shape],
+                    **({"weight": p.weight} if p.weight is not None else {}),
                 }
             )
         elif p.role == "dim":

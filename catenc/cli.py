@@ -325,6 +325,14 @@ def main() -> None:
     help="Compile only these composites.",
 )
 @click.option("--prefix", default="", help="Prefix of every emitted C symbol.")
+@click.option(
+    "--weights",
+    "weights",
+    default="baked",
+    show_default=True,
+    type=click.Choice(["baked", "external"]),
+    help="Constants: baked into the library, or external inputs whose values DIR/<stem>.safetensors holds.",
+)
 @click.option("-S", "sources_only", is_flag=True, help="Emit sources, header and manifest only.")
 @click.option("-c", "object_only", is_flag=True, help="Stop at an object file.")
 @click.option(
@@ -451,6 +459,7 @@ def _compile(
     opt,
     composites,
     prefix,
+    weights,
     sources_only,
     object_only,
     emit_text,
@@ -514,6 +523,7 @@ def _compile(
         verify_ir=verify_ir,
         time_passes=time_passes,
         tuning=load_tuning(tuning_path) if tuning_path else None,
+        weights=weights,
     )
     if print_passes:
         click.echo(print_pipeline(options))

@@ -154,6 +154,8 @@ def plan_entry(
         loops.kernels,
         final.kernels if isinstance(final, GpuProgram) else (),
         options.runtime.calling_convention,
+        tuple(comp.constant_values[d.name] for d in comp.constants),
+        options.weights == "baked",
     )
 
 
@@ -196,7 +198,7 @@ def _fixed_symbols(comp: Composite, fixed: dict[str, object]) -> set[str]:
 def _check_unique_symbols(entries: list[EntryPlan]) -> None:
     seen: dict[str, str] = {}
     for entry in entries:
-        names = [entry.symbol, entry.workspace_symbol] + [k.name for k in entry.kernels]
+        names = [entry.symbol, entry.workspace_symbol, *entry.constant_symbols] + [k.name for k in entry.kernels]
         for name in names:
             if name in seen and seen[name] != entry.name:
                 raise CatencError(

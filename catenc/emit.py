@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from catenc import __version__
 from catenc.codegen.c import CRenderer, buffer_args, prelude_tables
+from catenc.codegen.constants import constant_array
 from catenc.codegen.gemm import render_gemm_support
 from catenc.codegen.gpu import GpuRenderer, launch_plan, status_offsets, temp_offsets
 from catenc.codegen.jinja import environment
@@ -31,14 +32,17 @@ class Parameter:
     role: str  # input, output, dim, workspace, workspace_bytes
     ctype: str
     ttype: TType | None = None
+    weight: str | None = None  # an external constant's key in the weights file
 
 
 def parameters(entry: EntryPlan) -> list[Parameter]:
     """The C arguments of an entry, in ABI order (docs/abi.md)."""
     params = []
-    for name, ttype in entry.program.inputs:
+    declared = len(entry.program.inputs) - len(entry.constants)
+    for n, (name, ttype) in enumerate(entry.arguments):
         ctype = ttype.dtype.ctype if ttype.rank == 0 else f"const {ttype.dtype.ctype}*"
-        params.append(Parameter(name, "input", ctype, ttype))
+        weight = entry.composite.constants[n - declared].name if n >= declared else None
+        params.append(Parameter(name, "input", ctype, ttype, weight))
     for name, ttype in entry.program.outputs:
         params.append(Parameter(name, "output", f"{ttype.dtype.ctype}*", ttype))
     params += [Parameter(d, "dim", "int64_t") for d in entry.dims]
@@ -93,8 +97,10 @@ def doc_lines(entry: EntryPlan) -> list[str]:
         lines += [comment_safe(line) for line in comp.doc.strip().splitlines()]
         lines.append("")
     lines.append(comment_safe(prototype(entry).replace(f"int {entry.symbol}", entry.symbol, 1)))
-    for name, ttype in entry.program.inputs:
+    for name, ttype in entry.arguments:
         lines.append(f"  input  {name}: {ttype}")
+    for name, ttype in entry.program.inputs[len(entry.arguments) :]:
+        lines.append(f"  constant {name}: {ttype} (baked into the library)")
     for name, ttype in entry.program.outputs:
         lines.append(f"  output {name}: {ttype}")
     languages = calling_convention(entry.convention).languages
@@ -149,6 +155,13 @@ def render_source(
     and exports the table (`catenc profile`; catenc/codegen/templates/model.c.j2 says how)."""
     check_entry_names(entries, renderer)
     if renderer.work_groups:
+        for entry in entries:
+            if entry.constant_symbols:
+                raise CatencError(
+                    f"'{entry.name}' has constants, which a {renderer.language} runtime cannot bake into its "
+                    "source; compile with --weights external to pass them as arguments",
+                    entry.composite.loc,
+                )
         if profile:
             raise CatencError(f"profiling needs a host runtime; {renderer.language} kernels run on a device")
         return render_gpu_source(entries, stem, source, renderer, suffix)
@@ -303,7 +316,7 @@ def _entry_context(entry: EntryPlan, renderer: CRenderer, profile: bool = False)
     graph = entry.schedule.graph
     args = buffer_args(graph.buffers)
     kernels = [renderer.kernel(k, args) for k in entry.kernels if k.shares is None]
-    temps = []
+    constants, temps = baked_constants(entry)
     for view in graph.buffers:
         if view.view_of is not None:
             base, at = view.view_of
@@ -330,11 +343,31 @@ def _entry_context(entry: EntryPlan, renderer: CRenderer, profile: bool = False)
         "workspace_call": f"{entry.workspace_symbol}({', '.join(entry.dims)})",
         "dims": entry.dims,
         "checks": checks,
+        "constants": constants,
         "temps": temps,
         "calls": calls,
         "statuses": statuses,
         **_size_context(entry),
     }
+
+
+def baked_constants(entry: EntryPlan) -> tuple[list[str], list[str]]:
+    """The definitions of the entry's baked constants that its code reads, and the statements
+    that bind each one's buffer name to its array (an unused constant is left out)."""
+    used = {b.name for b in entry.schedule.graph.buffers}
+    bound = entry.program.inputs[len(entry.arguments) :]
+    definitions, bindings = [], []
+    for symbol, (name, ttype), values, decl in zip(
+        entry.constant_symbols, bound, entry.constants, entry.composite.constants
+    ):
+        if name not in used:
+            continue
+        definitions.append(constant_array(symbol, ttype.dtype, values, comment_safe(f"{entry.name}: constant {decl}")))
+        ctype = ttype.dtype.ctype
+        bindings.append(
+            f"const {ctype}* {name} = {symbol}.values;" if ttype.rank else f"const {ctype} {name} = {symbol}.values[0];"
+        )
+    return definitions, bindings
 
 
 def size_exprs(entry: EntryPlan) -> tuple[Expr, ...]:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from catenc.frontend import typed as T
 from catenc.frontend.composites import Composite, CompositeFile, Library
 from catenc.frontend.constraints import RuntimeCheck
@@ -34,6 +36,7 @@ class Options:
     time_passes: bool = False  # --time-passes: time every pass
     tune: Tune | None = None  # changes the schedule's decisions (never results): a tuner, a test
     tuning: Tuning | None = None  # --tuning: a tuning file's decisions, where its entries match
+    weights: str = "baked"  # --weights: constants "baked" into the library, or "external" arguments
 
 
 @dataclass(frozen=True)
@@ -50,10 +53,23 @@ class EntryPlan:
     kernels: tuple[LoopKernel, ...]
     gpu: tuple[GpuKernel, ...] = ()  # the kernels as work-groups, for a GPU runtime
     convention: str = "host"  # "cuda": device pointers and a trailing stream argument
+    constants: tuple[np.ndarray, ...] = ()  # values (storage form) of the program's last inputs, its constants
+    baked: bool = False  # the constants are defined in the library, not arguments (--weights baked)
 
     @property
     def name(self) -> str:
         return self.composite.name
+
+    @property
+    def arguments(self) -> tuple[tuple[str, T.TType], ...]:
+        """The program's inputs that are arguments of the C entry: baked constants are not."""
+        inputs = self.program.inputs
+        return inputs[: len(inputs) - len(self.constants)] if self.baked else inputs
+
+    @property
+    def constant_symbols(self) -> tuple[str, ...]:
+        """The C arrays of baked constants in the source, in the constants' order."""
+        return tuple(f"{self.symbol}_const_{n}" for n in range(len(self.constants))) if self.baked else ()
 
     @property
     def workspace_symbol(self) -> str:

@@ -267,7 +267,7 @@ class Reserved:
         return replace(self, symbols=tuple(sorted(set(symbols))))
 
 
-_HELPERS = r"(?:_workspace_bytes|_k\d+(?:_row\d+|_g\d+(?:_pack_a|_pack_b|_epilogue)?)?)?"
+_HELPERS = r"(?:_workspace_bytes|_const_\d+|_k\d+(?:_row\d+|_g\d+(?:_pack_a|_pack_b|_epilogue)?)?)?"
 
 
 @functools.cache
