@@ -348,23 +348,31 @@ def entry_env(entry: EntryPlan, sizes: dict[str, int]) -> dict[str, int]:
 
 
 def random_inputs(entry: EntryPlan, composite: Composite, env: dict[str, int], seed: int) -> list[np.ndarray]:
-    """The entry's inputs at these symbol values, random (within the composite's test.ranges) and
-    seeded, in storage form."""
+    """The entry's C inputs at these symbol values, in storage form: random (within the
+    composite's test.ranges) and seeded, but its external constants hold their values."""
     rng = np.random.default_rng(seed)
     storage = []
-    for name, ttype in entry.program.inputs:
+    declared = len(entry.program.inputs) - len(entry.constants)
+    for name, ttype in entry.program.inputs[:declared]:
         shape = tuple(int(d.evaluate(env)) for d in ttype.shape)
         storage.append(
             to_storage(random_input(rng, ttype.dtype, shape, input_range(composite, name, env)), ttype.dtype)
         )
-    return storage
+    return storage + list(entry.constants[: len(entry.arguments) - declared])
+
+
+def program_inputs(entry: EntryPlan, arguments: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """The values (not bits) of every input of the entry's program, given its C inputs: baked
+    constants added."""
+    storage = arguments + (list(entry.constants) if entry.baked else [])
+    return {name: stored_values(s, ttype.dtype) for (name, ttype), s in zip(entry.program.inputs, storage, strict=True)}
 
 
 def _run_once(
     entry: EntryPlan, composite: Composite, function, sizes: dict[str, int], env: dict[str, int], seed: int
 ) -> tuple[list[OutputCheck], list[np.ndarray]]:
     storage = random_inputs(entry, composite, env, seed)
-    values = {name: stored_values(s, ttype.dtype) for (name, ttype), s in zip(entry.program.inputs, storage)}
+    values = program_inputs(entry, storage)
     try:
         result = function(*storage, **sizes)
     except CatencStatusError as err:
