@@ -30,29 +30,33 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Loc:
-    """A position in a source file; ``line`` and ``col`` are 1-based, ``col`` in characters."""
+    """A position in a source file; ``line`` and ``col`` are 1-based, ``col`` in characters. Line 0
+    means the file as a whole (a binary file such as an ONNX model has no lines)."""
 
     path: str
     line: int
     col: int
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}:{self.col}"
+        return f"{self.path}:{self.line}:{self.col}" if self.line else self.path
 
 
 class CatencError(Exception):
-    """A user-facing error: message, location, and related notes."""
+    """A user-facing error: message, location, and related notes; `more` are further errors of the
+    same run, reported with it (every unsupported node of a model at once)."""
 
     def __init__(
         self,
         message: str,
         loc: Loc | None = None,
         notes: Sequence[tuple[str, Loc | None]] = (),
+        more: Sequence[CatencError] = (),
     ) -> None:
         super().__init__(message)
         self.message = message
         self.loc = loc
         self.notes: tuple[tuple[str, Loc | None], ...] = tuple(notes)
+        self.more: tuple[CatencError, ...] = tuple(more)
 
     def __str__(self) -> str:
         return f"{self.loc}: {self.message}" if self.loc else self.message
@@ -132,9 +136,11 @@ def format_diagnostic(error: CatencError, read_line: ReadLine | None = None) -> 
     caret are left out.
     """
     reader = read_line or read_source_line
-    lines = _render("error", error.message, error.loc, reader)
-    for message, loc in error.notes:
-        lines += _render("note", message, loc, reader)
+    lines = []
+    for one in (error, *error.more):
+        lines += _render("error", one.message, one.loc, reader)
+        for message, loc in one.notes:
+            lines += _render("note", message, loc, reader)
     return "\n".join(lines)
 
 

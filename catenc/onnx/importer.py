@@ -1,0 +1,354 @@
+"""ONNX model -> composite file: the graph walked in order, each node converted by its family's
+converter (registry.py) into statements of the body language, values known at import folded.
+
+The result is the text of a composite file (what `catenc import` writes) and the values of its
+constants (the initializers that reach the program), so `catenc compile model.onnx` and
+compiling the imported file run the same program (docs/onnx.md).
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from catenc import __version__
+from catenc.diagnostics import CatencError
+from catenc.frontend.composites import check_name
+from catenc.frontend.shapes import SHAPE_FUNCS
+from catenc.onnx.families import FAMILIES  # noqa: F401  (importing them registers their converters)
+from catenc.onnx.model import file_loc, load_model, onnx_module, opsets
+from catenc.onnx.registry import CONVERTERS, ModelError, OnnxNode, Unsupported, decode_attribute
+from catenc.onnx.values import NUMPY, ONNX_DTYPE_NAMES, ONNX_DTYPES, Shape, Value, dims, literal
+from catenc.registry import ELEMENTWISE, REDUCTIONS
+from catenc.symbolic import sym
+
+# Names a generated tensor must not take: they would hide a function the body calls.
+_RESERVED = (
+    ELEMENTWISE
+    | SHAPE_FUNCS
+    | frozenset(REDUCTIONS)
+    | frozenset(("argmax", "argmin", "inf", "nan", "pi", "True", "False", "None"))
+    | frozenset(ONNX_DTYPES.values())
+)
+
+
+@dataclass(frozen=True)
+class Imported:
+    """A model as a composite file: its text, and the values of the constants it declares."""
+
+    name: str
+    text: str
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+class Names:
+    """Body-language names from ONNX names: valid, unique, and hiding no function the body calls."""
+
+    def __init__(self, reserved: frozenset[str] = frozenset()) -> None:
+        self.taken: set[str] = set(reserved)
+
+    def fresh(self, onnx_name: str, what: str = "tensor") -> str:
+        base = sanitise(onnx_name)
+        name, n = base, 1
+        while name in self.taken or not _usable(name, what):
+            n += 1
+            name = f"{base}_{n}"
+        self.taken.add(name)
+        return name
+
+
+def sanitise(onnx_name: str) -> str:
+    text = re.sub(r"_output_0$", "", onnx_name)
+    text = re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_")
+    if not text:
+        return "t"
+    return f"t{text}" if text[0].isdigit() else text
+
+
+def _usable(name: str, what: str) -> bool:
+    if name in _RESERVED or keyword.iskeyword(name) or name.lower().startswith("catenc"):
+        return False
+    try:
+        check_name(name, what, file_loc(""))
+    except CatencError:
+        return False
+    return True
+
+
+class Emitter:
+    """The body being written: converters add statements and constants through it."""
+
+    def __init__(self, names: Names) -> None:
+        self.names = names
+        self.lines: list[str] = []
+        self.constants: dict[str, tuple[str, np.ndarray]] = {}  # name -> (dtype, value)
+        self._constant_names: dict[int, str] = {}  # id of a known array -> its constant
+        self._hints: dict[int, str] = {}  # id of a known array -> the ONNX name it came with
+        self._arrays: list[np.ndarray] = []  # keeps the arrays behind those ids alive
+        self.outputs: tuple[str, ...] = ()  # the current node's output names
+        self.output_names: dict[str, str] = {}  # ONNX name -> body name, fixed up front for graph outputs
+
+    def text(self, value: Value) -> str:
+        """The body expression of a value: its name, a literal, or a constant."""
+        if value.name is not None:
+            return value.name
+        array = value.known
+        if array.ndim == 0:
+            return literal(array.item(), value.dtype)
+        if array.dtype == object:
+            raise Unsupported("a shape computed from symbolic sizes is used as tensor data")
+        return self.constant(array, value.dtype)
+
+    def constant(self, array: np.ndarray, dtype: str, hint: str = "c") -> str:
+        found = self._constant_names.get(id(array))
+        if found is not None:
+            return found
+        name = self.names.fresh(self._hints.get(id(array), hint))
+        self.constants[name] = (dtype, array)
+        self._constant_names[id(array)] = name
+        self._arrays.append(array)
+        return name
+
+    def hint_like(self, value: Value, origin: Value, suffix: str) -> None:
+        """Name the constant of `value` (computed from `origin` at import) after origin's name."""
+        if origin.known is not None and id(origin.known) in self._hints:
+            self.hint(value, self._hints[id(origin.known)] + suffix)
+
+    def hint(self, value: Value, onnx_name: str) -> None:
+        """Name the constant of a known value after `onnx_name`, should the body ever use it."""
+        if value.known is not None:
+            self._hints.setdefault(id(value.known), onnx_name)
+            self._arrays.append(value.known)
+
+    def out(self, expr: str, dtype: str, shape: Shape, k: int = 0) -> Value:
+        """`expr` as the node's k-th output (named after it)."""
+        onnx_name = self.outputs[k] if k < len(self.outputs) and self.outputs[k] else "t"
+        name = self.output_names.get(onnx_name) or self.names.fresh(onnx_name)
+        self.lines.append(f"{name} = {expr}")
+        return Value(dtype, shape, name)
+
+    def temp(self, expr: str, dtype: str, shape: Shape, hint: str = "t") -> Value:
+        """`expr` as an intermediate of the node, named after its first output and `hint`."""
+        base = self.outputs[0] if self.outputs and self.outputs[0] else "t"
+        name = self.names.fresh(f"{sanitise(base)}_{hint}")
+        self.lines.append(f"{name} = {expr}")
+        return Value(dtype, shape, name)
+
+    def out_index(self, indices: list[str], expr: str, dtype: str, shape: Shape, k: int = 0) -> Value:
+        """An index-form statement `name[i < D0, j < D1, ...] = expr` as the node's k-th output."""
+        value = self.out("", dtype, shape, k)
+        lhs = ", ".join(f"{i} < {_dim_text(d)}" for i, d in zip(indices, shape, strict=True))
+        self.lines[-1] = f"{value.name}[{lhs}] = {expr}"
+        return value
+
+    @staticmethod
+    def comment(text: str) -> str:
+        return "# " + re.sub(r"[^\x20-\x7e]", "?", text).replace("'''", "'' '")
+
+
+def _dim_text(d) -> str:
+    text = str(d)
+    return text if d.is_const or d.as_symbol() is not None else f"({text})"
+
+
+def import_model(path: str, display: str | None = None, name: str | None = None) -> Imported:
+    """The model in `path` as a composite file (errors name `display`)."""
+    display = display or path
+    return import_proto(load_model(path, display), display, name)
+
+
+def import_proto(model, display: str, name: str | None = None) -> Imported:
+    return _Importer(model, display).run(name)
+
+
+class _Importer:
+    def __init__(self, model, display: str) -> None:
+        self.model = model
+        self.display = display
+        self.onnx = onnx_module()
+        self.opsets = opsets(model)
+        self.values: dict[str, Value | None] = {}  # None: produced by a node that did not convert
+        self.errors: list[CatencError] = []
+        self.inputs: list[tuple[str, Value]] = []
+        self._symbols: dict[str, str] = {}  # dim_param -> symbol
+
+    def error(self, message: str) -> None:
+        self.errors.append(CatencError(message, file_loc(self.display)))
+
+    def run(self, name: str | None) -> Imported:
+        graph = self.model.graph
+        names = Names(_RESERVED)
+        emit = Emitter(names)
+        for init in graph.initializer:
+            self.values[init.name] = value = self.initializer(init)
+            if value is not None:
+                emit.hint(value, init.name)
+        for sparse in graph.sparse_initializer:
+            self.error(f"sparse initializer '{sparse.values.name}': not supported")
+        for vi in graph.input:
+            if vi.name not in self.values:
+                value = self.graph_input(vi, names)
+                if value is not None:
+                    self.inputs.append((vi.name, value))
+                self.values[vi.name] = value
+        for vi in graph.output:
+            emit.output_names[vi.name] = names.fresh(vi.name)
+        for index, node in enumerate(graph.node):
+            self.convert(node, index, emit)
+        outputs = [] if self.errors else self.outputs(emit)
+        if self.errors:
+            first, *rest = self.errors
+            raise CatencError(first.message, first.loc, more=rest)
+        entry = self.entry_name(name)
+        return Imported(entry, self.render(entry, emit, outputs), {n: a for n, (_, a) in emit.constants.items()})
+
+    # ---- values ------------------------------------------------------------------------------
+    def initializer(self, tensor) -> Value | None:
+        dtype = ONNX_DTYPES.get(tensor.data_type)
+        if dtype is None:
+            kind = ONNX_DTYPE_NAMES.get(tensor.data_type, str(tensor.data_type))
+            self.error(f"initializer '{tensor.name}': element type {kind} is not supported")
+            return None
+        array = self.onnx.numpy_helper.to_array(tensor)
+        if dtype == "bf16":
+            array = array.astype(np.float32)
+        return Value(dtype, dims(array.shape), known=np.ascontiguousarray(array, dtype=NUMPY[dtype]))
+
+    def graph_input(self, vi, names: Names) -> Value | None:
+        tensor_type = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+        dtype = ONNX_DTYPES.get(tensor_type.elem_type) if tensor_type is not None else None
+        if dtype is None:
+            what = ONNX_DTYPE_NAMES.get(tensor_type.elem_type, "?") if tensor_type is not None else "a non-tensor"
+            self.error(f"graph input '{vi.name}': type {what} is not supported (tensors of numbers or bool only)")
+            return None
+        if not tensor_type.HasField("shape"):
+            self.error(f"graph input '{vi.name}': no shape (even its rank is unknown); catenc needs the rank")
+            return None
+        name = names.fresh(vi.name, "tensor")
+        shape = []
+        for axis, dim in enumerate(tensor_type.shape.dim):
+            if dim.HasField("dim_value"):
+                shape.append(dim.dim_value)
+            else:
+                shape.append(sym(self.symbol(dim.dim_param or f"{name}_dim{axis}", names)))
+        return Value(dtype, dims(shape), name)
+
+    def symbol(self, dim_param: str, names: Names) -> str:
+        """The symbol of a dynamic dimension: one per distinct `dim_param`."""
+        found = self._symbols.get(dim_param)
+        if found is None:
+            found = self._symbols[dim_param] = names.fresh(dim_param, "symbol")
+        return found
+
+    # ---- nodes -------------------------------------------------------------------------------
+    def convert(self, node, index: int, emit: Emitter) -> None:
+        domain = "" if node.domain in ("", "ai.onnx") else node.domain
+        opset = self.opsets.get(domain, 0)
+        label = f"node '{node.name or f'{node.op_type}_{index}'}' ({node.op_type}, opset {opset})"
+        if domain:
+            label = f"node '{node.name or f'{node.op_type}_{index}'}' ({domain}.{node.op_type}, opset {opset})"
+        fn = CONVERTERS.get(node.op_type) if not domain else None
+        if fn is None:
+            self.error(f"{label}: operator not supported")
+            return self.poison(node)
+        inputs = tuple(self.values.get(i) if i else None for i in node.input)
+        missing = [i for i in node.input if i and i not in self.values]
+        if missing:
+            self.error(f"{label}: input '{missing[0]}' is not produced by any earlier node or graph input")
+            return self.poison(node)
+        if any(v is None and i for v, i in zip(inputs, node.input, strict=True)):
+            return self.poison(node)  # an input from a node that failed: already reported
+        attrs = {a.name: decode_attribute(a, self.onnx) for a in node.attribute}
+        onnx_node = OnnxNode(node.op_type, node.name, opset, inputs, tuple(node.output), attrs)
+        emit.outputs = tuple(node.output)
+        mark = len(emit.lines)
+        try:
+            results = list(fn(onnx_node, emit))
+        except Unsupported as error:
+            self.error(f"{label}: {error}")
+            return self.poison(node)
+        except ModelError as error:
+            self.error(f"{label}: invalid node: {error}")
+            return self.poison(node)
+        if len(emit.lines) > mark + 1:  # a node of several statements says where they come from
+            emit.lines.insert(mark, emit.comment(f"{node.name or node.op_type}: {node.op_type}"))
+        for onnx_name, value in zip(node.output, results, strict=False):
+            if onnx_name:
+                self.values[onnx_name] = value
+                emit.hint(value, onnx_name)
+
+    def poison(self, node) -> None:
+        for name in node.output:
+            if name:
+                self.values[name] = None
+
+    def outputs(self, emit: Emitter) -> list[tuple[str, Value]]:
+        result = []
+        for vi in self.model.graph.output:
+            value = self.values.get(vi.name)
+            if vi.name not in self.values:
+                self.error(f"graph output '{vi.name}' is not produced by any node")
+                continue
+            name = emit.output_names[vi.name]
+            if value.name != name:
+                emit.outputs = (vi.name,)
+                text = emit.text(value)
+                if value.name is None and value.rank == 0:
+                    text = f"cast({text}, {value.dtype})"
+                value = emit.out(text, value.dtype, value.shape)
+            result.append((name, value))
+        return result
+
+    # ---- the composite file ------------------------------------------------------------------
+    def entry_name(self, name: str | None) -> str:
+        if name is not None:
+            return name
+        base = sanitise(self.model.graph.name or "model")
+        return base if _usable(base, "composite") else f"{base}_model"
+
+    def render(self, entry: str, emit: Emitter, outputs: list[tuple[str, Value]]) -> str:
+        producer = " ".join(p for p in (self.model.producer_name, self.model.producer_version) if p)
+        opset = self.opsets.get("", 0)
+        header = f"Imported from {self.display} by catenc {__version__} (ONNX opset {opset}"
+        header += f", produced by {producer})" if producer else ")"
+        lines = [_toml_comment(header), "", f"[composite.{entry}]"]
+        doc = self.model.graph.doc_string or self.model.doc_string
+        if doc:
+            lines.append(f"doc = {_toml_string(doc.strip().splitlines()[0])}")
+        lines.append(_toml_list("inputs", [_decl(n, v) for n, v in self.input_decls()]))
+        lines.append(_toml_list("outputs", [_decl(n, v) for n, v in outputs]))
+        if emit.constants:
+            lines.append(
+                _toml_list(
+                    "constants", [f"{n}: {d}[{', '.join(map(str, a.shape))}]" for n, (d, a) in emit.constants.items()]
+                )
+            )
+        lines.append("body = '''")
+        lines += emit.lines
+        lines.append("'''")
+        return "\n".join(lines) + "\n"
+
+    def input_decls(self) -> list[tuple[str, Value]]:
+        return [(v.name, v) for _, v in self.inputs]
+
+
+def _decl(name: str, value: Value) -> str:
+    return f"{name}: {value.dtype}[{', '.join(str(d) for d in value.shape)}]"
+
+
+def _toml_string(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + re.sub(r"[\x00-\x1f\x7f]", " ", escaped) + '"'
+
+
+def _toml_comment(text: str) -> str:
+    return "# " + re.sub(r"[\x00-\x1f\x7f]", " ", text)
+
+
+def _toml_list(key: str, items: list[str]) -> str:
+    if len(items) <= 1:
+        return f"{key} = [{', '.join(_toml_string(i) for i in items)}]"
+    return f"{key} = [\n" + "".join(f"    {_toml_string(i)},\n" for i in items) + "]"

@@ -1,0 +1,68 @@
+"""Reading an .onnx file: the protobuf, checked enough that the importer can trust its structure."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from catenc.diagnostics import CatencError, Loc
+
+if TYPE_CHECKING:
+    import onnx
+
+
+def file_loc(display: str) -> Loc:
+    """The place of an error in a binary file: the file as a whole (rendered `model.onnx: error:`)."""
+    return Loc(display, 0, 0)
+
+
+def onnx_module():
+    """The onnx package, or an error saying how to install it."""
+    try:
+        import onnx
+    except ImportError:
+        raise CatencError("reading ONNX models needs the onnx package: pip install 'catenc[onnx]'") from None
+    return onnx
+
+
+def load_model(path: str, display: str | None = None) -> onnx.ModelProto:
+    """The model in `path`, with a clear error for a missing, truncated or non-ONNX file."""
+    display = display or path
+    onnx = onnx_module()
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as error:
+        raise CatencError(f"cannot read the model: {error.strerror}", file_loc(display)) from None
+    return parse_model(data, display, onnx)
+
+
+def parse_model(data: bytes, display: str, onnx=None) -> onnx.ModelProto:
+    onnx = onnx or onnx_module()
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception:  # protobuf raises DecodeError or RuntimeError depending on its backend
+        raise CatencError(
+            f"not an ONNX model, or a truncated one ({len(data)} bytes that do not parse as an ONNX ModelProto)",
+            file_loc(display),
+        ) from None
+    if not model.HasField("graph") or not model.opset_import:
+        raise CatencError(
+            "not an ONNX model: the file has no graph or no opset (is it an ONNX file at all?)", file_loc(display)
+        )
+    if any(init.data_location == onnx.TensorProto.EXTERNAL for init in model.graph.initializer):
+        raise CatencError(
+            "the model keeps its weights in external data files, which catenc does not read yet; "
+            "save it with onnx.save_model(model, path, save_as_external_data=False)",
+            file_loc(display),
+        )
+    return model
+
+
+def opsets(model: onnx.ModelProto) -> dict[str, int]:
+    """Opset version per domain ('' is the default ONNX domain)."""
+    versions = {}
+    for entry in model.opset_import:
+        domain = "" if entry.domain in ("", "ai.onnx") else entry.domain
+        versions[domain] = entry.version
+    return versions
