@@ -7,11 +7,14 @@ write them, allocating their results, and, where the library offers ``out=``, th
 writing into preallocated arrays.
 
 The whole GPT-2 small rows call the sample's composites (samples/gpt2/gpt2.toml) and time the
-sample's PyTorch model (samples/gpt2/reference.py) on the sample's random weights.
+sample's PyTorch model (samples/gpt2/reference.py) on the sample's random weights. The ONNX rows
+compile real networks exported by torch.onnx.export (bench/onnx_models.py) and time onnxruntime
+and torch eager on the same file and module.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import math
@@ -21,8 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import onnx_models
+import onnxruntime
 import torch
 import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "samples" / "gpt2"))
@@ -81,6 +87,8 @@ class Case:
     entry: str = ""
     toml: str = ""
     per_call: str = ""
+    prepare: Callable[[], object] | None = None  # run before compiling: writes the file ``toml`` names
+    compile_args: tuple[str, ...] = ()  # more `catenc compile` options
 
     def __post_init__(self) -> None:
         self.entry = self.entry or self.composite
@@ -563,6 +571,104 @@ def _gpt2_decode(s: int) -> Case:
     )
 
 
+# ------------------------------------------------------------------ ONNX models
+#
+# Real networks (bench/onnx_models.py) exported by torch.onnx.export and compiled by `catenc compile
+# model.onnx`, against onnxruntime (1 and 2 intra-op threads) and the same module in torch eager.
+
+ONNX_DIR = ROOT / "build" / "bench" / "onnx"
+
+
+@functools.cache
+def _onnx_model(name: str, size: str) -> onnx_models.Model:
+    return onnx_models.build(name, size)
+
+
+def _onnx_path(name: str) -> Path:
+    return ONNX_DIR / f"{name}.onnx"
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def _onnx_reference(model: onnx_models.Model) -> np.ndarray:
+    """The module's first output in float64 (a float64 copy of the module, same inputs)."""
+    double = copy.deepcopy(model.module).double()
+    args = [torch.from_numpy(a.astype(F64) if a.dtype == F32 else a) for a in model.inputs]
+    with torch.inference_mode():
+        out = double(*args)
+    return (out[0] if isinstance(out, tuple) else out).numpy()
+
+
+def _onnxruntime_peer(model: Callable[[], onnx_models.Model], threads: int) -> Peer:
+    def make(args):
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        path = str(_onnx_path(model().name))
+        session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        feed = dict(zip(model().input_names, args))
+        return lambda: session.run(None, feed)[0]
+
+    return Peer(f"onnxruntime {threads}T", make)
+
+
+def _torch_eager_peer(model: Callable[[], onnx_models.Model]) -> Peer:
+    def make(args):
+        module, tensors = model().module, [torch.from_numpy(a) for a in args]
+
+        def run():
+            with torch.inference_mode():
+                return module(*tensors)
+
+        return run
+
+    return Peer("torch", make)
+
+
+def _flops(model: onnx_models.Model) -> float:
+    """The module's matrix-product and convolution flops (torch's FlopCounterMode, one eager call)."""
+    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+        model.module(*model.torch_inputs())
+    return float(counter.get_total_flops())
+
+
+def _onnx_row(row: str, name: str, quick: bool, size: str, notes: str) -> Case:
+    """The row of model ``name`` of bench/onnx_models.py, built (random weights) only when the row runs."""
+    model = functools.partial(_onnx_model, name, "tiny" if quick else "full")
+    path = _shown(_onnx_path(name))
+    return Case(
+        name=row,
+        composite=name,
+        size=("tiny: " if quick else "") + size,
+        inputs=lambda rng: list(model().inputs),
+        reference=lambda args: _onnx_reference(model()),
+        kind="flops",
+        work=lambda args: _flops(model()),
+        peers=[_onnxruntime_peer(model, 1), _onnxruntime_peer(model, 2), _torch_eager_peer(model)],
+        notes=f"{notes} (bench/onnx_models.py, random weights); `catenc compile {path} --weights external` (the "
+        "weights in a safetensors file beside the library, passed as inputs); onnxruntime: the same file, CPU "
+        "provider, default graph optimizations; torch: the module in eager mode (inference_mode). flops: the "
+        "convolutions' and matrix products' (torch FlopCounterMode); the error is the first output's, against the "
+        "module in float64",
+        toml=path,
+        prepare=lambda: onnx_models.export(model(), _onnx_path(name)),
+        compile_args=("--weights", "external"),
+    )
+
+
+def onnx_cases(quick: bool = False) -> list[Case]:
+    """ResNet-18, MobileNetV2, a 4-layer BERT encoder and GPT-2 small imported from ONNX, batch 1."""
+    return [
+        _onnx_row("resnet18", "resnet18", quick, "ResNet-18, 1x3x224x224", "ResNet-18, BatchNorm folded by the export"),
+        _onnx_row("mobilenetv2", "mobilenetv2", quick, "MobileNetV2 1.0, 1x3x224x224", "MobileNetV2, width 1.0"),
+        _onnx_row("bert4", "bert4", quick, "4 layers, 768, 12 heads, seq 128", "BERT-base-width encoder, 4 layers"),
+        _onnx_row(
+            "gpt2-onnx", "gpt2_small", quick, "GPT-2 small 124M, seq 128", "GPT-2 small, logits of all 128 positions"
+        ),
+    ]
+
+
 # ------------------------------------------------------------ natural formulations
 #
 # Each layer written the way a user writes it from the paper or PyTorch
@@ -955,6 +1061,7 @@ def cases(quick: bool = False) -> list[Case]:
             _gpt2_prefill(32),
             _gpt2_decode(32),
             *natural_cases(quick=True),
+            *onnx_cases(quick=True),
         ]
     return [
         _sgemm(1024, 1024, 1024),
@@ -970,4 +1077,5 @@ def cases(quick: bool = False) -> list[Case]:
         _gpt2_prefill(256),
         _gpt2_decode(256),
         *natural_cases(),
+        *onnx_cases(),
     ]

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import onnxruntime
 import threadpoolctl
 import torch
 from cases import Case, cases
@@ -36,6 +37,7 @@ from catenc.ccall import BoundCall
 from catenc.diagnostics import CatencError
 from catenc.loader import Library, load
 from catenc.runtime.descriptor import load_runtime
+from catenc.weights import read_weights
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -53,6 +55,7 @@ FMA_ITERATIONS, FMA_PASSES = 4_000_000, 30  # about 15 ms per pass at full speed
 THREADS = os.cpu_count() or 1
 BUSY_WARNING = 0.15  # warn when other processes used more than this share of the CPUs
 PEER_COLUMNS = ["numpy", "numpy out=", "torch 1T", "torch 1T out=", "torch 2T", "torch 2T out="]
+PEER_COLUMNS += ["onnxruntime 1T", "onnxruntime 2T"]  # the ONNX model rows
 
 
 def log(message: str) -> None:
@@ -214,14 +217,15 @@ def _shown(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
-def compile_composite(composite: str, toml: Path, level: str, config: str) -> Build:
-    """Compile ``toml`` (whose stem is ``composite``) at ``level`` and load the library."""
+def compile_composite(composite: str, toml: Path, level: str, config: str, extra: tuple[str, ...] = ()) -> Build:
+    """Compile ``toml`` (whose stem is ``composite``; a composite file or an ONNX model) at ``level``, with
+    the options ``extra``, and load the library."""
     outdir = BUILD / (
         composite if level == "-O2" else f"{composite}{level}" if level != TUNED else f"{composite}-{TUNED}"
     )
     build = Build(composite, level, outdir)
     command = [sys.executable, "-m", "catenc", "compile", _shown(toml)]
-    command += ["-o", _shown(outdir)]
+    command += ["-o", _shown(outdir), *extra]
     if config:
         command += ["--config", config]
     if level == TUNED:
@@ -246,6 +250,17 @@ def compile_composite(composite: str, toml: Path, level: str, config: str) -> Bu
     build.seconds = time.perf_counter() - start
     build.source = (outdir / f"{composite}.c").read_bytes()
     return build
+
+
+def external_weights(library: Library, entry: str) -> list[np.ndarray]:
+    """The values of the entry's weight arguments (`--weights external`: the constants that stay inputs,
+    after the declared ones, docs/cli.md), read from the library's safetensors file; [] for a baked build."""
+    keys = [arg["weight"] for arg in library[entry].spec["args"] if "weight" in arg]
+    if not keys:
+        return []
+    (weights,) = [f["path"] for f in library.manifest["files"] if f.get("role") == "weights"]
+    tensors = read_weights(str(library.manifest_path.parent / weights))
+    return [tensors[key].data for key in keys]
 
 
 # ------------------------------------------------------------------------- timing
@@ -516,6 +531,7 @@ def machine_info(peaks: Peaks, config: str) -> dict[str, str]:
         "BLAS (numpy, threadpoolctl)": blas_text,
         "numpy": np.__version__,
         "torch": f"{torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}",
+        "onnxruntime": f"{onnxruntime.__version__}, CPUExecutionProvider",
         "catenc": f"{catenc.__version__} ({commit}), --config {config or '(defaults)'}",
         "C compiler": compiler,
         "STREAM triad": f"{peaks.triad_gbs:.1f} GB/s ({peaks.triad_text})",
@@ -576,9 +592,14 @@ def run(argv: Sequence[str], catenc_config: str) -> int:
 
     log("==> compiling (catenc compile + load)")
     builds: dict[tuple[str, str], Build] = {}
-    for composite, toml in dict.fromkeys((c.composite, c.toml) for c in selected):
+    for case in selected:
+        if case.prepare is not None:
+            start = time.perf_counter()
+            case.prepare()
+            log(f"  {case.toml}: written in {time.perf_counter() - start:.1f} s")
+    for composite, toml, extra in dict.fromkeys((c.composite, c.toml, c.compile_args) for c in selected):
         for level in levels_for(composite, args.no_o3, not args.no_tuned):
-            build = compile_composite(composite, ROOT / toml, level, catenc_config)
+            build = compile_composite(composite, ROOT / toml, level, catenc_config, extra)
             builds[composite, level] = build
             if build.error:
                 log(f"  {composite} {level}: COMPILE ERROR\n    " + build.error.replace("\n", "\n    "))
@@ -605,7 +626,7 @@ def run(argv: Sequence[str], catenc_config: str) -> int:
             contender = None
             if build.library is not None:
                 try:
-                    bound = BoundCall(build.library, case.entry, inputs)
+                    bound = BoundCall(build.library, case.entry, inputs + external_weights(build.library, case.entry))
                     contender = Contender(f"catenc {level}", "catenc", bound, True)
                 except Exception as error:  # noqa: BLE001 - reported in the table
                     contender = Contender(f"catenc {level}", "catenc", lambda: None, True, crashed=True)
@@ -691,6 +712,9 @@ def report(
         "the `numpy` and `torch` columns are the peers as users call them, **allocating** their results;",
         "the `out=` columns write into **preallocated** outputs (`np.matmul(out=)`, `torch.matmul(out=)`,",
         "`torch.softmax(out=)`, an in-place numpy chain), where the library offers it. n/a: no such form.",
+        "The ONNX model rows (resnet18, mobilenetv2, bert4, gpt2-onnx) time `catenc compile model.onnx` against",
+        "onnxruntime on the same file (`onnxruntime 1T`/`2T`: intra_op_num_threads 1 and 2) and the PyTorch module",
+        "it was exported from, in eager mode (the `torch` columns).",
         "`catenc ÷ best`: catenc's time over the fastest correct peer (below 1: catenc is faster).",
         f"A row where catenc is slow runs fewer times: at most {budget:g} s of calls per contender, and a call "
         f"over {SLOW_CALL_S:g} s counts its warm-up as a run (n shows how many).",
