@@ -389,6 +389,13 @@ def compile_command(**kw) -> int:
 
 
 @main.command("test-runtime")
+@click.option(
+    "--suite",
+    type=click.Choice(["ops", "onnx"]),
+    default="ops",
+    show_default=True,
+    help="ops: the op library (the op-coverage report); onnx: the ONNX backend node tests.",
+)
 @click.option("--runtime", "runtime_spec", default="clang", show_default=True, help="Runtime name or descriptor file.")
 @click.option("-o", "report", default="Reports.md", show_default=True, help="Markdown report to write.")
 @click.option("--json", "json_path", default=None, metavar="FILE", help="Also write the report as JSON.")
@@ -398,16 +405,35 @@ def compile_command(**kw) -> int:
 @click.option("--config", "config_items", multiple=True, metavar="K=V[,K=V]", help="Runtime options.")
 @click.option("--no-primitives", is_flag=True, help="Skip the rows of the language's own functions.")
 @click.option("--compile-only", is_flag=True, help="Build every op but run none (cells say `compiled`).")
+@click.option("--node-dir", default=None, metavar="DIR", help="--suite onnx: node test folders to run instead.")
 @guarded(lambda kw: [kw["runtime_spec"]] if kw["runtime_spec"].endswith(".py") else [])
 def test_runtime_command(
-    runtime_spec, report, json_path, ops_dirs, dtypes, pattern, config_items, no_primitives, compile_only
+    suite,
+    runtime_spec,
+    report,
+    json_path,
+    ops_dirs,
+    dtypes,
+    pattern,
+    config_items,
+    no_primitives,
+    compile_only,
+    node_dir,
 ):
-    """Run the op library through a runtime and write the op-coverage report.
+    """Run the op library (or the ONNX node tests) through a runtime and write the coverage report.
 
     Exits 3 on a fail, error or xpass cell, and 1 when cells could not even be built here (`not
     run`: e.g. opencl without pyopencl or an OpenCL driver; the message says what to install)."""
     from catenc.dtypes import DTYPES
     from catenc.runtime.descriptor import load_runtime
+
+    if suite == "onnx":
+        ops_only = {"--ops": ops_dirs, "--dtypes": dtypes, "--no-primitives": no_primitives}
+        for option in [name for name, value in {**ops_only, "--compile-only": compile_only}.items() if value]:
+            raise CatencError(f"{option} applies to --suite ops only")
+        return _test_onnx_nodes(load_runtime(runtime_spec), config_items, report, json_path, pattern, node_dir)
+    if node_dir:
+        raise CatencError("--node-dir applies to --suite onnx only")
     from catenc.testing.coverage import (
         not_run_note,
         progress_printer,
@@ -443,6 +469,23 @@ def test_runtime_command(
         cells = sum(counts.values())
         click.echo(f"catenc: error: {counts['not_run']} of {cells} cells not run: {not_run_note(coverage)}", err=True)
     return EXIT_TEST if coverage.regressed else EXIT_USER if counts["not_run"] else 0
+
+
+def _test_onnx_nodes(runtime, config_items, report, json_path, pattern, node_dir) -> int:
+    """test-runtime --suite onnx: exits 3 when a test fails or errs (unsupported ones do not)."""
+    from catenc.onnx import node_tests
+    from catenc.testing.coverage import progress_printer
+
+    config = runtime.validate_config(parse_config(config_items))
+    results = node_tests.run_node_tests(runtime, config, node_dir, pattern, progress_printer())
+    if sys.stdout.isatty():
+        click.echo()
+    write_text_atomic(Path(report), node_tests.render_markdown(results))
+    if json_path:
+        write_text_atomic(Path(json_path), node_tests.render_json(results))
+    click.echo(node_tests.summary_line(results))
+    click.echo(f"catenc: wrote {report}" + (f" and {json_path}" if json_path else ""))
+    return EXIT_TEST if results.regressed else 0
 
 
 def write_text_atomic(path: Path, text: str) -> None:
