@@ -1,0 +1,159 @@
+"""`catenc test-runtime --suite onnx` (catenc/onnx/node_tests.py): the ONNX backend node tests,
+classified pass / fail / error / unsupported, over a handful of tests picked with a pattern.
+
+The classification tests stand in a small importer of their own (a few elementwise ops), so they
+check the runner, not the importer's coverage; one test runs the real importer on test_abs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+
+from catenc.cli import main
+from catenc.diagnostics import CatencError, Loc
+from catenc.onnx import node_tests
+from catenc.runtime.descriptor import load_runtime
+
+PICKED = "test_abs,test_relu,test_add_bcast,test_asin"  # test_relu_expanded_ver18 too: an unsupported body
+BODIES = {"Abs": "abs(x)", "Relu": "relu(x)", "Add": "x + y"}
+DTYPES = {onnx.TensorProto.FLOAT: "f32", onnx.TensorProto.DOUBLE: "f64", onnx.TensorProto.INT32: "i32"}
+
+
+class Imported:
+    def __init__(self, text: str, name: str) -> None:
+        self.text, self.constants, self.name = text, {}, name
+
+
+def stand_in(path: str, display: str | None = None, name: str | None = None) -> Imported:
+    """A one-node importer: Abs, Relu and Add of f32, f64 or i32 tensors; Abs of f64 computes
+    twice its value (a wrong result); anything else is an unsupported operator."""
+    model = onnx.load(path)
+    node = model.graph.node[0]
+    types = [v.type.tensor_type.elem_type for v in [*model.graph.input, *model.graph.output]]
+    if len(model.graph.node) != 1 or node.op_type not in BODIES or not all(t in DTYPES for t in types):
+        raise CatencError(
+            f"node '{node.name}' ({node.op_type}, opset 21): operator not supported", Loc(display or path, 0, 0)
+        )
+
+    def decl(value) -> str:
+        tensor = value.type.tensor_type
+        dims = ", ".join(str(d.dim_value) for d in tensor.shape.dim)
+        return f'"{value.name}: {DTYPES[tensor.elem_type]}[{dims}]"'
+
+    body = BODIES[node.op_type].replace("x", node.input[0]).replace("y", node.input[-1])
+    if node.op_type == "Abs" and types[0] == onnx.TensorProto.DOUBLE:
+        body += f" + {body}"
+    lines = [
+        f"[composite.{name}]",
+        f"inputs = [{', '.join(decl(v) for v in model.graph.input)}]",
+        f"outputs = [{', '.join(decl(v) for v in model.graph.output)}]",
+        f'body = "{node.output[0]} = {body}"',
+    ]
+    return Imported("\n".join(lines) + "\n", name)
+
+
+@pytest.fixture(scope="module")
+def report():
+    runtime = load_runtime("clang")
+    return node_tests.run_node_tests(runtime, runtime.validate_config({}), pattern=PICKED, import_model=stand_in)
+
+
+def test_classification(report):
+    by_name = {r.name: r for r in report.results}
+    assert by_name["test_abs"].status == "pass" and by_name["test_abs"].op == "Abs"
+    assert by_name["test_abs"].max_rel_error == 0.0
+    assert by_name["test_relu"].status == "pass"
+    assert by_name["test_add_bcast"].status == "pass"
+    unsupported = by_name["test_asin"]
+    assert unsupported.status == "unsupported" and unsupported.blockers == ("Asin",)
+    assert unsupported.detail == "Asin: operator not supported"
+    assert all(r.status != "error" for r in report.results), [r for r in report.results if r.status == "error"]
+
+
+def test_wrong_values_fail_with_the_error_measured():
+    test = node_tests.collect_tests(pattern="test_abs")[0]
+    x = test.inputs[0].astype(np.float64)
+    wrong = node_tests.NodeTest("test_abs_f64", "Abs", _retyped(test.model), (x,), (np.abs(x),), 1e-3, 1e-7)
+    result = _run_one(wrong)
+    assert (result.status, result.max_rel_error) == ("fail", 1.0)
+    largest = f"{np.abs(x).max():.3g}"
+    assert result.detail == f"output 'y': max abs err {largest}, max rel err 1 (rtol 0.001, atol 1e-07)"
+
+
+def test_a_crash_in_the_entry_is_an_error_row(monkeypatch):
+    """The tests run in a forked child: one that dies by a signal is its test's error."""
+    monkeypatch.setattr(node_tests, "check_test", lambda test, entry: os.kill(os.getpid(), signal.SIGSEGV))
+    test = node_tests.collect_tests(pattern="test_abs")[0]
+    result = _run_one(test)
+    assert (result.status, result.detail) == ("error", "run: the entry crashed or did not finish")
+
+
+def _retyped(model):
+    """The model with every f32 tensor f64."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for value in [*copy.graph.input, *copy.graph.output]:
+        value.type.tensor_type.elem_type = onnx.TensorProto.DOUBLE
+    return copy
+
+
+def _run_one(test):
+    runtime = load_runtime("clang")
+    options = node_tests.Options(runtime, runtime.validate_config({}))
+    with tempfile.TemporaryDirectory() as scratch:
+        planned = node_tests.plan_test(test, options, Path(scratch), stand_in)
+        built, errors = node_tests.build_batch(Path(scratch) / "b", [planned], options)
+        assert not errors
+        return node_tests.run_built(*built[0])[0]
+
+
+def test_a_crashing_importer_is_an_error_row():
+    def crash(path, display=None, name=None):
+        raise RuntimeError("boom\nsecond line")
+
+    runtime = load_runtime("clang")
+    report = node_tests.run_node_tests(runtime, runtime.validate_config({}), pattern="test_abs", import_model=crash)
+    assert [(r.name, r.status, r.detail) for r in report.results] == [
+        ("test_abs", "error", "import: internal error: RuntimeError: boom")
+    ]
+
+
+def test_expanded_tests_name_the_op_they_expand():
+    tests = {t.name: t for t in node_tests.collect_tests(pattern="test_softmax_axis_0*")}
+    assert tests["test_softmax_axis_0_expanded"].op == "Softmax"
+    assert len(tests["test_softmax_axis_0_expanded"].model.graph.node) > 1
+
+
+def test_report_formats(report):
+    markdown = node_tests.render_markdown(report)
+    assert markdown.startswith("# ONNX node tests: runtime `clang`")
+    summary = node_tests.summary_line(report)
+    assert f"**{summary}**" in markdown
+    assert "| test_abs | Abs | pass (0.0e+00) |  |" in markdown
+    assert "| Asin | 0 | 0 | 2 | yes |" in markdown  # test_asin, test_asin_example
+    assert "| test_relu_expanded_ver18 | Relu | unsupported | Constant: operator not supported |" in markdown
+    data = json.loads(node_tests.render_json(report))
+    assert data["schema"] == "catenc.onnx-node-tests/1"
+    assert data["summary"]["pass"] == sum(t["status"] == "pass" for t in data["tests"])
+    passed, listed = report.issue_counts()
+    assert summary.endswith(f"{passed}/{listed} pass ({100 * passed / listed:.0f}%)")
+
+
+def test_cli_suite_onnx(tmp_path):
+    """The real importer on test_abs through the command line: report, JSON and exit 0."""
+    out, js = tmp_path / "onnx.md", tmp_path / "onnx.json"
+    result = CliRunner().invoke(
+        main, ["test-runtime", "--suite", "onnx", "-k", "test_abs", "-o", str(out), "--json", str(js)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "1 passed, 0 failed, 0 error, 0 unsupported of 1 node tests" in result.output
+    assert json.loads(js.read_text())["tests"][0]["status"] == "pass"
