@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import click
 
 from catenc import __version__, cache
-from catenc.diagnostics import CatencError, closest, format_diagnostic
+from catenc.diagnostics import CatencError, Loc, closest, format_diagnostic
 from catenc.outputs import EMIT_KINDS, BuildRequest, emit_kinds, restore, write_atomic
 from catenc.resources import bundled_runtime_names, find_runtime
 
@@ -676,6 +676,37 @@ def _run_test(plan: FilePlan, written: dict[str, str], sizes_text: str, quiet: b
     if failed:
         click.echo(f"catenc: --test: {len(failed)} output(s) differ from the reference", err=True)
         return EXIT_TEST
+    return 0
+
+
+@main.command("import")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option(
+    "-o", "output", default=None, metavar="FILE.toml", help="Composite file to write (default: FILE with .toml)."
+)
+@click.option("--composite", "name", default=None, metavar="NAME", help="Name of the entry (default: the graph's).")
+@guarded(lambda kw: [kw["file"]])
+def import_command(file, output, name) -> int:
+    """Import an ONNX model as a readable composite file (docs/onnx.md).
+
+    Writes FILE.toml, and beside it FILE.safetensors holding the model's weights when it has any;
+    compiling the written file gives the library `catenc compile FILE` gives."""
+    from catenc.frontend.composites import check_name
+    from catenc.onnx.importer import import_model
+
+    if not Path(file).is_file():
+        raise CatencError(f"{file}: no such file")
+    target = Path(output) if output else Path(file).with_suffix(".toml")
+    if target.suffix != ".toml":
+        raise CatencError(f"-o {target}: catenc import writes a .toml composite file")
+    if name is not None:
+        check_name(name, "composite", Loc("--composite", 0, 0))
+    weights = target.with_suffix(".safetensors")
+    imported = import_model(file, file, name, weights.name)
+    if imported.constants:
+        write_atomic(weights, imported.weights_bytes())
+    write_atomic(target, imported.text)
+    click.echo(f"catenc: wrote {target}" + (f" and {weights}" if imported.constants else ""))
     return 0
 
 

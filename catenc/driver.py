@@ -14,11 +14,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from catenc.diagnostics import CatencError, closest
+from catenc.diagnostics import CatencError, Loc, closest
 from catenc.frontend.check import EntryContext, check_entry
-from catenc.frontend.composites import Composite, Library, load_composite_file
+from catenc.frontend.composites import (
+    Composite,
+    CompositeFile,
+    Library,
+    check_name,
+    composite_file_from_text,
+    load_composite_file,
+)
 from catenc.ir.verify import check_facts
 from catenc.lower.gpu import GpuProgram
+from catenc.onnx.importer import import_model
 from catenc.passes.manager import Instruments, Pipeline, VerifyError, run_pipeline
 from catenc.passes.pipelines import Target, build_pipeline
 from catenc.plan import EntryPlan, FilePlan, Options
@@ -73,8 +81,24 @@ def _fewer_collections() -> Iterator[None]:
                 gc.set_threshold(*_gc_state["thresholds"])
 
 
+def load_root(path: str, options: Options) -> CompositeFile:
+    """The file to compile: a composite file, or an ONNX model imported as one (docs/onnx.md),
+    its entry renamed by `--composite NAME`."""
+    if Path(path).suffix.lower() != ".onnx":
+        return load_composite_file(path, path)
+    if len(options.composites) > 1:
+        raise CatencError(
+            f"--composite: an ONNX model has one entry, which --composite renames; got {len(options.composites)}"
+        )
+    name = options.composites[0] if options.composites else None
+    if name is not None:
+        check_name(name, "composite", Loc("--composite", 0, 0))
+    imported = import_model(path, path, name)
+    return composite_file_from_text(imported.text, path, imported.constants)
+
+
 def _plan_file(path: str, options: Options) -> FilePlan:
-    root = load_composite_file(path, path)
+    root = load_root(path, options)
     library = Library(root, search_dirs(options.include_dirs))
     own = dict(root.composites)
     for inc_name, comp in library.local.items():

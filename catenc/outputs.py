@@ -140,14 +140,14 @@ def _commit(staged: Path, target: Path, stamp: int) -> bool:
     return changed
 
 
-def write_atomic(path: Path, text: str, stamp: int | None = None) -> bool:
+def write_atomic(path: Path, text: str | bytes, stamp: int | None = None) -> bool:
     """Write a file beside its final place and rename it there, with the mode a new file gets
     under the umask; as `_commit` for unchanged content. True when it was rewritten."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.parent / f".catenc-{secrets.token_hex(8)}"
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "w") as handle:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as handle:
             handle.write(text)
         return _commit(temporary, path, time.time_ns() if stamp is None else stamp)
     finally:

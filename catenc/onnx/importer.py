@@ -16,6 +16,7 @@ import numpy as np
 
 from catenc import __version__
 from catenc.diagnostics import CatencError
+from catenc.dtypes import DTYPES, f32_to_bf16
 from catenc.frontend.composites import check_name
 from catenc.frontend.shapes import SHAPE_FUNCS
 from catenc.onnx.families import FAMILIES  # noqa: F401  (importing them registers their converters)
@@ -24,6 +25,7 @@ from catenc.onnx.registry import CONVERTERS, ModelError, OnnxNode, Unsupported, 
 from catenc.onnx.values import NUMPY, ONNX_DTYPE_NAMES, ONNX_DTYPES, Shape, Value, dims, literal
 from catenc.registry import ELEMENTWISE, REDUCTIONS
 from catenc.symbolic import sym
+from catenc.weights import weights_bytes
 
 # Names a generated tensor must not take: they would hide a function the body calls.
 _RESERVED = (
@@ -41,7 +43,12 @@ class Imported:
 
     name: str
     text: str
-    constants: dict[str, np.ndarray] = field(default_factory=dict)
+    constants: dict[str, np.ndarray] = field(default_factory=dict)  # name -> storage values
+    dtypes: dict[str, str] = field(default_factory=dict)  # name -> dtype of each constant
+
+    def weights_bytes(self) -> bytes:
+        """The constants as a safetensors file (what `weights =` names in the text)."""
+        return weights_bytes({n: (DTYPES[self.dtypes[n]], a) for n, a in self.constants.items()})
 
 
 class Names:
@@ -154,14 +161,17 @@ def _dim_text(d) -> str:
     return text if d.is_const or d.as_symbol() is not None else f"({text})"
 
 
-def import_model(path: str, display: str | None = None, name: str | None = None) -> Imported:
-    """The model in `path` as a composite file (errors name `display`)."""
+def import_model(
+    path: str, display: str | None = None, name: str | None = None, weights_file: str | None = None
+) -> Imported:
+    """The model in `path` as a composite file (errors name `display`); with `weights_file`, the
+    text names that file as the one holding its constants (`catenc import`)."""
     display = display or path
-    return import_proto(load_model(path, display), display, name)
+    return import_proto(load_model(path, display), display, name, weights_file)
 
 
-def import_proto(model, display: str, name: str | None = None) -> Imported:
-    return _Importer(model, display).run(name)
+def import_proto(model, display: str, name: str | None = None, weights_file: str | None = None) -> Imported:
+    return _Importer(model, display).run(name, weights_file)
 
 
 class _Importer:
@@ -178,7 +188,7 @@ class _Importer:
     def error(self, message: str) -> None:
         self.errors.append(CatencError(message, file_loc(self.display)))
 
-    def run(self, name: str | None) -> Imported:
+    def run(self, name: str | None, weights_file: str | None) -> Imported:
         graph = self.model.graph
         names = Names(_RESERVED)
         emit = Emitter(names)
@@ -203,7 +213,9 @@ class _Importer:
             first, *rest = self.errors
             raise CatencError(first.message, first.loc, more=rest)
         entry = self.entry_name(name)
-        return Imported(entry, self.render(entry, emit, outputs), {n: a for n, (_, a) in emit.constants.items()})
+        text = self.render(entry, emit, outputs, weights_file if emit.constants else None)
+        storage = {n: f32_to_bf16(a) if d == "bf16" else a for n, (d, a) in emit.constants.items()}
+        return Imported(entry, text, storage, {n: d for n, (d, _) in emit.constants.items()})
 
     # ---- values ------------------------------------------------------------------------------
     def initializer(self, tensor) -> Value | None:
@@ -309,7 +321,7 @@ class _Importer:
         base = sanitise(self.model.graph.name or "model")
         return base if _usable(base, "composite") else f"{base}_model"
 
-    def render(self, entry: str, emit: Emitter, outputs: list[tuple[str, Value]]) -> str:
+    def render(self, entry: str, emit: Emitter, outputs: list[tuple[str, Value]], weights_file: str | None) -> str:
         producer = " ".join(p for p in (self.model.producer_name, self.model.producer_version) if p)
         opset = self.opsets.get("", 0)
         header = f"Imported from {self.display} by catenc {__version__} (ONNX opset {opset}"
@@ -320,6 +332,8 @@ class _Importer:
             lines.append(f"doc = {_toml_string(doc.strip().splitlines()[0])}")
         lines.append(_toml_list("inputs", [_decl(n, v) for n, v in self.input_decls()]))
         lines.append(_toml_list("outputs", [_decl(n, v) for n, v in outputs]))
+        if weights_file:
+            lines.append(f"weights = {_toml_string(weights_file)}")
         if emit.constants:
             lines.append(
                 _toml_list(
