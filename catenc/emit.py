@@ -158,8 +158,8 @@ def render_source(
         for entry in entries:
             if entry.constant_symbols:
                 raise CatencError(
-                    f"'{entry.name}' has constants, which a {renderer.language} runtime cannot bake into its "
-                    "source; compile with --weights external to pass them as arguments",
+                    f"'{entry.name}' has constants, which cannot be baked into {renderer.language} source; "
+                    "compile with --weights external to pass them as arguments",
                     entry.composite.loc,
                 )
         if profile:
