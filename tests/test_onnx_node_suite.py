@@ -148,12 +148,57 @@ def test_report_formats(report):
     assert summary.endswith(f"{passed}/{listed} pass ({100 * passed / listed:.0f}%)")
 
 
+def test_import_diagnostics_name_what_blocks():
+    """Every diagnostic of a failed import: the node's op (with its domain), an input's element type."""
+    test = node_tests.collect_tests(pattern="test_abs")[0]
+    err = CatencError(
+        "node 'A_0' (ai.onnx.preview.training.Adam, opset 1): operator not supported",
+        more=[CatencError("graph input 'X': type STRING is not supported (tensors of numbers or bool only)")],
+    )
+    result = node_tests._import_failure(test, err)
+    assert result.status == "unsupported"
+    assert result.blockers == ("ai.onnx.preview.training.Adam", "input type STRING")
+    assert result.detail.startswith("ai.onnx.preview.training.Adam: operator not supported; input type STRING: ")
+
+
+def test_node_dir(tmp_path):
+    """--node-dir: test folders (model.onnx, test_data_set_0/*.pb) as onnx's source tree holds them."""
+    from onnx import numpy_helper
+
+    for test in node_tests.collect_tests(pattern="test_abs,test_add_bcast"):
+        data = tmp_path / test.name / "test_data_set_0"
+        data.mkdir(parents=True)
+        onnx.save(test.model, str(tmp_path / test.name / "model.onnx"))
+        for kind, values in (("input", test.inputs), ("output", test.outputs)):
+            for n, value in enumerate(values):
+                (data / f"{kind}_{n}.pb").write_bytes(numpy_helper.from_array(value).SerializeToString())
+    runtime = load_runtime("clang")
+    report = node_tests.run_node_tests(
+        runtime, runtime.validate_config({}), str(tmp_path), "test_a*", import_model=stand_in
+    )
+    assert [(r.name, r.op, r.status) for r in report.results] == [
+        ("test_abs", "Abs", "pass"),
+        ("test_add_bcast", "Add", "pass"),
+    ]
+    assert report.source == str(tmp_path)
+
+
 def test_cli_suite_onnx(tmp_path):
-    """The real importer on test_abs through the command line: report, JSON and exit 0."""
+    """The real importer through the command line: test_abs passes, the training op Adam is
+    unsupported (not a regression: exit 0), and the report and JSON are written."""
     out, js = tmp_path / "onnx.md", tmp_path / "onnx.json"
     result = CliRunner().invoke(
-        main, ["test-runtime", "--suite", "onnx", "-k", "test_abs", "-o", str(out), "--json", str(js)]
+        main, ["test-runtime", "--suite", "onnx", "-k", "test_abs,test_adam", "-o", str(out), "--json", str(js)]
     )
     assert result.exit_code == 0, result.output
-    assert "1 passed, 0 failed, 0 error, 0 unsupported of 1 node tests" in result.output
-    assert json.loads(js.read_text())["tests"][0]["status"] == "pass"
+    assert "1 passed, 0 failed, 0 error, 2 unsupported of 3 node tests" in result.output
+    tests = {t["name"]: t for t in json.loads(js.read_text())["tests"]}
+    assert tests["test_abs"]["status"] == "pass"
+    assert tests["test_adam_multiple"]["blockers"] == ["ai.onnx.preview.training.Adam"]
+    assert "| test_abs | Abs | pass (0.0e+00) |  |" in out.read_text()
+
+
+def test_cli_refuses_ops_options_with_suite_onnx():
+    result = CliRunner().invoke(main, ["test-runtime", "--suite", "onnx", "--dtypes", "f32"])
+    assert result.exit_code == 1
+    assert "--dtypes applies to --suite ops only" in result.output

@@ -79,7 +79,8 @@ STATUSES = ("pass", "fail", "error", "unsupported")
 BATCH_SIZE = 48  # entries per library: one compiler call each
 RUN_TIMEOUT = 120.0  # seconds for a batch's tests to run (generated code that never ends is an error)
 EXPANDED = re.compile(r"_expanded(_ver\d+)?$")
-UNSUPPORTED = re.compile(r"\((\w+), opset \d+\): (.*not supported.*)$")
+NODE_ERROR = re.compile(r"node '.*' \(([\w.]+), opset \d+\): (.*)$")  # the importer's diagnostics
+INPUT_TYPE = re.compile(r"graph input '.*': type (.+) is not supported")
 
 # The numpy dtype (by name) each catenc dtype's values have in an ONNX test's tensors.
 ONNX_DTYPE = {
@@ -177,9 +178,8 @@ def collect_tests(node_dir: str | None = None, pattern: str | None = None) -> li
 
 def _matches(name: str, pattern: str | None) -> bool:
     """Whether one of the comma-separated patterns matches, as a glob or a substring."""
-    if pattern is None:
-        return True
-    return any(fnmatch.fnmatch(name, p) or p in name for p in filter(None, pattern.split(",")))
+    pieces = [p for p in (pattern or "").split(",") if p]
+    return not pieces or any(fnmatch.fnmatch(name, p) or p in name for p in pieces)
 
 
 def _from_generators(pattern: str | None) -> list[NodeTest]:
@@ -320,14 +320,24 @@ def _composite_file(imported, text_path: Path):
 
 
 def _import_failure(test: NodeTest, err: CatencError) -> Result:
-    """unsupported when every error of the import says an op or attribute is not supported."""
-    messages = [err.message, *(m.message for m in err.more)]
-    found = [UNSUPPORTED.search(_first_line(m)) for m in messages]
-    if not all(found):
-        return Result(test.name, test.op, "error", detail=f"import: {_first_line(str(err))}")
-    blockers = tuple(dict.fromkeys(m.group(1) for m in found))
-    detail = "; ".join(dict.fromkeys(f"{m.group(1)}: {m.group(2)}" for m in found))
+    """unsupported: the importer declined the model, with a diagnostic (an operator, an attribute,
+    an element type, a value it needs at compile time); what it named blocks the test."""
+    found = [_blocker(test, _first_line(m)) for m in [err.message, *(m.message for m in err.more)]]
+    blockers = tuple(dict.fromkeys(op for op, _ in found))
+    detail = "; ".join(dict.fromkeys(f"{op}: {why}" for op, why in found))
     return Result(test.name, test.op, "unsupported", detail=detail, blockers=blockers)
+
+
+def _blocker(test: NodeTest, message: str) -> tuple[str, str]:
+    """(what blocks, why) of one import diagnostic: the node's op type, `input type T` for a
+    graph input of an element type catenc lacks, else the test's op."""
+    node = NODE_ERROR.search(message)
+    if node:
+        return node.group(1), node.group(2)
+    typed = INPUT_TYPE.search(message)
+    if typed:
+        return f"input type {typed.group(1)}", message
+    return test.op, message
 
 
 def _first_line(text: str) -> str:
