@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from catenc.onnx.model import type_name
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter
 from catenc.onnx.values import NUMPY, ONNX_DTYPES, Value, broadcast, known_value
 from catenc.onnx.values import literal as lit
@@ -311,7 +312,7 @@ def cast(node: OnnxNode, emit) -> list[Value]:
     to = node.attr("to")
     dtype = ONNX_DTYPES.get(to)
     if dtype is None:
-        raise Unsupported(f"to={to}: catenc has no such element type")
+        raise Unsupported(f"to={type_name(to)}: catenc has no such element type")
     return [cast_to(node, node.need(0), dtype, emit)]
 
 

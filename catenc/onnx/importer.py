@@ -20,9 +20,9 @@ from catenc.dtypes import DTYPES, f32_to_bf16
 from catenc.frontend.composites import check_name
 from catenc.frontend.shapes import SHAPE_FUNCS
 from catenc.onnx.families import FAMILIES  # noqa: F401  (importing them registers their converters)
-from catenc.onnx.model import file_loc, load_model, onnx_module, opsets
+from catenc.onnx.model import file_loc, load_model, onnx_module, opsets, type_name
 from catenc.onnx.registry import CONVERTERS, ModelError, OnnxNode, Unsupported, decode_attribute
-from catenc.onnx.values import NUMPY, ONNX_DTYPE_NAMES, ONNX_DTYPES, Shape, Value, dims, literal
+from catenc.onnx.values import NUMPY, ONNX_DTYPES, Shape, Value, dims, literal
 from catenc.registry import ELEMENTWISE, REDUCTIONS
 from catenc.symbolic import sym
 from catenc.weights import weights_bytes
@@ -221,7 +221,7 @@ class _Importer:
     def initializer(self, tensor) -> Value | None:
         dtype = ONNX_DTYPES.get(tensor.data_type)
         if dtype is None:
-            kind = ONNX_DTYPE_NAMES.get(tensor.data_type, str(tensor.data_type))
+            kind = type_name(tensor.data_type)
             self.error(f"initializer '{tensor.name}': element type {kind} is not supported")
             return None
         array = self.onnx.numpy_helper.to_array(tensor)
@@ -233,7 +233,7 @@ class _Importer:
         tensor_type = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
         dtype = ONNX_DTYPES.get(tensor_type.elem_type) if tensor_type is not None else None
         if dtype is None:
-            what = ONNX_DTYPE_NAMES.get(tensor_type.elem_type, "?") if tensor_type is not None else "a non-tensor"
+            what = type_name(tensor_type.elem_type) if tensor_type is not None else "a non-tensor"
             self.error(f"graph input '{vi.name}': type {what} is not supported (tensors of numbers or bool only)")
             return None
         if not tensor_type.HasField("shape"):

@@ -66,3 +66,11 @@ def opsets(model: onnx.ModelProto) -> dict[str, int]:
         domain = "" if entry.domain in ("", "ai.onnx") else entry.domain
         versions[domain] = entry.version
     return versions
+
+
+def type_name(code: int) -> str:
+    """ONNX's name of an element type (FLOAT8E4M3FN, STRING, ...)."""
+    try:
+        return onnx_module().TensorProto.DataType.Name(code)
+    except ValueError:
+        return f"number {code}"

@@ -31,19 +31,6 @@ ONNX_DTYPES = {
     13: "u64",
     16: "bf16",
 }
-ONNX_DTYPE_NAMES = {
-    0: "UNDEFINED",
-    8: "STRING",
-    14: "COMPLEX64",
-    15: "COMPLEX128",
-    17: "FLOAT8E4M3FN",
-    18: "FLOAT8E4M3FNUZ",
-    19: "FLOAT8E5M2",
-    20: "FLOAT8E5M2FNUZ",
-    21: "UINT4",
-    22: "INT4",
-    23: "FLOAT4E2M1",
-}
 # The numpy dtype a known value of each catenc dtype is held in (bf16 as float32 values).
 NUMPY = {
     "bool": np.bool_,
