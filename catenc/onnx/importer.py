@@ -22,6 +22,7 @@ from catenc.frontend.shapes import SHAPE_FUNCS
 from catenc.onnx.families import FAMILIES  # noqa: F401  (importing them registers their converters)
 from catenc.onnx.model import file_loc, load_model, onnx_module, opsets, type_name
 from catenc.onnx.registry import CONVERTERS, ModelError, OnnxNode, Unsupported, decode_attribute
+from catenc.onnx.rewrite import fold_batchnorm
 from catenc.onnx.values import NUMPY, ONNX_DTYPES, Shape, Value, dims, literal
 from catenc.registry import ELEMENTWISE, REDUCTIONS
 from catenc.symbolic import sym
@@ -171,7 +172,7 @@ def import_model(
 
 
 def import_proto(model, display: str, name: str | None = None, weights_file: str | None = None) -> Imported:
-    return _Importer(model, display).run(name, weights_file)
+    return _Importer(fold_batchnorm(model), display).run(name, weights_file)
 
 
 class _Importer:
