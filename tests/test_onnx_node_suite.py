@@ -89,6 +89,29 @@ def test_wrong_values_fail_with_the_error_measured():
     assert result.detail == f"output 'y': max abs err {largest}, max rel err 1 (rtol 0.001, atol 1e-07)"
 
 
+def test_a_batch_that_does_not_build_is_split_to_find_the_culprit(monkeypatch):
+    real = node_tests.build
+    built = []
+
+    def build(plan, options, request):
+        names = [entry.name for entry in plan.entries]
+        built.append(names)
+        if "test_relu" in names:
+            raise node_tests.InternalError("the C toolchain rejected the generated code: clang ...\nmore")
+        return real(plan, options, request)
+
+    monkeypatch.setattr(node_tests, "build", build)
+    runtime = load_runtime("clang")
+    report = node_tests.run_node_tests(
+        runtime, runtime.validate_config({}), pattern="test_abs,test_add_bcast,test_relu", import_model=stand_in
+    )
+    statuses = {r.name: (r.status, r.detail) for r in report.results}
+    assert statuses["test_relu"] == ("error", "build: the C toolchain rejected the generated code: clang ...")
+    assert statuses["test_abs"] == statuses["test_add_bcast"] == ("pass", "")
+    assert built == [["test_abs", "test_add_bcast", "test_relu"], ["test_abs"], ["test_add_bcast", "test_relu"],
+                     ["test_add_bcast"], ["test_relu"]]  # fmt: skip
+
+
 def test_a_crash_in_the_entry_is_an_error_row(monkeypatch):
     """The tests run in a forked child: one that dies by a signal is its test's error."""
     monkeypatch.setattr(node_tests, "check_test", lambda test, entry: os.kill(os.getpid(), signal.SIGSEGV))

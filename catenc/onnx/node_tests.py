@@ -153,7 +153,7 @@ class NodeReport:
         return bool(counts["fail"] or counts["error"])
 
 
-@dataclass
+@dataclass(frozen=True)
 class Planned:
     """A test imported and planned: its entry and the file it came from."""
 
@@ -606,7 +606,8 @@ def render_markdown(report: NodeReport) -> str:
         "",
         "Results: `pass (max relative error)`, `fail (max relative error)` (wrong values, beyond the test's "
         "rtol and atol, or another dtype or shape), `error` (import, compile, build or run failure), "
-        "`unsupported` (the importer does not support the op or an attribute). An `_expanded` test runs "
+        "`unsupported` (the importer declines an operator, attribute, element type or a value it needs at compile "
+        "time: its diagnostic). An `_expanded` test runs "
         "the function body of its op; its op column names the op it expands.",
         "",
         "## Ops that keep tests from passing",
