@@ -473,17 +473,17 @@ def test_runtime_command(
 
 def _test_onnx_nodes(runtime, config_items, report, json_path, pattern, node_dir) -> int:
     """test-runtime --suite onnx: exits 3 when a test fails or errs (unsupported ones do not)."""
-    from catenc.onnx import node_tests
+    from catenc.testing import onnx_nodes
     from catenc.testing.coverage import progress_printer
 
     config = runtime.validate_config(parse_config(config_items))
-    results = node_tests.run_node_tests(runtime, config, node_dir, pattern, progress_printer())
+    results = onnx_nodes.run_node_tests(runtime, config, node_dir, pattern, progress_printer())
     if sys.stdout.isatty():
         click.echo()
-    write_text_atomic(Path(report), node_tests.render_markdown(results))
+    write_text_atomic(Path(report), onnx_nodes.render_markdown(results))
     if json_path:
-        write_text_atomic(Path(json_path), node_tests.render_json(results))
-    click.echo(node_tests.summary_line(results))
+        write_text_atomic(Path(json_path), onnx_nodes.render_json(results))
+    click.echo(onnx_nodes.summary_line(results))
     click.echo(f"catenc: wrote {report}" + (f" and {json_path}" if json_path else ""))
     return EXIT_TEST if results.regressed else 0
 

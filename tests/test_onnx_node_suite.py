@@ -1,4 +1,4 @@
-"""`catenc test-runtime --suite onnx` (catenc/onnx/node_tests.py): the ONNX backend node tests,
+"""`catenc test-runtime --suite onnx` (catenc/testing/onnx_nodes.py): the ONNX backend node tests,
 classified pass / fail / error / unsupported, over a handful of tests picked with a pattern.
 
 The classification tests stand in a small importer of their own (a few elementwise ops), so they
@@ -20,8 +20,8 @@ from click.testing import CliRunner
 
 from catenc.cli import main
 from catenc.diagnostics import CatencError, Loc
-from catenc.onnx import node_tests
 from catenc.runtime.descriptor import load_runtime
+from catenc.testing import onnx_nodes
 
 PICKED = "test_abs,test_relu,test_add_bcast,test_asin"  # test_relu_expanded_ver18 too: an unsupported body
 BODIES = {"Abs": "abs(x)", "Relu": "relu(x)", "Add": "x + y"}
@@ -64,7 +64,7 @@ def stand_in(path: str, display: str | None = None, name: str | None = None) -> 
 @pytest.fixture(scope="module")
 def report():
     runtime = load_runtime("clang")
-    return node_tests.run_node_tests(runtime, runtime.validate_config({}), pattern=PICKED, import_model=stand_in)
+    return onnx_nodes.run_node_tests(runtime, runtime.validate_config({}), pattern=PICKED, import_model=stand_in)
 
 
 def test_classification(report):
@@ -80,9 +80,9 @@ def test_classification(report):
 
 
 def test_wrong_values_fail_with_the_error_measured():
-    test = node_tests.collect_tests(pattern="test_abs")[0]
+    test = onnx_nodes.collect_tests(pattern="test_abs")[0]
     x = test.inputs[0].astype(np.float64)
-    wrong = node_tests.NodeTest("test_abs_f64", "Abs", _retyped(test.model), (x,), (np.abs(x),), 1e-3, 1e-7)
+    wrong = onnx_nodes.NodeTest("test_abs_f64", "Abs", _retyped(test.model), (x,), (np.abs(x),), 1e-3, 1e-7)
     result = _run_one(wrong)
     assert (result.status, result.max_rel_error) == ("fail", 1.0)
     largest = f"{np.abs(x).max():.3g}"
@@ -90,19 +90,19 @@ def test_wrong_values_fail_with_the_error_measured():
 
 
 def test_a_batch_that_does_not_build_is_split_to_find_the_culprit(monkeypatch):
-    real = node_tests.build
+    real = onnx_nodes.build
     built = []
 
     def build(plan, options, request):
         names = [entry.name for entry in plan.entries]
         built.append(names)
         if "test_relu" in names:
-            raise node_tests.InternalError("the C toolchain rejected the generated code: clang ...\nmore")
+            raise onnx_nodes.InternalError("the C toolchain rejected the generated code: clang ...\nmore")
         return real(plan, options, request)
 
-    monkeypatch.setattr(node_tests, "build", build)
+    monkeypatch.setattr(onnx_nodes, "build", build)
     runtime = load_runtime("clang")
-    report = node_tests.run_node_tests(
+    report = onnx_nodes.run_node_tests(
         runtime, runtime.validate_config({}), pattern="test_abs,test_add_bcast,test_relu", import_model=stand_in
     )
     statuses = {r.name: (r.status, r.detail) for r in report.results}
@@ -114,8 +114,8 @@ def test_a_batch_that_does_not_build_is_split_to_find_the_culprit(monkeypatch):
 
 def test_a_crash_in_the_entry_is_an_error_row(monkeypatch):
     """The tests run in a forked child: one that dies by a signal is its test's error."""
-    monkeypatch.setattr(node_tests, "check_test", lambda test, entry: os.kill(os.getpid(), signal.SIGSEGV))
-    test = node_tests.collect_tests(pattern="test_abs")[0]
+    monkeypatch.setattr(onnx_nodes, "check_test", lambda test, entry: os.kill(os.getpid(), signal.SIGSEGV))
+    test = onnx_nodes.collect_tests(pattern="test_abs")[0]
     result = _run_one(test)
     assert (result.status, result.detail) == ("error", "run: the entry crashed or did not finish")
 
@@ -131,12 +131,12 @@ def _retyped(model):
 
 def _run_one(test):
     runtime = load_runtime("clang")
-    options = node_tests.Options(runtime, runtime.validate_config({}))
+    options = onnx_nodes.Options(runtime, runtime.validate_config({}))
     with tempfile.TemporaryDirectory() as scratch:
-        planned = node_tests.plan_test(test, options, Path(scratch), stand_in)
-        built, errors = node_tests.build_batch(Path(scratch) / "b", [planned], options)
+        planned = onnx_nodes.plan_test(test, options, Path(scratch), stand_in)
+        built, errors = onnx_nodes.build_batch(Path(scratch) / "b", [planned], options)
         assert not errors
-        return node_tests.run_built(*built[0])[0]
+        return onnx_nodes.run_built(*built[0])[0]
 
 
 def test_a_crashing_importer_is_an_error_row():
@@ -144,27 +144,27 @@ def test_a_crashing_importer_is_an_error_row():
         raise RuntimeError("boom\nsecond line")
 
     runtime = load_runtime("clang")
-    report = node_tests.run_node_tests(runtime, runtime.validate_config({}), pattern="test_abs", import_model=crash)
+    report = onnx_nodes.run_node_tests(runtime, runtime.validate_config({}), pattern="test_abs", import_model=crash)
     assert [(r.name, r.status, r.detail) for r in report.results] == [
         ("test_abs", "error", "import: internal error: RuntimeError: boom")
     ]
 
 
 def test_expanded_tests_name_the_op_they_expand():
-    tests = {t.name: t for t in node_tests.collect_tests(pattern="test_softmax_axis_0*")}
+    tests = {t.name: t for t in onnx_nodes.collect_tests(pattern="test_softmax_axis_0*")}
     assert tests["test_softmax_axis_0_expanded"].op == "Softmax"
     assert len(tests["test_softmax_axis_0_expanded"].model.graph.node) > 1
 
 
 def test_report_formats(report):
-    markdown = node_tests.render_markdown(report)
+    markdown = onnx_nodes.render_markdown(report)
     assert markdown.startswith("# ONNX node tests: runtime `clang`")
-    summary = node_tests.summary_line(report)
+    summary = onnx_nodes.summary_line(report)
     assert f"**{summary}**" in markdown
     assert "| test_abs | Abs | pass (0.0e+00) |  |" in markdown
     assert "| Asin | 0 | 0 | 2 | yes |" in markdown  # test_asin, test_asin_example
     assert "| test_relu_expanded_ver18 | Relu | unsupported | Constant: operator not supported |" in markdown
-    data = json.loads(node_tests.render_json(report))
+    data = json.loads(onnx_nodes.render_json(report))
     assert data["schema"] == "catenc.onnx-node-tests/1"
     assert data["summary"]["pass"] == sum(t["status"] == "pass" for t in data["tests"])
     passed, listed = report.issue_counts()
@@ -173,12 +173,12 @@ def test_report_formats(report):
 
 def test_import_diagnostics_name_what_blocks():
     """Every diagnostic of a failed import: the node's op (with its domain), an input's element type."""
-    test = node_tests.collect_tests(pattern="test_abs")[0]
+    test = onnx_nodes.collect_tests(pattern="test_abs")[0]
     err = CatencError(
         "node 'A_0' (ai.onnx.preview.training.Adam, opset 1): operator not supported",
         more=[CatencError("graph input 'X': type STRING is not supported (tensors of numbers or bool only)")],
     )
-    result = node_tests._import_failure(test, err)
+    result = onnx_nodes._import_failure(test, err)
     assert result.status == "unsupported"
     assert result.blockers == ("ai.onnx.preview.training.Adam", "input type STRING")
     assert result.detail.startswith("ai.onnx.preview.training.Adam: operator not supported; input type STRING: ")
@@ -188,7 +188,7 @@ def test_node_dir(tmp_path):
     """--node-dir: test folders (model.onnx, test_data_set_0/*.pb) as onnx's source tree holds them."""
     from onnx import numpy_helper
 
-    for test in node_tests.collect_tests(pattern="test_abs,test_add_bcast"):
+    for test in onnx_nodes.collect_tests(pattern="test_abs,test_add_bcast"):
         data = tmp_path / test.name / "test_data_set_0"
         data.mkdir(parents=True)
         onnx.save(test.model, str(tmp_path / test.name / "model.onnx"))
@@ -196,7 +196,7 @@ def test_node_dir(tmp_path):
             for n, value in enumerate(values):
                 (data / f"{kind}_{n}.pb").write_bytes(numpy_helper.from_array(value).SerializeToString())
     runtime = load_runtime("clang")
-    report = node_tests.run_node_tests(
+    report = onnx_nodes.run_node_tests(
         runtime, runtime.validate_config({}), str(tmp_path), "test_a*", import_model=stand_in
     )
     assert [(r.name, r.op, r.status) for r in report.results] == [
