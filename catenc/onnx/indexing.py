@@ -1,0 +1,494 @@
+"""Data-movement operators: Slice, Split, Tile, Pad, GatherElements, GatherND, Trilu, OneHot, CumSum,
+DepthToSpace/SpaceToDepth, EyeLike, Compress and NonZero (with known inputs).
+
+Slices become numpy basic indexing (`x[1:7:2, ::-1]`) with ONNX's clamped bounds worked out at
+import (symbolically where a dimension is a symbol); gathers become advanced indexing; padding
+other than constant and the cumulative sums are written in index form.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from catenc.onnx.elementwise import FOLD_LIMIT
+from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, known_ints
+from catenc.onnx.shape import reshaped, shape_text
+from catenc.onnx.values import NUMPY, ONNX_DTYPES, Shape, Value, dims, known_value, static
+from catenc.onnx.values import literal as lit
+from catenc.symbolic import Expr, const, floordiv, product, sym
+
+# |bound| at or beyond this means "to the end" (ONNX models write INT64_MAX, INT32_MAX or their negatives)
+_TO_END = (1 << 31) - 1
+
+
+def small(x: Value) -> bool:
+    """Whether a known value is small enough to fold operations on it at import."""
+    return x.is_known and x.known.size <= FOLD_LIMIT
+
+
+def index_names(count: int, avoid: tuple[str, ...] = ()) -> list[str]:
+    """`count` index names for an index-form statement, none equal to a tensor name it reads."""
+    names, n = [], 0
+    while len(names) < count:
+        name = f"i{n}"
+        if name not in avoid:
+            names.append(name)
+        n += 1
+    return names
+
+
+def subscript(x_text: str, items: list[str]) -> str:
+    """`x[items]` without the trailing full slices (or x itself when nothing is indexed)."""
+    while items and items[-1] == ":":
+        items = items[:-1]
+    return f"{x_text}[{', '.join(items)}]" if items else x_text
+
+
+def index_temp(emit, indices: list[str], expr: str, dtype: str, shape: Shape, hint: str) -> Value:
+    """An intermediate in index form, `name[i < D0, ...] = expr`."""
+    value = emit.temp("", dtype, shape, hint)
+    ranges = ", ".join(f"{i} < {lit(d, 'i64')}" for i, d in zip(indices, shape, strict=True))
+    emit.lines[-1] = f"{value.name}[{ranges}] = {expr}"
+    return value
+
+
+def _int(v) -> Expr:
+    return v if isinstance(v, Expr) else const(int(v))
+
+
+# ---- Slice ---------------------------------------------------------------------------------------
+
+
+def slice_bounds(start, end, step: int, dim: Expr) -> tuple[Expr, Expr | None, Expr]:
+    """ONNX's clamped (start, stop, length) of one axis; stop None means past the front (negative step)."""
+    if step == 0:
+        raise ModelError("a step of 0")
+    if dim.is_const and not isinstance(start, Expr) and not isinstance(end, Expr):
+        s, e, _ = slice(int(start), int(end), step).indices(dim.value)
+        length = len(range(s, e, step))
+        return const(s), (None if e < 0 else const(e)), const(length)
+
+    def absolute(v, low_end: bool) -> Expr | None:
+        if isinstance(v, Expr):
+            return v
+        v = int(v)
+        if v >= _TO_END:
+            return dim if step > 0 else dim - 1
+        if v <= -_TO_END:
+            return const(0) if low_end else None
+        return const(v) if v >= 0 else dim + v
+
+    s = absolute(start, step > 0)
+    e = absolute(end, step < 0)
+    if s is None:
+        raise Unsupported("a slice starting before the front with a negative step on a symbolic axis")
+    if step > 0:
+        length = floordiv(e - s + (step - 1), step)
+    else:
+        length = floordiv(s - (const(-1) if e is None else e) + (-step - 1), -step)
+    return s, e, length
+
+
+@converter("Slice")
+def slice_op(node: OnnxNode, emit) -> list[Value]:
+    x = node.need(0)
+    if node.opset < 10:
+        starts, ends = list(node.attr("starts", [])), list(node.attr("ends", []))
+        axes, steps = node.attr("axes"), None
+    else:
+        starts = known_ints(node.need(1), "the starts (input 1)")
+        ends = known_ints(node.need(2), "the ends (input 2)")
+        axes = None if node.input(3) is None else known_ints(node.input(3), "the axes (input 3)")
+        steps = None if node.input(4) is None else known_ints(node.input(4), "the steps (input 4)")
+    axes = list(range(len(starts))) if not axes else [axis_of(int(a), x.rank) for a in axes]
+    steps = [1] * len(starts) if steps is None else [int(s) for s in steps]
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ModelError("starts, ends, axes and steps differ in length")
+    if len(set(axes)) != len(axes):
+        raise ModelError(f"an axis is repeated in {axes}")
+    shape = list(x.shape)
+    items = [":"] * x.rank
+    pieces: list[slice | None] = [slice(None)] * x.rank
+    for a, start, end, step in zip(axes, starts, ends, steps, strict=True):
+        s, e, length = slice_bounds(start, end, step, x.shape[a])
+        shape[a] = length
+        if s == const(0) and e == x.shape[a] and step == 1:
+            continue
+        stop = "" if e is None else lit(e, "i64")
+        items[a] = f"{lit(s, 'i64')}:{stop}" + (f":{step}" if step != 1 else "")
+        if s.is_const and (e is None or e.is_const):
+            pieces[a] = slice(s.value, None if e is None else e.value, step)
+        else:
+            pieces[a] = None
+    shape = tuple(shape)
+    if all(i == ":" for i in items):
+        return [x]
+    if small(x) and all(p is not None for p in pieces):
+        return [known_value(x.known[tuple(pieces)], x.dtype)]
+    return [emit.out(subscript(emit.text(x), items), x.dtype, shape)]
+
+
+# ---- Split ---------------------------------------------------------------------------------------
+
+
+@converter("Split")
+def split(node: OnnxNode, emit) -> list[Value]:
+    x = node.need(0)
+    axis = axis_of(node.attr("axis", 0), x.rank)
+    dim = x.shape[axis]
+    count = len(node.outputs)
+    if node.opset >= 13:
+        sizes = None if node.input(1) is None else known_ints(node.input(1), "the split (input 1)")
+    else:
+        sizes = node.attr("split") or None
+    if sizes is None:
+        parts = node.attr("num_outputs", count)
+        if dim.is_const:
+            chunk = -(-dim.value // parts)
+            sizes = [min(chunk, max(dim.value - k * chunk, 0)) for k in range(parts)]
+        else:
+            sizes = [floordiv(dim, parts)] * parts
+    sizes = [_int(s) for s in sizes]
+    if len(sizes) != count:
+        raise ModelError(f"{len(sizes)} split sizes for {count} outputs")
+    total = sum(sizes, const(0))
+    if total != dim and (total.is_const and dim.is_const):
+        raise ModelError(f"the split sizes add up to {total}, not the axis size {dim}")
+    results, offset = [], const(0)
+    for k, size in enumerate(sizes):
+        shape = x.shape[:axis] + (size,) + x.shape[axis + 1 :]
+        if sizes == [dim]:
+            results.append(x)
+        elif small(x) and offset.is_const and size.is_const:
+            piece = (slice(None),) * axis + (slice(offset.value, offset.value + size.value),)
+            results.append(known_value(x.known[piece], x.dtype))
+        else:
+            items = [":"] * axis + [f"{lit(offset, 'i64')}:{lit(offset + size, 'i64')}"]
+            results.append(emit.out(subscript(emit.text(x), items), x.dtype, shape, k))
+        offset = offset + size
+    return results
+
+
+# ---- Tile, Pad -----------------------------------------------------------------------------------
+
+
+@converter("Tile")
+def tile(node: OnnxNode, emit) -> list[Value]:
+    x = node.need(0)
+    repeats = [int(r) for r in known_ints(node.need(1), "the repeats (input 1)")]
+    if len(repeats) != x.rank or any(r < 0 for r in repeats):
+        raise ModelError(f"repeats {repeats} for an input of rank {x.rank}")
+    shape = tuple(d * r for d, r in zip(x.shape, repeats, strict=True))
+    if all(r == 1 for r in repeats):
+        return [x]
+    fixed = static(shape)
+    if x.is_known and fixed is not None and int(np.prod(fixed)) <= FOLD_LIMIT:
+        return [known_value(np.tile(x.known, repeats), x.dtype)]
+    text = emit.text(x)
+    idx = index_names(x.rank, (text,))
+    subs = [f"{i} % {lit(d, 'i64')}" if r != 1 else i for i, d, r in zip(idx, x.shape, repeats, strict=True)]
+    return [emit.out_index(idx, f"{text}[{', '.join(subs)}]", x.dtype, shape)]
+
+
+def _pad_amounts(node: OnnxNode, rank: int) -> list[tuple[int, int]]:
+    """(before, after) per axis."""
+    if node.opset < 11:
+        pads = node.attr("paddings" if node.opset < 2 else "pads")
+        if pads is None:
+            raise ModelError("the pads are required")
+        axes = list(range(rank))
+    else:
+        pads = known_ints(node.need(1), "the pads (input 1)")
+        axes = list(range(rank))
+        if node.opset >= 18 and node.input(3) is not None:
+            axes = [axis_of(int(a), rank) for a in known_ints(node.input(3), "the axes (input 3)")]
+    if any(isinstance(p, Expr) for p in pads):
+        raise Unsupported("pads computed from symbolic sizes")
+    if len(pads) != 2 * len(axes):
+        raise ModelError(f"{len(pads)} pads for {len(axes)} axes")
+    amounts = [(0, 0)] * rank
+    for k, a in enumerate(axes):
+        amounts[a] = (int(pads[k]), int(pads[k + len(axes)]))
+    return amounts
+
+
+def _pad_source(mode: str, j: Expr, lo: int, hi: int, n: Expr) -> tuple[Expr | None, Expr, Expr | None]:
+    """The source positions of output position j on a padded axis: (before the data, in it, after it)."""
+    inside = j - lo
+    if mode == "reflect":
+        return (const(lo) - j if lo else None), inside, (n * 2 - 2 - inside if hi else None)
+    if mode == "edge":
+        return (const(0) if lo else None), inside, (n - 1 if hi else None)
+    return (inside + n if lo else None), inside, (inside - n if hi else None)  # wrap
+
+
+@converter("Pad")
+def pad(node: OnnxNode, emit) -> list[Value]:
+    x = node.need(0)
+    mode = node.attr("mode", "constant")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise ModelError(f"mode '{mode}'")
+    amounts = _pad_amounts(node, x.rank)
+    if node.opset < 11:
+        value = node.attr("value", 0.0)
+    else:
+        fill = node.input(2)
+        value = 0 if fill is None or (fill.is_known and fill.known.size == 0) else fill
+        if isinstance(value, Value) and value.is_known:
+            value = value.known.reshape(-1)[0]
+    # negative pads remove elements: a slice first
+    crop = [(max(-lo, 0), max(-hi, 0)) for lo, hi in amounts]
+    if any(c != (0, 0) for c in crop):
+        items = [f"{c0}:{lit(d - c1, 'i64')}" if (c0, c1) != (0, 0) else ":" for (c0, c1), d in zip(crop, x.shape)]
+        shape = tuple(d - c0 - c1 for (c0, c1), d in zip(crop, x.shape, strict=True))
+        x = emit.temp(subscript(emit.text(x), items), x.dtype, shape, "crop")
+    amounts = [(max(lo, 0), max(hi, 0)) for lo, hi in amounts]
+    if all(a == (0, 0) for a in amounts):
+        return [x] if x.name is None or not crop else [emit.out(emit.text(x), x.dtype, x.shape)]
+    shape = tuple(d + lo + hi for d, (lo, hi) in zip(x.shape, amounts, strict=True))
+    fixed = static(shape)
+    if x.is_known and fixed is not None and int(np.prod(fixed)) <= FOLD_LIMIT and mode != "constant":
+        return [known_value(np.pad(x.known, amounts, mode=mode), x.dtype)]
+    if mode == "constant":
+        if x.is_known and fixed is not None and int(np.prod(fixed)) <= FOLD_LIMIT:
+            return [known_value(np.pad(x.known, amounts, constant_values=value), x.dtype)]
+        if isinstance(value, Value):
+            return [_pad_with(x, amounts, value, shape, emit)]
+        widths = ", ".join(f"[{lo}, {hi}]" for lo, hi in amounts)
+        return [emit.out(f"pad({emit.text(x)}, [{widths}], value={lit(value, x.dtype)})", x.dtype, shape)]
+    padded = [a for a, (lo, hi) in enumerate(amounts) if lo or hi]
+    for a in padded:
+        x = _pad_axis(x, a, amounts[a], mode, emit, last=a == padded[-1])
+    return [x]
+
+
+def _pad_with(x: Value, amounts: list[tuple[int, int]], value: Value, shape: Shape, emit) -> Value:
+    """Constant padding by a value computed at run time (a scalar tensor): index form."""
+    if value.rank > 1 or (value.rank == 1 and value.shape[0] != const(1)):
+        raise ModelError("constant_value must be a scalar")
+    text, fill = emit.text(x), emit.text(value)
+    fill = fill if value.rank == 0 else f"{fill}[0]"
+    idx = index_names(x.rank, (text, emit.text(value)))
+    inside = []
+    for i, n, (lo, hi) in zip(idx, x.shape, amounts, strict=True):
+        if lo:
+            inside.append(f"({i} >= {lo})")
+        if hi:
+            inside.append(f"({i} < {lit(n + lo, 'i64')})")
+    read = f"{text}[{', '.join(f'{i} - {lo}' if lo else i for i, (lo, _) in zip(idx, amounts, strict=True))}]"
+    return emit.out_index(idx, f"where({' & '.join(inside)}, {read}, {fill})", x.dtype, shape)
+
+
+def _pad_axis(x: Value, a: int, amount: tuple[int, int], mode: str, emit, last: bool) -> Value:
+    """x padded on axis a in mode reflect, edge or wrap: an index-form statement (the output if last)."""
+    lo, hi = amount
+    n = x.shape[a]
+    if mode == "reflect" and n.is_const and max(lo, hi) >= n.value:
+        raise Unsupported(f"reflect padding of {max(lo, hi)} on an axis of size {n.value}")
+    text = emit.text(x)
+    idx = index_names(x.rank, (text,))
+    before, inside, after = _pad_source(mode, sym(idx[a]), lo, hi, n)
+
+    def at(pos: Expr) -> str:
+        return f"{text}[{', '.join(str(pos) if k == a else i for k, i in enumerate(idx))}]"
+
+    expr = at(inside)
+    if after is not None:
+        expr = f"where({idx[a]} < {lit(n + lo, 'i64')}, {expr}, {at(after)})"
+    if before is not None:
+        expr = f"where({idx[a]} < {lo}, {at(before)}, {expr})"
+    shape = x.shape[:a] + (n + lo + hi,) + x.shape[a + 1 :]
+    if last:
+        return emit.out_index(idx, expr, x.dtype, shape)
+    return index_temp(emit, idx, expr, x.dtype, shape, f"pad{a}")
+
+
+# ---- gathers -------------------------------------------------------------------------------------
+
+
+def _arange_along(size: Expr, axis: int, rank: int) -> str:
+    """arange(size) shaped to broadcast along `axis` of a rank-`rank` index tuple."""
+    if rank == 1:
+        return f"arange({lit(size, 'i64')})"
+    return f"arange({lit(size, 'i64')})[{', '.join(':' if k == axis else 'None' for k in range(rank))}]"
+
+
+def _check_indices(indices: Value) -> None:
+    if indices.dtype not in ("i32", "i64"):
+        raise ModelError(f"indices of type {indices.dtype}")
+
+
+@converter("GatherElements")
+def gather_elements(node: OnnxNode, emit) -> list[Value]:
+    x, indices = node.need(0), node.need(1)
+    _check_indices(indices)
+    if indices.rank != x.rank:
+        raise ModelError(f"indices of rank {indices.rank} for data of rank {x.rank}")
+    axis = axis_of(node.attr("axis", 0), x.rank)
+    if x.is_known and indices.is_known and indices.known.dtype != object and x.known.dtype != object:
+        idx = np.where(indices.known < 0, indices.known + x.known.shape[axis], indices.known)
+        return [known_value(np.take_along_axis(x.known, idx, axis), x.dtype)]
+    items = [emit.text(indices) if k == axis else _arange_along(d, k, x.rank) for k, d in enumerate(indices.shape)]
+    return [emit.out(f"{emit.text(x)}[{', '.join(items)}]", x.dtype, indices.shape)]
+
+
+@converter("GatherND")
+def gather_nd(node: OnnxNode, emit) -> list[Value]:
+    x, indices = node.need(0), node.need(1)
+    _check_indices(indices)
+    batch = node.attr("batch_dims", 0)
+    depth = indices.shape[-1] if indices.rank else const(0)
+    if not depth.is_const or indices.rank < 1:
+        raise Unsupported("indices whose last dimension is symbolic")
+    m = depth.value
+    if batch + m > x.rank:
+        raise ModelError(f"indices address {batch + m} axes of data of rank {x.rank}")
+    shape = indices.shape[:-1] + x.shape[batch + m :]
+    t = emit.text(indices)
+    lead = indices.rank - 1
+    items = [_arange_along(indices.shape[b], b, lead) for b in range(batch)]
+    items += [f"{t}[{', '.join([':'] * lead + [str(k)])}]" if lead else f"{t}[{k}]" for k in range(m)]
+    if lead == 0:  # one tuple of indices: a scalar index per axis
+        items = [f"{t}[{k}]" for k in range(m)]
+    return [emit.out(subscript(emit.text(x), items), x.dtype, shape)]
+
+
+# ---- Trilu, OneHot, CumSum, EyeLike ----------------------------------------------------------------
+
+
+@converter("Trilu")
+def trilu(node: OnnxNode, emit) -> list[Value]:
+    x = node.need(0)
+    k = 0 if node.input(1) is None else known_ints(node.input(1), "k (input 1)")[0]
+    upper = bool(node.attr("upper", 1))
+    if x.rank < 2:
+        raise ModelError("the input must have rank 2 or more")
+    if small(x) and x.known.dtype != object:
+        return [known_value((np.triu if upper else np.tril)(x.known, int(k)), x.dtype)]
+    fn = "triu" if upper else "tril"
+    arg = f", k={lit(k, 'i64')}" if not (isinstance(k, int) and k == 0) else ""
+    return [emit.out(f"{fn}({emit.text(x)}{arg})", x.dtype, x.shape)]
+
+
+@converter("OneHot")
+def one_hot(node: OnnxNode, emit) -> list[Value]:
+    indices, depth_value, values = node.need(0), node.need(1), node.need(2)
+    if not depth_value.is_known:
+        raise Unsupported("a depth computed at run time")
+    depth = _int(int(np.asarray(depth_value.known).reshape(-1)[0]))
+    rank = indices.rank + 1
+    axis = axis_of(node.attr("axis", -1), rank)
+    shape = indices.shape[:axis] + (depth,) + indices.shape[axis:]
+    dtype = values.dtype
+    if values.is_known:
+        off, on = (lit(v, dtype) for v in values.known.reshape(-1)[:2])
+    else:
+        off, on = f"{emit.text(values)}[0]", f"{emit.text(values)}[1]"
+    t = emit.text(indices)
+    if indices.dtype != "i64":
+        t = f"cast({t}, i64)"
+    d = lit(depth, "i64")
+    idx = emit.temp(f"where({t} < 0, {t} + {d}, {t})", "i64", indices.shape, "ids")
+    positions = f"arange({d})" + (f"[:{', None' * (rank - 1 - axis)}]" if axis < rank - 1 else "")
+    hit = f"unsqueeze({idx.name}, {axis}) == {positions}"
+    return [emit.out(f"cast(where({hit}, {on}, {off}), {dtype})", dtype, shape)]
+
+
+@converter("CumSum")
+def cumsum(node: OnnxNode, emit) -> list[Value]:
+    x = node.need(0)
+    axis = axis_of(int(known_ints(node.need(1), "the axis (input 1)")[0]), x.rank)
+    exclusive, reverse = node.attr("exclusive", 0), node.attr("reverse", 0)
+    text = emit.text(x)
+    idx = index_names(x.rank + 1, (text,))
+    i, j = idx[axis], idx[-1]
+    relation = {(0, 0): "<=", (1, 0): "<", (0, 1): ">=", (1, 1): ">"}[(bool(exclusive), bool(reverse))]
+    read = f"{text}[{', '.join(j if k == axis else n for k, n in enumerate(idx[:-1]))}]"
+    expr = f"sum[{j} < {lit(x.shape[axis], 'i64')}](where({j} {relation} {i}, {read}, 0))"
+    return [emit.out_index(idx[:-1], expr, x.dtype, x.shape)]
+
+
+@converter("EyeLike")
+def eye_like(node: OnnxNode, emit) -> list[Value]:
+    x = node.need(0)
+    if x.rank != 2:
+        raise ModelError("the input must be 2-D")
+    to = node.attr("dtype")
+    dtype = x.dtype if to is None else ONNX_DTYPES.get(to)
+    if dtype is None:
+        raise Unsupported(f"dtype={to}: catenc has no such element type")
+    k = node.attr("k", 0)
+    fixed = static(x.shape)
+    if fixed is not None and fixed[0] * fixed[1] <= FOLD_LIMIT:
+        return [known_value(np.eye(fixed[0], fixed[1], k, dtype=NUMPY[dtype]), dtype)]
+    return [emit.out_index(["i", "j"], f"cast(j - i == {k}, {dtype})", dtype, x.shape)]
+
+
+# ---- space/depth rearrangements -----------------------------------------------------------------
+
+
+def _rearranged(x: Value, split: Shape, perm: list[int], final: Shape, emit) -> Value:
+    """reshape -> transpose -> reshape, each step a statement (or folded when x is known)."""
+    if small(x) and x.known.dtype != object:
+        fixed = static(split)
+        return known_value(x.known.reshape(fixed).transpose(perm).reshape(static(final)), x.dtype)
+    parts = emit.temp(f"reshape({emit.text(x)}, {shape_text(split)})", x.dtype, split, "blocks")
+    moved = tuple(split[p] for p in perm)
+    turned = emit.temp(f"transpose({parts.name}, {perm})", x.dtype, moved, "moved")
+    return emit.out(f"reshape({turned.name}, {shape_text(final)})", x.dtype, final)
+
+
+@converter("DepthToSpace")
+def depth_to_space(node: OnnxNode, emit) -> list[Value]:
+    x = node.need(0)
+    if x.rank != 4:
+        raise ModelError("the input must be 4-D")
+    bs = node.attr("blocksize")
+    n, c, h, w = x.shape
+    cc = floordiv(c, bs * bs)
+    final = (n, cc, h * bs, w * bs)
+    if node.attr("mode", "DCR") == "DCR":
+        return [_rearranged(x, dims((n, bs, bs, cc, h, w)), [0, 3, 4, 1, 5, 2], final, emit)]
+    return [_rearranged(x, dims((n, cc, bs, bs, h, w)), [0, 1, 4, 2, 5, 3], final, emit)]
+
+
+@converter("SpaceToDepth")
+def space_to_depth(node: OnnxNode, emit) -> list[Value]:
+    x = node.need(0)
+    if x.rank != 4:
+        raise ModelError("the input must be 4-D")
+    bs = node.attr("blocksize")
+    n, c, h, w = x.shape
+    hh, ww = floordiv(h, bs), floordiv(w, bs)
+    split = dims((n, c, hh, bs, ww, bs))
+    perm = [0, 3, 5, 1, 2, 4] if node.attr("mode", "DCR") == "DCR" else [0, 1, 3, 5, 2, 4]
+    return [_rearranged(x, split, perm, (n, c * (bs * bs), hh, ww), emit)]
+
+
+# ---- data-dependent shapes: only with known inputs -----------------------------------------------
+
+
+@converter("Compress")
+def compress(node: OnnxNode, emit) -> list[Value]:
+    x, condition = node.need(0), node.need(1)
+    if not condition.is_known:
+        raise Unsupported("a condition computed at run time (the result's shape would depend on the data)")
+    axis = node.attr("axis")
+    keep = np.flatnonzero(condition.known.reshape(-1))
+    if axis is None:
+        x = reshaped(x, (product(x.shape),), emit)
+        axis = 0
+    axis = axis_of(axis, x.rank)
+    if small(x) and x.known.dtype != object:
+        return [known_value(np.take(x.known, keep, axis), x.dtype)]
+    shape = x.shape[:axis] + (const(len(keep)),) + x.shape[axis + 1 :]
+    ids = emit.text(known_value(keep.astype(np.int64), "i64"))
+    return [emit.out(f"take({emit.text(x)}, {ids}, {axis})", x.dtype, shape)]
+
+
+@converter("NonZero")
+def nonzero(node: OnnxNode, emit) -> list[Value]:
+    x = node.need(0)
+    if not x.is_known or x.known.dtype == object:
+        raise Unsupported("an input computed at run time (the result's shape would depend on the data)")
+    return [known_value(np.array(np.nonzero(x.known), dtype=np.int64).reshape(x.rank, -1), "i64")]
