@@ -38,7 +38,7 @@ from catenc.build import BuildRequest, InternalError, build
 from catenc.diagnostics import CatencError
 from catenc.driver import plan_entry, search_dirs
 from catenc.dtypes import DType, from_storage
-from catenc.frontend.composites import Library, load_composite_file
+from catenc.frontend.composites import CompositeFile, Library, load_composite_file
 from catenc.loader import load
 from catenc.plan import EntryPlan, FilePlan, Options
 from catenc.runtime.descriptor import Runtime
@@ -77,27 +77,10 @@ ISSUE_OPS: frozenset[str] = frozenset(
 
 STATUSES = ("pass", "fail", "error", "unsupported")
 BATCH_SIZE = 48  # entries per library: one compiler call each
-RUN_TIMEOUT = 120.0  # seconds for a batch's tests to run (generated code that never ends is an error)
+RUN_TIMEOUT = 60.0  # seconds for a batch's tests to run (generated code that never ends is an error)
 EXPANDED = re.compile(r"_expanded(_ver\d+)?$")
 NODE_ERROR = re.compile(r"node '.*' \(([\w.]+), opset \d+\): (.*)$")  # the importer's diagnostics
 INPUT_TYPE = re.compile(r"graph input '.*': type (.+) is not supported")
-
-# The numpy dtype (by name) each catenc dtype's values have in an ONNX test's tensors.
-ONNX_DTYPE = {
-    "bool": "bool",
-    "i8": "int8",
-    "i16": "int16",
-    "i32": "int32",
-    "i64": "int64",
-    "u8": "uint8",
-    "u16": "uint16",
-    "u32": "uint32",
-    "u64": "uint64",
-    "f16": "float16",
-    "bf16": "bfloat16",
-    "f32": "float32",
-    "f64": "float64",
-}
 
 
 @dataclass(frozen=True)
@@ -159,7 +142,7 @@ class Planned:
 
     test: NodeTest
     plan: EntryPlan
-    root: Any  # CompositeFile
+    root: CompositeFile
     library: Library
 
 
@@ -167,8 +150,8 @@ class Planned:
 
 
 def collect_tests(node_dir: str | None = None, pattern: str | None = None) -> list[NodeTest]:
-    """The tests whose name matches `pattern` (globs or substrings, separated by commas), by name: from the onnx
-    package's generators, or from the data folders under `node_dir`."""
+    """The tests whose name matches `pattern` (globs or substrings, separated by commas), by name:
+    from the onnx package's generators, or from the data folders under `node_dir`."""
     tests = _from_folders(Path(node_dir), pattern) if node_dir else _from_generators(pattern)
     if not tests:
         where = f" in {node_dir}" if node_dir else ""
@@ -214,7 +197,7 @@ def _from_folders(root: Path, pattern: str | None) -> list[NodeTest]:
             continue
         try:
             model = onnx.load(str(folder / "model.onnx"))
-        except Exception as err:  # a corrupt file is that test's error, found when it is imported
+        except Exception as err:  # onnx raises its own errors and protobuf's
             raise CatencError(f"{folder / 'model.onnx'}: cannot read the model: {err}") from None
         if len(model.graph.node) == 1:
             single[folder.name] = model.graph.node[0].op_type
@@ -267,7 +250,7 @@ def _op_named_in(name: str) -> str:
 
     best = ""
     for schema in defs.get_all_schemas():
-        snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", schema.name).lower()
+        snake = _snake(schema.name)
         if name[len("test_") :].startswith(snake) and len(snake) > len(_snake(best)):
             best = schema.name
     return best
@@ -310,7 +293,7 @@ def plan_test(test: NodeTest, options: Options, scratch: Path, import_model: Cal
     return Planned(test, plan, root, library)
 
 
-def _composite_file(imported, text_path: Path):
+def _composite_file(imported, text_path: Path) -> CompositeFile:
     """The imported composite file, its constants' values given in memory."""
     if not imported.constants:
         return load_composite_file(str(text_path), str(text_path))
@@ -457,11 +440,16 @@ class _Mismatch(Exception):
     """The entry's signature does not fit the test's data."""
 
 
+def _numpy_name(dtype: DType) -> str:
+    """The numpy dtype of this dtype's values in an ONNX test's tensors (ml_dtypes' for bf16)."""
+    return "bfloat16" if dtype.name == "bf16" else dtype.numpy.name
+
+
 def _input_array(spec, value) -> np.ndarray:
     if not isinstance(value, (np.ndarray, np.generic)):
         value = _tensor(value)
     array = np.asarray(value)
-    if array.dtype.name != ONNX_DTYPE.get(spec.dtype.name):
+    if array.dtype.name != _numpy_name(spec.dtype):
         raise _Mismatch(f"input '{spec.name}' is {spec.dtype.name}, the test gives {array.dtype.name}")
     if spec.dtype.name == "bf16":
         return array.astype(np.float32)  # the loader rounds float values to bf16 bits
@@ -480,7 +468,7 @@ def _tensor(value) -> np.ndarray:
 def _compare_output(name: str, dtype: DType, got: np.ndarray, want, test: NodeTest) -> tuple[float, str]:
     """(max relative error, "" or what is wrong) of one output."""
     want = np.asarray(want if isinstance(want, (np.ndarray, np.generic)) else _tensor(want))
-    if want.dtype.name != ONNX_DTYPE.get(dtype.name):
+    if want.dtype.name != _numpy_name(dtype):
         return 0.0, f"output '{name}' is {dtype.name}, expected {want.dtype.name}"
     if got.shape != want.shape:
         return 0.0, f"output '{name}' has shape {list(got.shape)}, expected {list(want.shape)}"
