@@ -307,16 +307,17 @@ def _import_failure(test: NodeTest, err: CatencError) -> Result:
     an element type, a value it needs at compile time); what it named blocks the test."""
     found = [_blocker(test, _first_line(m)) for m in [err.message, *(m.message for m in err.more)]]
     blockers = tuple(dict.fromkeys(op for op, _ in found))
-    detail = "; ".join(dict.fromkeys(f"{op}: {why}" for op, why in found))
+    detail = "; ".join(dict.fromkeys(text for _, text in found))
     return Result(test.name, test.op, "unsupported", detail=detail, blockers=blockers)
 
 
 def _blocker(test: NodeTest, message: str) -> tuple[str, str]:
-    """(what blocks, why) of one import diagnostic: the node's op type, `input type T` for a
-    graph input of an element type catenc lacks, else the test's op."""
+    """(what blocks, the diagnostic) of one import diagnostic: the node's op type (and the
+    diagnostic from it on), `input type T` for a graph input of an element type catenc lacks, else
+    the test's op."""
     node = NODE_ERROR.search(message)
     if node:
-        return node.group(1), node.group(2)
+        return node.group(1), f"{node.group(1)}: {node.group(2)}"
     typed = INPUT_TYPE.search(message)
     if typed:
         return f"input type {typed.group(1)}", message
