@@ -1,0 +1,169 @@
+"""Quantisation operators: QuantizeLinear, DequantizeLinear (per tensor, per axis, per block),
+DynamicQuantizeLinear, MatMulInteger and QLinearMatMul, with the integer types catenc has.
+
+Per-tensor quantisation of f32 calls the op library's `quantize_linear` / `dequantize_linear`
+(ops/quantization.toml); the other forms are written out with the same arithmetic: x / scale
+rounded half to even, the zero point added, saturated to the integer type by `cast`.
+"""
+
+from __future__ import annotations
+
+from catenc.onnx.indexing import index_names, index_temp
+from catenc.onnx.linalg import matmul_shape
+from catenc.onnx.model import type_name
+from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter
+from catenc.onnx.values import ONNX_DTYPES, Value
+from catenc.onnx.values import literal as lit
+
+_INTEGERS = ("i8", "u8", "i16", "u16")
+_LIBRARY_Q = frozenset(("i8", "u8", "i16", "u16"))
+
+
+def _scalar(value: Value) -> bool:
+    return value.rank == 0 or (value.rank == 1 and value.shape[0].is_const and value.shape[0].value == 1)
+
+
+def _scalar_text(value: Value, emit) -> str:
+    """A per-tensor scale or zero point (rank 0 or one element) as a rank-0 expression."""
+    if value.is_known and value.known.dtype != object:
+        return f"cast({lit(value.known.reshape(-1)[0], value.dtype)}, {value.dtype})"
+    text = emit.text(value)
+    return text if value.rank == 0 else f"{text}[0]"
+
+
+def broadcast_param(node: OnnxNode, param: Value, x: Value, emit) -> str:
+    """A scale or zero point as an expression that broadcasts against x: per tensor, per axis, per block."""
+    if _scalar(param):
+        return _scalar_text(param, emit)
+    axis = axis_of(node.attr("axis", 1), x.rank)
+    block = node.attr("block_size", 0)
+    text = emit.text(param)
+    if block:
+        if param.rank != x.rank:
+            raise ModelError(f"a blocked {param.rank}-D scale or zero point for a {x.rank}-D input")
+        idx = index_names(x.rank, (text,))
+        subs = ", ".join(f"{i} // {block}" if k == axis else i for k, i in enumerate(idx))
+        return index_temp(emit, idx, f"{text}[{subs}]", param.dtype, x.shape, "blocks").name
+    if param.rank != 1 or param.shape[0] != x.shape[axis]:
+        raise ModelError(f"a per-axis scale or zero point of shape {list(param.shape)} for axis {axis}")
+    trailing = x.rank - 1 - axis
+    return f"{text}[:{', None' * trailing}]" if trailing else text
+
+
+def _quantized_type(node: OnnxNode, zero_point: Value | None) -> str:
+    if zero_point is not None:
+        dtype = zero_point.dtype
+    else:
+        to = node.attr("output_dtype", 0)
+        dtype = ONNX_DTYPES.get(to, type_name(to)) if to else "u8"
+    if dtype not in _INTEGERS:
+        raise Unsupported(f"quantisation to {dtype} (catenc quantises to int8, uint8, int16 and uint16)")
+    return dtype
+
+
+@converter("QuantizeLinear")
+def quantize_linear(node: OnnxNode, emit) -> list[Value]:
+    x, scale, zero_point = node.need(0), node.need(1), node.input(2)
+    q = _quantized_type(node, zero_point)
+    if not x.is_float or not scale.is_float:
+        raise ModelError(f"x of type {x.dtype} and scale of type {scale.dtype}")
+    if node.attr("precision"):
+        raise Unsupported("the precision attribute")
+    per_tensor = _scalar(scale) and (zero_point is None or _scalar(zero_point))
+    zp = f"cast(0, {q})" if zero_point is None else broadcast_param(node, zero_point, x, emit)
+    s = broadcast_param(node, scale, x, emit)
+    if per_tensor and x.dtype == "f32" and scale.dtype == "f32" and q in _LIBRARY_Q:
+        return [emit.out(f"quantize_linear({emit.text(x)}, {s}, {zp})", q, x.shape)]
+    ratio = f"{emit.text(x)} / {s}"
+    if x.dtype != "f32":  # numpy rounds the quotient to x's type before rounding it to an integer
+        ratio = emit.temp(ratio, x.dtype, x.shape, "ratio").name
+    return [emit.out(f"cast(round(cast({ratio}, f32)) + cast({zp}, f32), {q})", q, x.shape)]
+
+
+@converter("DequantizeLinear")
+def dequantize_linear(node: OnnxNode, emit) -> list[Value]:
+    x, scale, zero_point = node.need(0), node.need(1), node.input(2)
+    if x.dtype not in (*_INTEGERS, "i32"):
+        raise Unsupported(f"dequantisation of {x.dtype}")
+    if not scale.is_float:
+        raise ModelError(f"a scale of type {scale.dtype}")
+    to = node.attr("output_dtype", 0)
+    out = ONNX_DTYPES.get(to) if to else scale.dtype
+    if out is None:
+        raise Unsupported(f"output_dtype={to}")
+    per_tensor = _scalar(scale) and (zero_point is None or _scalar(zero_point))
+    s = broadcast_param(node, scale, x, emit)
+    zp = None if zero_point is None else broadcast_param(node, zero_point, x, emit)
+    if per_tensor and out == "f32" and scale.dtype == "f32" and x.dtype in _LIBRARY_Q | {"i32"}:
+        return [emit.out(f"dequantize_linear({emit.text(x)}, {s}, {zp or f'cast(0, {x.dtype})'})", out, x.shape)]
+    shifted = f"cast({emit.text(x)}, f32)" + (f" - cast({zp}, f32)" if zp else "")
+    scaled = f"({shifted}) * " + (s if scale.dtype == "f32" else f"cast({s}, f32)")
+    return [emit.out(scaled if out == "f32" else f"cast({scaled}, {out})", out, x.shape)]
+
+
+@converter("DynamicQuantizeLinear")
+def dynamic_quantize_linear(node: OnnxNode, emit) -> list[Value]:
+    x = node.need(0)
+    if x.dtype != "f32":
+        raise ModelError(f"x of type {x.dtype}")
+    t = emit.text(x)
+    high = emit.temp(f"maximum(max({t}), 0.0)", "f32", (), "max")
+    low = emit.temp(f"minimum(min({t}), 0.0)", "f32", (), "min")
+    span = f"where({high.name} == {low.name}, 1.0, {high.name} - {low.name})"
+    scale = emit.out(f"{span} / 255.0", "f32", (), 1)
+    zp = emit.temp(f"round(clip(0.0 - {low.name} / {scale.name}, 0.0, 255.0))", "f32", (), "zp")
+    y = emit.out(f"cast(round({t} / {scale.name}) + {zp.name}, u8)", "u8", x.shape, 0)
+    return [y, scale, emit.out(f"cast({zp.name}, u8)", "u8", (), 2)]
+
+
+def _zero_point_rows(zero_point: Value, operand: Value, rows: bool, emit) -> str:
+    """A zero point of a matrix product's operand: per tensor, per row of a, or per column of b."""
+    if _scalar(zero_point):
+        return _scalar_text(zero_point, emit)
+    if zero_point.rank != 1:
+        raise Unsupported(f"a zero point of rank {zero_point.rank}")
+    text = emit.text(zero_point)
+    return f"{text}[:, None]" if rows else text
+
+
+def _centred(operand: Value, zero_point: Value | None, rows: bool, emit) -> str:
+    text = f"cast({emit.text(operand)}, i32)"
+    if zero_point is None:
+        return text
+    return f"({text} - cast({_zero_point_rows(zero_point, operand, rows, emit)}, i32))"
+
+
+@converter("MatMulInteger")
+def matmul_integer(node: OnnxNode, emit) -> list[Value]:
+    a, b, a_zero, b_zero = node.need(0), node.need(1), node.input(2), node.input(3)
+    shape = matmul_shape(a.shape, b.shape)
+    if a.dtype not in ("i8", "u8") or b.dtype not in ("i8", "u8"):
+        raise ModelError(f"operands of types {a.dtype} and {b.dtype}")
+    library = a.rank == b.rank == 2 and a.dtype == b.dtype and a_zero is not None and b_zero is not None
+    if library and _scalar(a_zero) and _scalar(b_zero):
+        args = ", ".join((emit.text(a), emit.text(b), _scalar_text(a_zero, emit), _scalar_text(b_zero, emit)))
+        return [emit.out(f"matmul_integer({args})", "i32", shape)]
+    expr = f"{_centred(a, a_zero, True, emit)} @ {_centred(b, b_zero, False, emit)}"
+    return [emit.out(expr, "i32", shape)]
+
+
+@converter("QLinearMatMul")
+def qlinear_matmul(node: OnnxNode, emit) -> list[Value]:
+    a, a_scale, a_zero = node.need(0), node.need(1), node.input(2)
+    b, b_scale, b_zero = node.need(3), node.need(4), node.input(5)
+    y_scale, y_zero = node.need(6), node.input(7)
+    shape = matmul_shape(a.shape, b.shape)
+    q = a.dtype if y_zero is None else y_zero.dtype
+    if q not in ("i8", "u8"):
+        raise ModelError(f"an output of type {q}")
+    if not all(_scalar(s) for s in (a_scale, b_scale, y_scale)):
+        raise Unsupported("per-row or per-column scales")
+    acc = emit.temp(f"{_centred(a, a_zero, True, emit)} @ {_centred(b, b_zero, False, emit)}", "i32", shape, "acc")
+    # the reference multiplies in the scales' type, then the i32 products by that factor in f64
+    ft = a_scale.dtype
+    product = emit.temp(f"{_scalar_text(a_scale, emit)} * {_scalar_text(b_scale, emit)}", ft, (), "scales")
+    factor = emit.temp(f"{product.name} / {_scalar_text(y_scale, emit)}", ft, (), "factor")
+    expr = f"cast({acc.name}, f64) * cast({factor.name}, f64)"
+    if y_zero is not None:
+        expr += f" + cast({_scalar_text(y_zero, emit)}, f64)"
+    return [emit.out(f"cast(round({expr}), {q})", q, shape)]
