@@ -1,0 +1,429 @@
+"""Convolution and pooling: Conv, ConvTranspose, MaxPool, AveragePool, LpPool and their global forms.
+
+A convolution is one index-form statement, `y[n, k, oh, ow] = sum[c, r, s](where(in-bounds, x[...],
+0.0) * w[k, c, r, s]) + b[k]`: the access pattern catenc's schedule recognises as a contraction
+(a packed gemm with the guards evaluated while packing and the bias as its fused epilogue), for
+any rank, asymmetric pads, strides and dilations. Grouped convolutions compute [N, G, K/G, ...]
+(a batched gemm per group) and reshape; a depthwise one (one input channel per group) reads its
+channel directly. Pooling is a guarded `max`/`sum` over the window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter
+from catenc.onnx.shape import shape_text
+from catenc.onnx.values import NUMPY, Shape, Value, dims, static
+from catenc.onnx.values import literal as lit
+from catenc.symbolic import Expr, const, floordiv
+
+
+@dataclass(frozen=True)
+class Window:
+    """A sliding window over the spatial dims: kernel, strides, dilations, pads and output sizes."""
+
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    begin: tuple[int, ...]
+    end: tuple[int, ...]
+    out: tuple[Expr, ...]
+
+
+def _ints(node: OnnxNode, name: str, n: int, default: int) -> tuple[int, ...]:
+    values = node.attr(name)
+    if values is None:
+        return (default,) * n
+    if len(values) != n:
+        raise ModelError(f"{name} has {len(values)} entries for {n} spatial dims")
+    return tuple(int(v) for v in values)
+
+
+def window(node: OnnxNode, x: Value, kernel: tuple[int, ...], ceil_mode: bool = False) -> Window:
+    """The window of a convolution or pooling node over x's spatial dims (auto_pad, pads, ceil_mode)."""
+    nd = len(kernel)
+    strides, dilations = _ints(node, "strides", nd, 1), _ints(node, "dilations", nd, 1)
+    if min(strides + dilations + kernel, default=1) < 1:
+        raise ModelError("strides, dilations and kernel sizes must be positive")
+    spatial = x.shape[2:]
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    if auto_pad in ("NOTSET", "VALID"):
+        pads = node.attr("pads") if auto_pad == "NOTSET" else None
+        pads = [0] * (2 * nd) if pads is None else [int(p) for p in pads]
+        if len(pads) != 2 * nd:
+            raise ModelError(f"pads has {len(pads)} entries for {nd} spatial dims")
+        if min(pads, default=0) < 0:
+            raise Unsupported(f"negative pads {pads}")
+        begin, end = tuple(pads[:nd]), tuple(pads[nd:])
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        if ceil_mode:
+            raise ModelError(f"auto_pad={auto_pad} with ceil_mode=1")
+        begin_list, end_list = [], []
+        for size, k, s, d in zip(spatial, kernel, strides, dilations, strict=True):
+            if s == 1:
+                total = d * (k - 1)
+            elif size.is_const:
+                out = -(-size.value // s)
+                total = max(0, (out - 1) * s + d * (k - 1) + 1 - size.value)
+            else:
+                raise Unsupported(f"auto_pad={auto_pad} with stride {s} over a dynamic dimension {size}")
+            small = total // 2
+            begin_list.append(small if auto_pad == "SAME_UPPER" else total - small)
+            end_list.append(total - small if auto_pad == "SAME_UPPER" else small)
+        begin, end = tuple(begin_list), tuple(end_list)
+    else:
+        raise ModelError(f"auto_pad={auto_pad!r} is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID")
+    out = []
+    for size, k, s, d, b, e in zip(spatial, kernel, strides, dilations, begin, end, strict=True):
+        span = size + (b + e - d * (k - 1) - 1)
+        if not ceil_mode:
+            o = floordiv(span, s) + 1
+        elif size.is_const:
+            o = -(-span.value // s) + 1
+            if (o - 1) * s >= size.value + b:  # the last window must start inside the input or its front pad
+                o -= 1
+            o = const(o)
+        else:
+            raise Unsupported(f"ceil_mode=1 over a dynamic dimension {size}")
+        if o.is_const and o.value < 1:
+            raise ModelError(
+                f"the window ({k} wide, dilation {d}) does not fit a padded input of size {span + d * (k - 1) + 1}"
+            )
+        out.append(o)
+    return Window(kernel, strides, dilations, begin, end, tuple(out))
+
+
+def _affine(terms: list[tuple[int, str]], offset: Expr | int = 0) -> str:
+    """`2*oh + r - 1` from (coefficient, index) terms and an offset."""
+    out = ""
+    for c, name in terms:
+        if c:
+            mag = name if abs(c) == 1 else f"{abs(c)}*{name}"
+            out = (mag if c > 0 else f"-{mag}") if not out else f"{out} {'+' if c > 0 else '-'} {mag}"
+    offset = offset if isinstance(offset, Expr) else const(offset)
+    if offset == const(0):
+        return out or "0"
+    if offset.is_const:
+        v = offset.value
+        return str(v) if not out else f"{out} {'+' if v > 0 else '-'} {abs(v)}"
+    return f"{out} + {_bound(offset)}" if out else _bound(offset)
+
+
+@dataclass(frozen=True)
+class Access:
+    """The spatial subscripts of a window read and the guards that keep it inside the input."""
+
+    index: tuple[str, ...]  # one subscript per spatial dim
+    guards: tuple[str, ...]
+    reduce: tuple[str, ...]  # `r < 3` declarations of the window indices (kernel dims of size 1 have none)
+
+
+def forward_access(win: Window, spatial: Shape, outs: list[str], taps: list[str]) -> Access:
+    """Input position o*stride + r*dilation - pad_begin per spatial dim, guarded where it can leave the input."""
+    index, guards, reduce = [], [], []
+    for size, o, r, k, s, d, b, o_size in zip(
+        spatial, outs, taps, win.kernel, win.strides, win.dilations, win.begin, win.out, strict=True
+    ):
+        terms = [(s, o)] + ([(d, r)] if k > 1 else [])
+        if k > 1:
+            reduce.append(f"{r} < {k}")
+        index.append(_affine(terms, -b))
+        if b > 0:
+            guards.append(f"{_affine(terms)} >= {b}")
+        last = (o_size - 1) * s + (k - 1) * d - b
+        if not (last.is_const and size.is_const and last.value < size.value):
+            guards.append(f"{_affine(terms)} < {_bound(size + b)}")
+    return Access(tuple(index), tuple(guards), tuple(reduce))
+
+
+def _bound(e: Expr) -> str:
+    return str(e) if e.is_const or e.as_symbol() is not None else f"({e})"
+
+
+def guarded(guards: tuple[str, ...] | list[str], value: str, fill: str) -> str:
+    if not guards:
+        return value
+    cond = " & ".join(f"({g})" for g in guards) if len(guards) > 1 else guards[0]
+    return f"where({cond}, {value}, {fill})"
+
+
+def _names(nd: int, taken: set[str]) -> tuple[list[str], list[str]]:
+    """Index names of the output's spatial dims and of the window (oh, ow / r, s for 2-D)."""
+    outs = {1: ["ol"], 2: ["oh", "ow"], 3: ["od", "oh", "ow"]}.get(nd, [f"o{i}" for i in range(nd)])
+    taps = {1: ["r"], 2: ["r", "s"], 3: ["q", "r", "s"]}.get(nd, [f"r{i}" for i in range(nd)])
+    return [_free(o, taken) for o in outs], [_free(t, taken) for t in taps]
+
+
+def _free(name: str, taken: set[str]) -> str:
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
+
+
+def _static_dim(d: Expr, what: str) -> int:
+    if not d.is_const:
+        raise Unsupported(f"{what} must be known when the model is compiled (it is {d})")
+    return d.value
+
+
+def _float_input(node: OnnxNode, x: Value) -> None:
+    if not x.is_float:
+        raise Unsupported(f"input of type {x.dtype}: {node.op} is computed on floating-point tensors only")
+    if x.rank < 3:
+        raise ModelError(f"the input has rank {x.rank}; {node.op} needs (N, C, spatial...)")
+
+
+def _kernel(node: OnnxNode, w: Value) -> tuple[int, ...]:
+    kernel = tuple(_static_dim(d, "the kernel size") for d in w.shape[2:])
+    given = node.attr("kernel_shape")
+    if given is not None and tuple(int(k) for k in given) != kernel:
+        raise ModelError(f"kernel_shape {list(given)} does not match the weight's {list(kernel)}")
+    return kernel
+
+
+def _index_temp(emit, indices: list[str], expr: str, dtype: str, shape: Shape, hint: str) -> Value:
+    value = emit.temp("", dtype, shape, hint)
+    lhs = ", ".join(f"{i} < {_bound(d)}" for i, d in zip(indices, shape, strict=True))
+    emit.lines[-1] = f"{value.name}[{lhs}] = {expr}"
+    return value
+
+
+def _grouped(emit, expr_of, dtype: str, batch: Expr, groups: int, per_group: int, outs: list[str], out: Shape, taken):
+    """A grouped result: [N, G, K/G, spatial...] computed by `expr_of(channel, g, j)` and reshaped to
+    [N, K, ...]; `outs` names the batch index, then the spatial ones."""
+    if groups == 1:
+        k = _free("k", taken)
+        expr = expr_of(k, None, None)
+        return emit.out_index([outs[0], k, *outs[1:]], expr, dtype, (batch, const(per_group), *out))
+    g, j = _free("g", taken), _free("j", taken)
+    t_shape = (batch, const(groups), const(per_group), *out)
+    t = _index_temp(emit, [outs[0], g, j, *outs[1:]], expr_of(f"{g}*{per_group} + {j}", g, j), dtype, t_shape, "groups")
+    shape = (batch, const(groups * per_group), *out)
+    return emit.out(f"reshape({t.name}, {shape_text(shape)})", dtype, shape)
+
+
+@converter("Conv")
+def conv(node: OnnxNode, emit) -> list[Value]:
+    x, w, b = node.need(0), node.need(1), node.input(2)
+    _float_input(node, x)
+    if w.rank != x.rank:
+        raise ModelError(f"the weight has rank {w.rank}, the input {x.rank}")
+    kernel = _kernel(node, w)
+    groups = int(node.attr("group", 1))
+    c_in = _static_dim(x.shape[1], "the input channels")
+    k_out, c_group = _static_dim(w.shape[0], "the output channels"), _static_dim(w.shape[1], "the weight's channels")
+    if groups < 1 or c_in != c_group * groups or k_out % groups:
+        raise ModelError(f"{c_in} input channels, weight {k_out}x{c_group}, group={groups} do not agree")
+    win = window(node, x, kernel)
+    xt, wt = emit.text(x), emit.text(w)
+    bt = emit.text(b) if b is not None else None
+    taken = {xt, wt, bt}
+    n = _free("n", taken)
+    outs, taps = _names(len(kernel), taken)
+    access = forward_access(win, x.shape[2:], outs, taps)
+    c = _free("c", taken)
+    per_group = k_out // groups
+    depthwise = c_group == 1 and groups > 1
+
+    def expr_of(channel: str, g: str | None, j: str | None) -> str:
+        if depthwise:  # one input channel per group: read it directly, no grouped layout
+            channel_in, reduce = (channel if per_group == 1 else f"{channel} // {per_group}"), list(access.reduce)
+            wc = "0"
+        else:
+            first = f"{g}*{c_group} + " if g is not None else ""
+            channel_in = f"{first}{c}" if c_group > 1 else (f"{g}*{c_group}" if g is not None else "0")
+            reduce = ([f"{c} < {c_group}"] if c_group > 1 else []) + list(access.reduce)
+            wc = c if c_group > 1 else "0"
+        read = guarded(access.guards, f"{xt}[{n}, {channel_in}, {', '.join(access.index)}]", "0.0")
+        product = (
+            f"{read} * {wt}[{channel}, {wc}, {', '.join(taps[i] if k > 1 else '0' for i, k in enumerate(kernel))}]"
+        )
+        expr = f"sum[{', '.join(reduce)}]({product})" if reduce else product
+        return f"{expr} + {bt}[{channel}]" if bt is not None else expr
+
+    if b is not None and b.shape != (const(k_out),):
+        raise ModelError(f"the bias has shape {shape_text(b.shape)}, not [{k_out}]")
+    if depthwise:
+        k = _free("k", taken)
+        shape = (x.shape[0], const(k_out), *win.out)
+        return [emit.out_index([n, k, *outs], expr_of(k, None, None), x.dtype, shape)]
+    return [_grouped(emit, expr_of, x.dtype, x.shape[0], groups, per_group, [n, *outs], win.out, taken)]
+
+
+@converter("ConvTranspose")
+def conv_transpose(node: OnnxNode, emit) -> list[Value]:
+    x, w, b = node.need(0), node.need(1), node.input(2)
+    _float_input(node, x)
+    if w.rank != x.rank:
+        raise ModelError(f"the weight has rank {w.rank}, the input {x.rank}")
+    kernel = _kernel(node, w)
+    nd = len(kernel)
+    groups = int(node.attr("group", 1))
+    c_in = _static_dim(x.shape[1], "the input channels")
+    per_group = _static_dim(w.shape[1], "the weight's output channels")
+    if groups < 1 or c_in % groups or _static_dim(w.shape[0], "the weight's input channels") != c_in:
+        raise ModelError(f"{c_in} input channels, weight {list(w.shape)}, group={groups} do not agree")
+    c_group = c_in // groups
+    strides, dilations = _ints(node, "strides", nd, 1), _ints(node, "dilations", nd, 1)
+    extra = _ints(node, "output_padding", nd, 0)
+    spatial = x.shape[2:]
+    full = [
+        s * (size - 1) + e + (k - 1) * d + 1 for size, s, e, k, d in zip(spatial, strides, extra, kernel, dilations)
+    ]
+    requested = node.attr("output_shape")
+    if requested is not None:
+        requested = [int(v) for v in requested][-nd:]
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    pads = node.attr("pads")
+    if pads is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        target = requested or [size * s for size, s in zip(spatial, strides)]
+        begin, end = [], []
+        for f, t in zip(full, dims(target)):
+            total = f - t
+            if not total.is_const:
+                raise Unsupported(f"auto_pad={auto_pad} over a dynamic dimension")
+            small = total.value // 2
+            begin.append(small if auto_pad == "SAME_UPPER" else total.value - small)
+            end.append(total.value - small if auto_pad == "SAME_UPPER" else small)
+    else:
+        pads = [0] * (2 * nd) if pads is None or auto_pad == "VALID" else [int(p) for p in pads]
+        if len(pads) != 2 * nd:
+            raise ModelError(f"pads has {len(pads)} entries for {nd} spatial dims")
+        begin, end = pads[:nd], pads[nd:]
+    out = tuple(dims(requested)) if requested is not None else tuple(f - bb - e for f, bb, e in zip(full, begin, end))
+    if any(o.is_const and o.value < 1 for o in out):
+        raise ModelError(f"the output would have size {shape_text(out)}")
+    xt, wt = emit.text(x), emit.text(w)
+    bt = emit.text(b) if b is not None else None
+    taken = {xt, wt, bt}
+    n = _free("n", taken)
+    outs, taps = _names(nd, taken)
+    c = _free("c", taken)
+    index, guards, reduce = [], [], [f"{c} < {c_group}"] if c_group > 1 else []
+    for size, o, r, k, s, d, bb in zip(spatial, outs, taps, kernel, strides, dilations, begin):
+        pos = _affine([(1, o)] + ([(-d, r)] if k > 1 else []), bb)
+        if k > 1:
+            reduce.append(f"{r} < {k}")
+        if s == 1:
+            index.append(pos)
+            guards += [f"{pos} >= 0", f"{pos} < {_bound(size)}"]
+        else:  # the prover does not derive a // s >= 0 from a >= 0: say it of the quotient
+            q = f"({pos}) // {s}"
+            index.append(q)
+            guards += [f"({pos}) % {s} == 0", f"{q} >= 0", f"{q} < {_bound(size)}"]
+    wtaps = ", ".join(taps[i] if k > 1 else "0" for i, k in enumerate(kernel))
+
+    def expr_of(channel: str, g: str | None, j: str | None) -> str:
+        first = f"{g}*{c_group}" if g is not None else ""
+        channel_in = (f"{first} + {c}" if first else c) if c_group > 1 else (first or "0")
+        read = guarded(guards, f"{xt}[{n}, {channel_in}, {', '.join(index)}]", "0.0")
+        product = f"{read} * {wt}[{channel_in}, {j if j is not None else channel}, {wtaps}]"
+        expr = f"sum[{', '.join(reduce)}]({product})" if reduce else product
+        return f"{expr} + {bt}[{channel}]" if bt is not None else expr
+
+    if b is not None and b.shape != (const(groups * per_group),):
+        raise ModelError(f"the bias has shape {shape_text(b.shape)}, not [{groups * per_group}]")
+    return [_grouped(emit, expr_of, x.dtype, x.shape[0], groups, per_group, [n, *outs], out, taken)]
+
+
+def _pool_setup(node: OnnxNode, emit, x: Value) -> tuple[Window, Access, list[str], str]:
+    """The window, its guarded access and the output's index names (n, c, spatial...) of a pooling node."""
+    if x.rank < 3:
+        raise ModelError(f"the input has rank {x.rank}; {node.op} needs (N, C, spatial...)")
+    kernel = node.attr("kernel_shape")
+    if kernel is None:
+        raise ModelError("kernel_shape is required")
+    kernel = tuple(int(k) for k in kernel)
+    if len(kernel) != x.rank - 2:
+        raise ModelError(f"kernel_shape has {len(kernel)} entries for {x.rank - 2} spatial dims")
+    win = window(node, x, kernel, bool(node.attr("ceil_mode", 0)))
+    xt = emit.text(x)
+    taken = {xt}
+    n, c = _free("n", taken), _free("c", taken)
+    outs, taps = _names(len(kernel), taken)
+    return win, forward_access(win, x.shape[2:], outs, taps), [n, c, *outs], xt
+
+
+def _reduce(op: str, access: Access, body: str) -> str:
+    return f"{op}[{', '.join(access.reduce)}]({body})" if access.reduce else body
+
+
+@converter("MaxPool")
+def max_pool(node: OnnxNode, emit) -> list[Value]:
+    x = node.need(0)
+    if len(node.outputs) > 1 and node.outputs[1]:
+        raise Unsupported("the Indices output of MaxPool")
+    if x.dtype == "bool":
+        raise Unsupported("input of type bool")
+    win, access, outs, xt = _pool_setup(node, emit, x)
+    low = "-inf" if x.is_float else str(int(np.iinfo(NUMPY[x.dtype]).min))
+    read = guarded(access.guards, f"{xt}[{', '.join(outs[:2] + list(access.index))}]", low)
+    shape = (x.shape[0], x.shape[1], *win.out)
+    return [emit.out_index(outs, _reduce("max", access, read), x.dtype, shape)]
+
+
+def _counts(win: Window, spatial: Shape, include_pad: bool) -> np.ndarray | None:
+    """The number of input positions each window covers (inside the input, or the padded input
+    where `include_pad`), as an array over the output positions; None where a dim is dynamic."""
+    sizes = static(spatial)
+    out = static(win.out)
+    if sizes is None or out is None:
+        return None
+    total = np.ones((), np.int64)
+    for size, o_size, k, s, d, b, e in zip(sizes, out, win.kernel, win.strides, win.dilations, win.begin, win.end):
+        lo, hi = (-b, size + e) if include_pad else (0, size)
+        pos = np.arange(o_size)[:, None] * s + np.arange(k)[None, :] * d - b
+        count = ((pos >= lo) & (pos < hi)).sum(axis=1)
+        total = np.multiply.outer(total, count)
+    return total
+
+
+@converter("AveragePool", "LpPool")
+def sum_pool(node: OnnxNode, emit) -> list[Value]:
+    x = node.need(0)
+    if not x.is_float:
+        raise Unsupported(f"input of type {x.dtype}: {node.op} is computed on floating-point tensors only")
+    win, access, outs, xt = _pool_setup(node, emit, x)
+    at = f"{xt}[{', '.join(outs[:2] + list(access.index))}]"
+    shape = (x.shape[0], x.shape[1], *win.out)
+    if node.op == "LpPool":
+        p = float(node.attr("p", 2))
+        term = {1.0: f"abs({at})", 2.0: f"{at} * {at}"}.get(p, f"pow(abs({at}), {p!r})")
+        total = _reduce("sum", access, guarded(access.guards, term, "0.0"))
+        expr = {1.0: total, 2.0: f"sqrt({total})"}.get(p, f"pow({total}, {1.0 / p!r})")
+        return [emit.out_index(outs, expr, x.dtype, shape)]
+    total = _reduce("sum", access, guarded(access.guards, at, "0.0"))
+    counts = _counts(win, x.shape[2:], bool(node.attr("count_include_pad", 0)))
+    if counts is None:
+        if access.guards:
+            raise Unsupported("average pooling with padding over dynamic spatial dims")
+        divisor = lit(float(np.prod(win.kernel)), x.dtype)
+    elif counts.min() == counts.max():
+        divisor = lit(float(counts.min()), x.dtype)
+    else:
+        divisor = f"{emit.constant(counts.astype(NUMPY[x.dtype]), x.dtype, 'counts')}[{', '.join(outs[2:])}]"
+    return [emit.out_index(outs, f"{total} / {divisor}", x.dtype, shape)]
+
+
+@converter("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
+def global_pool(node: OnnxNode, emit) -> list[Value]:
+    x = node.need(0)
+    if x.rank < 3:
+        raise ModelError(f"the input has rank {x.rank}; {node.op} needs (N, C, spatial...)")
+    if node.op != "GlobalMaxPool" and not x.is_float:
+        raise Unsupported(f"input of type {x.dtype}: {node.op} is computed on floating-point tensors only")
+    axes = tuple(range(2, x.rank))
+    xt = emit.text(x)
+    shape = (*x.shape[:2], *(const(1) for _ in axes))
+    if node.op == "GlobalLpPool":
+        p = float(node.attr("p", 2))
+        term = {1.0: f"abs({xt})", 2.0: f"{xt} * {xt}"}.get(p, f"pow(abs({xt}), {p!r})")
+        total = f"sum({term}, axis={axes}, keepdims=True)"
+        expr = {1.0: total, 2.0: f"sqrt({total})"}.get(p, f"pow({total}, {1.0 / p!r})")
+    else:
+        expr = f"{'mean' if node.op == 'GlobalAveragePool' else 'max'}({xt}, axis={axes}, keepdims=True)"
+    return [emit.out(expr, x.dtype, shape)]

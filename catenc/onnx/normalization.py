@@ -1,0 +1,265 @@
+"""Normalisations: BatchNormalization, LayerNormalization, RMSNormalization, GroupNormalization,
+InstanceNormalization, Softmax, LogSoftmax, Hardmax, LpNormalization, MeanVarianceNormalization.
+
+The op library's composites are called where their params say exactly what the node does
+(`layernorm` over the last axis, `softmax` and `log_softmax` over the last axis, `groupnorm`);
+the other forms are written out with array-form reductions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter
+from catenc.onnx.shape import reshaped, shape_text
+from catenc.onnx.values import NUMPY, Value, known_value
+from catenc.symbolic import const, product
+
+
+def _float(node: OnnxNode, x: Value) -> None:
+    if not x.is_float:
+        raise Unsupported(f"input of type {x.dtype}: {node.op} is computed on floating-point tensors only")
+
+
+def _no_extra_outputs(node: OnnxNode, what: str) -> None:
+    if any(node.outputs[1:]):
+        raise Unsupported(what)
+
+
+def _channel_index(x: Value, taken: set[str]) -> list[str]:
+    names = ["n", "c"] + [f"i{d}" for d in range(2, x.rank)]
+    out = []
+    for name in names:
+        while name in taken:
+            name += "_"
+        out.append(name)
+    return out
+
+
+def _per_channel(node: OnnxNode, v: Value, channels) -> None:
+    if v.shape != (channels,):
+        raise ModelError(f"a per-channel input has shape {shape_text(v.shape)}, not [{channels}]")
+
+
+@converter("BatchNormalization")
+def batch_norm(node: OnnxNode, emit) -> list[Value]:
+    x, scale, bias, mean, var = (node.need(i) for i in range(5))
+    _float(node, x)
+    if node.attr("training_mode", 0) or (node.opset < 7 and not node.attr("is_test", 0)):
+        raise Unsupported("training_mode=1 (batch statistics)")
+    _no_extra_outputs(node, "the running-statistics outputs of BatchNormalization (training only)")
+    if x.rank < 2:
+        raise ModelError(f"the input has rank {x.rank}; BatchNormalization needs (N, C, ...)")
+    for v in (scale, bias, mean, var):
+        _per_channel(node, v, x.shape[1])
+    eps = float(node.attr("epsilon", 1e-5))
+    if all(v.is_known for v in (scale, bias, mean, var)):
+        # folded per-channel affine (computed in f64): y = x * a + b, which fuses into a producer's epilogue
+        a64 = scale.known.astype(np.float64) / np.sqrt(var.known.astype(np.float64) + eps)
+        b64 = bias.known.astype(np.float64) - mean.known.astype(np.float64) * a64
+        a, b = (known_value(v.astype(NUMPY[x.dtype]), x.dtype) for v in (a64, b64))
+        emit.hint_like(a, scale, "_folded")
+        emit.hint_like(b, bias, "_folded")
+        xt, at_, bt_ = emit.text(x), emit.text(a), emit.text(b)
+        index = _channel_index(x, {xt, at_, bt_})
+        c, read = index[1], f"{xt}[{', '.join(index)}]"
+        expr = f"{read} * {at_}[{c}] + {bt_}[{c}]"
+    else:
+        xt, st, bt, mt, vt = (emit.text(v) for v in (x, scale, bias, mean, var))
+        index = _channel_index(x, {xt, st, bt, mt, vt})
+        c, read = index[1], f"{xt}[{', '.join(index)}]"
+        expr = f"({read} - {mt}[{c}]) * rsqrt({vt}[{c}] + {eps!r}) * {st}[{c}] + {bt}[{c}]"
+    return [emit.out_index(index, expr, x.dtype, x.shape)]
+
+
+def _stats_dtype(node: OnnxNode, x: Value) -> str:
+    """The type the statistics are computed in (stash_type: 1 = f32, the default)."""
+    stash = int(node.attr("stash_type", 1))
+    if stash == 1:
+        return "f32" if x.dtype in ("f16", "bf16") else x.dtype
+    if stash not in (10, 11, 16):
+        raise Unsupported(f"stash_type={stash}")
+    return {10: "f16", 11: "f64", 16: "bf16"}[stash]
+
+
+@converter("LayerNormalization", "RMSNormalization")
+def layer_norm(node: OnnxNode, emit) -> list[Value]:
+    x, scale, bias = node.need(0), node.need(1), node.input(2)
+    _float(node, x)
+    axis = axis_of(node.attr("axis", -1), x.rank)
+    eps = float(node.attr("epsilon", 1e-5))
+    axes = tuple(range(axis, x.rank))
+    kept = x.shape[:axis] + (const(1),) * len(axes)
+    stats = _stats_dtype(node, x)
+    rms = node.op == "RMSNormalization"
+    plain = stats == x.dtype and axis == x.rank - 1 and not any(node.outputs[1:])
+    if plain and not rms and bias is not None and scale.shape == bias.shape == (x.shape[-1],):
+        args = f"{emit.text(x)}, {emit.text(scale)}, {emit.text(bias)}, eps={eps!r}"
+        return [emit.out(f"layernorm({args})", x.dtype, x.shape)]
+    if plain and rms and scale.shape == (x.shape[-1],):
+        return [emit.out(f"rmsnorm({emit.text(x)}, {emit.text(scale)}, eps={eps!r})", x.dtype, x.shape)]
+    xt = emit.text(x)
+    if stats != x.dtype:
+        xt = emit.temp(f"cast({xt}, {stats})", stats, x.shape, "stash").name
+    red = f"axis={axes}, keepdims=True"
+    if rms:
+        inv = emit.temp(f"rsqrt(mean({xt} * {xt}, {red}) + {eps!r})", stats, kept, "inv_rms")
+        normed = f"{xt} * {inv.name}"
+        mu = None
+    else:
+        mean = f"mean({xt}, {red})"
+        mu = emit.out(mean, stats, kept, 1) if _wanted(node, 1) else emit.temp(mean, stats, kept, "mean")
+        d = emit.temp(f"{xt} - {mu.name}", stats, x.shape, "centred")
+        inv_expr = f"rsqrt(mean({d.name} * {d.name}, {red}) + {eps!r})"
+        inv = emit.out(inv_expr, stats, kept, 2) if _wanted(node, 2) else emit.temp(inv_expr, stats, kept, "inv_std")
+        normed = f"{d.name} * {inv.name}"
+    if stats != x.dtype:
+        normed = f"cast({normed}, {x.dtype})"
+    expr = f"{normed} * {emit.text(scale)}" + (f" + {emit.text(bias)}" if bias is not None else "")
+    y = emit.out(expr, x.dtype, x.shape, 0)
+    if rms:
+        return [y]
+    return [y, mu, inv][: max(1, len(node.outputs))]
+
+
+def _wanted(node: OnnxNode, k: int) -> bool:
+    return len(node.outputs) > k and bool(node.outputs[k])
+
+
+@converter("GroupNormalization", "InstanceNormalization")
+def group_norm(node: OnnxNode, emit) -> list[Value]:
+    x, scale, bias = node.need(0), node.need(1), node.need(2)
+    _float(node, x)
+    if x.rank < 3:
+        raise ModelError(f"the input has rank {x.rank}; {node.op} needs (N, C, spatial...)")
+    channels = x.shape[1]
+    if not channels.is_const:
+        raise Unsupported(f"a dynamic number of channels ({channels})")
+    c = channels.value
+    groups = c if node.op == "InstanceNormalization" else int(node.attr("num_groups", 0))
+    if groups < 1 or c % groups:
+        raise ModelError(f"{c} channels do not split into num_groups={groups}")
+    eps = float(node.attr("epsilon", 1e-5))
+    if _stats_dtype(node, x) != x.dtype:
+        raise Unsupported(f"stash_type={node.attr('stash_type', 1)} for {x.dtype} inputs")
+    # opset 18 takes a scale and bias per group, opset 21 per channel: expand the former
+    scale, bias = (_channels(emit, v, c, groups, x.dtype) for v in (scale, bias))
+    flat = (x.shape[0], channels, product(x.shape[2:]))
+    x3 = reshaped(x, flat, emit) if x.rank != 3 else x
+    args = f"{emit.text(x3)}, {emit.text(scale)}, {emit.text(bias)}, groups={groups}, eps={eps!r}"
+    if x.rank == 3:
+        return [emit.out(f"groupnorm({args})", x.dtype, x.shape)]
+    y = emit.temp(f"groupnorm({args})", x.dtype, flat, "flat")
+    return [emit.out(f"reshape({y.name}, {shape_text(x.shape)})", x.dtype, x.shape)]
+
+
+def _channels(emit, v: Value, channels: int, groups: int, dtype: str) -> Value:
+    """A per-group or per-channel vector as a per-channel one."""
+    size = v.shape[0] if v.rank == 1 else None
+    if size == const(channels):
+        return v
+    if size != const(groups):
+        raise ModelError(f"scale and bias have shape {shape_text(v.shape)}, not [{groups}] or [{channels}]")
+    each = channels // groups
+    if v.is_known:
+        return known_value(np.repeat(v.known, each), dtype)
+    return emit.temp(
+        f"reshape(expand(reshape({emit.text(v)}, [{groups}, 1]), [{groups}, {each}]), [{channels}])",
+        dtype,
+        (const(channels),),
+        "channels",
+    )
+
+
+def _flattened(node: OnnxNode, x: Value, emit) -> tuple[Value, int]:
+    """Softmax-like ops before opset 13 work on x flattened to 2-D at `axis` (default 1); from 13
+    on, on one axis (default -1). The value worked on and its axis."""
+    if node.opset >= 13:
+        return x, axis_of(node.attr("axis", -1), x.rank)
+    axis = axis_of(node.attr("axis", 1), x.rank) if x.rank else 0
+    if axis == x.rank - 1:
+        return x, axis
+    return reshaped(x, (product(x.shape[:axis]), product(x.shape[axis:])), emit), 1
+
+
+@converter("Softmax", "LogSoftmax")
+def softmax(node: OnnxNode, emit) -> list[Value]:
+    x = node.need(0)
+    _float(node, x)
+    if x.rank == 0:
+        raise ModelError("the input is a scalar")
+    v, axis = _flattened(node, x, emit)
+    fn = "softmax" if node.op == "Softmax" else "log_softmax"
+    last = axis == v.rank - 1
+    if last and v is x:
+        return [emit.out(f"{fn}({emit.text(x)})", x.dtype, x.shape)]
+    if last:
+        y = emit.temp(f"{fn}({emit.text(v)})", x.dtype, v.shape, "2d")
+    else:
+        vt = emit.text(v)
+        kept = v.shape[:axis] + (const(1),) + v.shape[axis + 1 :]
+        m = emit.temp(f"max({vt}, axis={axis}, keepdims=True)", x.dtype, kept, "max")
+        if fn == "softmax":
+            e = emit.temp(f"exp({vt} - {m.name})", x.dtype, v.shape, "exp")
+            expr = f"{e.name} / sum({e.name}, axis={axis}, keepdims=True)"
+        else:
+            s = emit.temp(f"{vt} - {m.name}", x.dtype, v.shape, "shifted")
+            expr = f"{s.name} - log(sum(exp({s.name}), axis={axis}, keepdims=True))"
+        if v is x:
+            return [emit.out(expr, x.dtype, x.shape)]
+        y = emit.temp(expr, x.dtype, v.shape, "2d")
+    return [emit.out(f"reshape({y.name}, {shape_text(x.shape)})", x.dtype, x.shape)]
+
+
+@converter("Hardmax")
+def hardmax(node: OnnxNode, emit) -> list[Value]:
+    x = node.need(0)
+    if x.rank == 0:
+        raise ModelError("the input is a scalar")
+    v, axis = _flattened(node, x, emit)
+    vt = emit.text(v)
+    index = [f"i{d}" for d in range(v.rank)]
+    while any(i == vt for i in index):
+        index = [i + "_" for i in index]
+    kept = v.shape[:axis] + (const(1),) + v.shape[axis + 1 :]
+    am = emit.temp(f"argmax({vt}, axis={axis}, keepdims=True)", "i64", kept, "argmax")
+    at = ", ".join("0" if d == axis else i for d, i in enumerate(index))
+    one, zero = ("1.0", "0.0") if x.is_float else ("1", "0")
+    expr = f"where({index[axis]} == {am.name}[{at}], {one}, {zero})"
+    if v is x:
+        return [emit.out_index(index, expr, x.dtype, x.shape)]
+    value = emit.temp("", x.dtype, v.shape, "2d")
+    emit.lines[-1] = f"{value.name}[{', '.join(f'{i} < {d}' for i, d in zip(index, v.shape))}] = {expr}"
+    return [emit.out(f"reshape({value.name}, {shape_text(x.shape)})", x.dtype, x.shape)]
+
+
+@converter("LpNormalization")
+def lp_normalization(node: OnnxNode, emit) -> list[Value]:
+    x = node.need(0)
+    _float(node, x)
+    axis = axis_of(node.attr("axis", -1), x.rank)
+    p = int(node.attr("p", 2))
+    xt = emit.text(x)
+    if p == 1:
+        norm = f"sum(abs({xt}), axis={axis}, keepdims=True)"
+    elif p == 2:
+        norm = f"sqrt(sum({xt} * {xt}, axis={axis}, keepdims=True))"
+    else:
+        raise ModelError(f"p={p} (LpNormalization takes 1 or 2)")
+    kept = x.shape[:axis] + (const(1),) + x.shape[axis + 1 :]
+    n = emit.temp(norm, x.dtype, kept, "norm")
+    # a zero norm gives 0, not 0/0 (the reference's choice)
+    return [emit.out(f"where({n.name} == 0.0, 0.0, {xt} / {n.name})", x.dtype, x.shape)]
+
+
+@converter("MeanVarianceNormalization")
+def mean_variance_normalization(node: OnnxNode, emit) -> list[Value]:
+    x = node.need(0)
+    _float(node, x)
+    axes = tuple(sorted({axis_of(a, x.rank) for a in node.attr("axes", [0, 2, 3])}))
+    xt = emit.text(x)
+    red = f"axis={axes}, keepdims=True"
+    kept = tuple(const(1) if i in axes else d for i, d in enumerate(x.shape))
+    mu = emit.temp(f"mean({xt}, {red})", x.dtype, kept, "mean")
+    std = emit.temp(f"sqrt(mean({xt} * {xt}, {red}) - {mu.name} * {mu.name})", x.dtype, kept, "std")
+    return [emit.out(f"({xt} - {mu.name}) / ({std.name} + 1e-09)", x.dtype, x.shape)]
