@@ -263,19 +263,20 @@ def pad(node: OnnxNode, emit) -> list[Value]:
 
 
 def _pad_with(x: Value, amounts: list[tuple[int, int]], value: Value, shape: Shape, emit) -> Value:
-    """Constant padding by a value computed at run time (a scalar tensor): index form."""
+    """Constant padding by a value computed at run time (a scalar tensor): padded with 0, then selected."""
     if value.rank > 1 or (value.rank == 1 and value.shape[0] != const(1)):
         raise ModelError("constant_value must be a scalar")
-    text, fill = emit.text(x), emit.text(value)
-    fill = fill if value.rank == 0 else f"{fill}[0]"
-    idx = index_names(x.rank, (text, emit.text(value)))
+    widths = ", ".join(f"[{lo}, {hi}]" for lo, hi in amounts)
+    padded = emit.temp(f"pad({emit.text(x)}, [{widths}], value={lit(0, x.dtype)})", x.dtype, shape, "padded")
+    fill = emit.text(value) if value.rank == 0 else f"{emit.text(value)}[0]"
+    idx = index_names(x.rank, (padded.name, emit.text(value)))
     inside = []
     for i, n, (lo, hi) in zip(idx, x.shape, amounts, strict=True):
         if lo:
             inside.append(f"({i} >= {lo})")
         if hi:
             inside.append(f"({i} < {lit(n + lo, 'i64')})")
-    read = f"{text}[{', '.join(f'{i} - {lo}' if lo else i for i, (lo, _) in zip(idx, amounts, strict=True))}]"
+    read = f"{padded.name}[{', '.join(idx)}]"
     return emit.out_index(idx, f"where({' & '.join(inside)}, {read}, {fill})", x.dtype, shape)
 
 

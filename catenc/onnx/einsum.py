@@ -1,0 +1,308 @@
+"""Einsum and the Attention operator (opsets 23-25).
+
+Einsum becomes the body's `einsum("bij,bjk->bik", a, b)` where it takes the equation (distinct
+letters per operand, no broadcasting of an ellipsis); otherwise index form, which also reads
+diagonals (`ii->i`). Attention calls ops/attention.toml's `attention` / `attention_masked` where
+their params express the node exactly, and is written out otherwise: the scaled products, the
+additive bias built from the mask, causality, the sliding window and the padded keys, a softmax
+that sends fully masked rows to 0, and the grouped-query heads read by index.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from catenc.onnx.indexing import index_names, index_temp
+from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter
+from catenc.onnx.values import ONNX_DTYPES, Shape, Value, broadcast
+from catenc.onnx.values import literal as lit
+from catenc.symbolic import Expr, const, floordiv
+
+# ---- Einsum --------------------------------------------------------------------------------------
+
+
+def _parse(equation: str, operands: list[Value]) -> tuple[list[str], str, dict[str, Expr]]:
+    """The terms with each ellipsis spelt out in fresh capital letters, the explicit output, and each letter's size."""
+    text = equation.replace(" ", "")
+    inputs, arrow, output = text.partition("->")
+    terms = inputs.split(",")
+    if len(terms) != len(operands):
+        raise ModelError(f"equation '{equation}' names {len(terms)} operands, the node has {len(operands)}")
+    fresh = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in text]
+    batch = max(
+        (v.rank - len(t.replace("...", "")) for t, v in zip(terms, operands, strict=True) if "..." in t), default=0
+    )
+    ellipsis = "".join(fresh[:batch])
+    sizes: dict[str, Expr] = {}
+    spelt = []
+    for term, value in zip(terms, operands, strict=True):
+        if "..." in term:
+            count = value.rank - len(term.replace("...", ""))
+            term = term.replace("...", ellipsis[batch - count :] if count else "")
+        if len(term) != value.rank or not all(c.isalpha() for c in term):
+            raise ModelError(f"term '{term}' does not name the {value.rank} axes of its operand")
+        for letter, dim in zip(term, value.shape, strict=True):
+            known = sizes.get(letter)
+            if known is None or known == const(1):
+                sizes[letter] = dim
+            elif dim != known and dim != const(1):
+                raise ModelError(f"axis '{letter}' is {known} in one operand and {dim} in another")
+        spelt.append(term)
+    if arrow:
+        output = output.replace("...", ellipsis)
+    else:
+        joined = "".join(spelt)
+        output = ellipsis + "".join(sorted(c for c in set(joined) if c.islower() and joined.count(c) == 1))
+    if len(set(output)) != len(output) or any(c not in sizes for c in output):
+        raise ModelError(f"output '{output}' must use distinct letters of the inputs")
+    return spelt, output, sizes
+
+
+@converter("Einsum")
+def einsum(node: OnnxNode, emit) -> list[Value]:
+    operands = [v for v in node.inputs if v is not None]
+    if not operands:
+        raise ModelError("needs at least one input")
+    dtype = operands[0].dtype
+    if dtype == "bool":
+        raise Unsupported("einsum of bool tensors")
+    terms, output, sizes = _parse(str(node.attr("equation", "")), operands)
+    shape = tuple(sizes[c] for c in output)
+    texts = [emit.text(v) for v in operands]
+    broadcasting = any(
+        dim != sizes[c] for t, v in zip(terms, operands, strict=True) for c, dim in zip(t, v.shape, strict=True)
+    )
+    plain = all(t and len(set(t)) == len(t) for t in terms) and not broadcasting
+    if plain:
+        if output == "".join(terms) and len(terms) == 1:
+            return [operands[0]]
+        return [emit.out(f'einsum("{",".join(terms)}->{output}", {", ".join(texts)})', dtype, shape)]
+    avoid = tuple(texts)
+    names = dict(zip(sorted(sizes), index_names(len(sizes), avoid), strict=True))
+    reads = []
+    for term, text, value in zip(terms, texts, operands, strict=True):
+        subs = [names[c] if dim == sizes[c] else "0" for c, dim in zip(term, value.shape, strict=True)]
+        reads.append(f"{text}[{', '.join(subs)}]" if term else text)
+    expr = " * ".join(reads)
+    summed = [c for c in sorted(sizes) if c not in output]
+    if summed:
+        ranges = ", ".join(f"{names[c]} < {lit(sizes[c], 'i64')}" for c in summed)
+        expr = f"sum[{ranges}]({expr})"
+    if not output:
+        if summed:
+            raise Unsupported(f"equation '{node.attr('equation')}' (a full contraction with repeated letters)")
+        return [emit.out(expr, dtype, ())]
+    return [emit.out_index([names[c] for c in output], expr, dtype, shape)]
+
+
+# ---- Attention -----------------------------------------------------------------------------------
+
+
+def _in_type(value: float, dtype: str) -> float:
+    """value rounded to dtype (as numpy's `Q.dtype.type(value)`), as a Python float."""
+    if dtype == "f16":
+        return float(np.float16(value))
+    if dtype == "f64":
+        return float(value)
+    f = np.float32(value)
+    if dtype == "bf16":
+        bits = int(f.view(np.uint32))
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return float(np.uint32(bits).view(np.float32))
+    return float(f)
+
+
+def _heads(value: Value, heads: int | None, emit, hint: str) -> Value:
+    """A 3-D (batch, sequence, heads * size) input as 4-D (batch, heads, sequence, size)."""
+    if value.rank == 4:
+        return value
+    if value.rank != 3 or not heads:
+        raise ModelError("Q, K and V must be 4-D, or 3-D with q_num_heads and kv_num_heads")
+    b, s, hidden = value.shape
+    size = floordiv(hidden, heads)
+    split = emit.temp(
+        f"reshape({emit.text(value)}, [{b}, {s}, {heads}, {lit(size, 'i64')}])",
+        value.dtype,
+        (b, s, const(heads), size),
+        hint,
+    )
+    return emit.temp(f"transpose({split.name}, [0, 2, 1, 3])", value.dtype, (b, const(heads), s, size), hint)
+
+
+def _structure(node: OnnxNode, q: Value, total: Expr, past: Expr | None, emit) -> Value | None:
+    """The additive bias of causality, the sliding window and the padded keys (0 or -inf), or None."""
+    causal = bool(node.attr("is_causal", 0))
+    left, right = node.attr("left_window_size", -1), node.attr("right_window_size", -1)
+    nonpad = node.input(6)
+    if not causal and left < 0 and right < 0 and nonpad is None:
+        return None
+    b, s = q.shape[0], q.shape[2]
+    conditions = []
+    if nonpad is not None:  # the keys of batch b end at nonpad_kv_seqlen[b], the queries being the last ones
+        lengths = emit.text(nonpad)
+        if nonpad.rank != 1:
+            raise ModelError("nonpad_kv_seqlen must be 1-D")
+        idx = index_names(4, (lengths,))
+        bi, i, j = idx[0], idx[2], idx[3]
+        conditions.append(f"({j} < {lengths}[{bi}])")
+        offset = f"{lengths}[{bi}] - {lit(s, 'i64')}"
+    else:
+        idx = index_names(2)
+        i, j = idx
+        offset = lit(past or const(0), "i64")
+    front = f"{i} + {offset}"
+    if causal:
+        conditions.append(f"({j} <= {front})")
+    if left >= 0:
+        conditions.append(f"({front} - {j} <= {left})")
+    if right >= 0:
+        conditions.append(f"({j} - ({front}) <= {right})")
+    expr = f"cast(where({' & '.join(conditions)}, 0.0, -inf), {q.dtype})"
+    shape: Shape = (s, total) if nonpad is None else (b, const(1), s, total)
+    return index_temp(emit, idx, expr, q.dtype, shape, "structure")
+
+
+def _mask_bias(mask: Value, q: Value, total: Expr, emit) -> Value:
+    """attn_mask as an additive bias of Q's type, padded with -inf to the keys' length."""
+    text = emit.text(mask)
+    if mask.dtype == "bool":
+        text = f"cast(where({text}, 0.0, -inf), {q.dtype})"
+    elif mask.dtype != q.dtype:
+        text = f"cast({text}, {q.dtype})"
+    width = mask.shape[-1]
+    shape = mask.shape[:-1] + (total,)
+    if width != total:
+        widths = ", ".join(["[0, 0]"] * (mask.rank - 1) + [f"[0, {lit(total - width, 'i64')}]"])
+        text = f"pad({text}, [{widths}], value=-inf)"
+    elif text == mask.name:
+        return mask
+    return emit.temp(text, q.dtype, shape, "mask")
+
+
+def _library_call(node: OnnxNode, q: Value, k: Value, v: Value) -> str | None:
+    """The ops/attention.toml call that computes this node exactly, if one does."""
+    mask = node.input(3)
+    plain = all(node.input(n) is None for n in (4, 5, 6)) and len([o for o in node.outputs if o]) == 1
+    plain = plain and node.attr("scale") is None and node.attr("softcap", 0.0) == 0.0
+    plain = plain and node.attr("left_window_size", -1) < 0 and node.attr("right_window_size", -1) < 0
+    plain = plain and q.rank == 4 and q.shape[1] == k.shape[1] and node.attr("softmax_precision") is None
+    if not plain:
+        return None
+    causal = ", causal=True" if node.attr("is_causal", 0) else ""
+    if mask is None:
+        return f"attention({{q}}, {{k}}, {{v}}{causal})"
+    if not causal and mask.rank == 2 and mask.dtype == q.dtype and mask.shape == (q.shape[2], k.shape[2]):
+        return "attention_masked({q}, {k}, {v}, {mask})"
+    return None
+
+
+@converter("Attention")
+def attention(node: OnnxNode, emit) -> list[Value]:
+    q, k, v, mask = node.need(0), node.need(1), node.need(2), node.input(3)
+    past_key, past_value = node.input(4), node.input(5)
+    dtype = q.dtype
+    if not q.is_float or k.dtype != dtype or v.dtype != dtype:
+        raise ModelError(f"Q, K and V of types {q.dtype}, {k.dtype}, {v.dtype}")
+    if (past_key is None) != (past_value is None):
+        raise ModelError("past_key and past_value must come together")
+    if past_key is not None and node.input(6) is not None:
+        raise ModelError("nonpad_kv_seqlen cannot be combined with past_key and past_value")
+    rank = q.rank
+    call = _library_call(node, q, k, v)
+    if call is not None:
+        texts = {"q": emit.text(q), "k": emit.text(k), "v": emit.text(v)}
+        if mask is not None:
+            texts["mask"] = emit.text(mask)
+        shape = q.shape[:3] + v.shape[3:]
+        return [emit.out(call.format(**texts), dtype, shape)]
+    q = _heads(q, node.attr("q_num_heads"), emit, "q")
+    k = _heads(k, node.attr("kv_num_heads"), emit, "k")
+    v = _heads(v, node.attr("kv_num_heads"), emit, "v")
+    batch, heads, length, size = q.shape
+    kv_heads = k.shape[1]
+    past = None
+    if past_key is not None:
+        past = past_key.shape[2]
+        present_shape = k.shape[:2] + (past + k.shape[2], k.shape[3])
+        k = emit.out(f"concat([{emit.text(past_key)}, {emit.text(k)}], 2)", dtype, present_shape, 1)
+        value_shape = v.shape[:2] + (past + v.shape[2], v.shape[3])
+        v = emit.out(f"concat([{emit.text(past_value)}, {emit.text(v)}], 2)", dtype, value_shape, 2)
+    present_k, present_v = k, v
+    total = k.shape[2]
+    # the additive bias: attn_mask, then causality, the window and padded keys
+    bias = None if mask is None else _mask_bias(mask, q, total, emit)
+    structure = _structure(node, q, total, past, emit)
+    if structure is not None:
+        if bias is None:
+            bias = structure
+        else:
+            shape = broadcast(bias.shape, structure.shape)
+            if shape is None:
+                raise ModelError("attn_mask does not broadcast against the scores")
+            bias = emit.temp(f"{emit.text(bias)} + {structure.name}", dtype, shape, "bias")
+    # grouped-query attention: query head h reads key and value head h // (heads / kv_heads)
+    if heads != kv_heads:
+        if not (heads.is_const and kv_heads.is_const) or heads.value % kv_heads.value:
+            raise ModelError(f"{heads} query heads do not group onto {kv_heads} key/value heads")
+        group = heads.value // kv_heads.value
+        k = _repeat_heads(k, heads, group, emit, "k_heads")
+        v = _repeat_heads(v, heads, group, emit, "v_heads")
+    scale = node.attr("scale")
+    root = _in_type(math.sqrt(1 / math.sqrt(size.value) if scale is None else scale), dtype) if size.is_const else None
+    if root is None:
+        raise Unsupported("a symbolic head size")
+    qs = emit.temp(f"{emit.text(q)} * {lit(root, dtype)}", dtype, q.shape, "scaled")
+    ks = emit.temp(f"{emit.text(k)} * {lit(root, dtype)}", dtype, k.shape, "scaled")
+    scores_shape = (batch, heads, length, total)
+    scores = emit.temp(f"{qs.name} @ transpose({ks.name}, [0, 1, 3, 2])", dtype, scores_shape, "scores")
+    softcap = node.attr("softcap", 0.0)
+    if softcap and softcap > 0:
+        c = lit(softcap, dtype)
+        scores = emit.temp(f"tanh({scores.name} / {c}) * {c}", dtype, scores_shape, "capped")
+    qk_out = scores
+    logits = scores
+    if bias is not None:
+        logits = emit.temp(f"{scores.name} + {bias.name}", dtype, scores_shape, "logits")
+    mode = node.attr("qk_matmul_output_mode", 0)
+    if mode == 2:
+        qk_out = logits
+    probs = _softmax(node, logits, bias, emit)
+    if mode == 3:
+        qk_out = probs
+    product = f"{probs.name} @ {emit.text(v)}"
+    if rank == 4:
+        y = emit.out(product, dtype, (batch, heads, length, v.shape[3]))
+    else:
+        y = emit.temp(product, dtype, (batch, heads, length, v.shape[3]), "y")
+        turned = emit.temp(f"transpose({y.name}, [0, 2, 1, 3])", dtype, (batch, length, heads, v.shape[3]), "y")
+        flat = (batch, length, heads * v.shape[3])
+        y = emit.out(f"reshape({turned.name}, [{batch}, {length}, {lit(flat[2], 'i64')}])", dtype, flat)
+    return [y, present_k, present_v, qk_out][: len(node.outputs)]
+
+
+def _repeat_heads(value: Value, heads: Expr, group: int, emit, hint: str) -> Value:
+    text = emit.text(value)
+    idx = index_names(4, (text,))
+    read = f"{text}[{idx[0]}, {idx[1]} // {group}, {idx[2]}, {idx[3]}]"
+    shape = (value.shape[0], heads) + value.shape[2:]
+    return index_temp(emit, idx, read, value.dtype, shape, hint)
+
+
+def _softmax(node: OnnxNode, logits: Value, bias: Value | None, emit) -> Value:
+    """The reference's softmax over the keys: rows of -inf give 0 (not NaN), in softmax_precision if set."""
+    dtype = logits.dtype
+    precision = node.attr("softmax_precision")
+    work = ONNX_DTYPES.get(precision, dtype) if precision else dtype
+    x = logits.name if work == dtype else f"cast({logits.name}, {work})"
+    shape = logits.shape
+    top = emit.temp(f"max({x}, axis=-1, keepdims=True)", work, shape[:3] + (const(1),), "max")
+    e = emit.temp(f"exp({x} - where({top.name} == -inf, 0.0, {top.name}))", work, shape, "exp")
+    total = emit.temp(f"sum({e.name}, axis=-1, keepdims=True)", work, top.shape, "sum")
+    p = f"{e.name} / where({total.name} == 0.0, 1.0, {total.name})"
+    if bias is not None:  # a row whose bias is all -inf attends to nothing: 0, whatever the scores
+        p = f"where(max({bias.name}, axis=-1, keepdims=True) == -inf, 0.0, {p})"
+    if work != dtype:
+        p = f"cast({p}, {dtype})"
+    return emit.temp(p, dtype, shape, "probs")
