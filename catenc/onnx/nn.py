@@ -11,6 +11,8 @@ channel directly. Pooling is a guarded `max`/`sum` over the window.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
@@ -19,6 +21,9 @@ from catenc.onnx.shape import shape_text
 from catenc.onnx.values import NUMPY, Shape, Value, dims, static
 from catenc.onnx.values import literal as lit
 from catenc.symbolic import Expr, const, floordiv
+
+if TYPE_CHECKING:
+    from catenc.onnx.importer import Names
 
 
 @dataclass(frozen=True)
@@ -150,18 +155,33 @@ def guarded(guards: tuple[str, ...] | list[str], value: str, fill: str) -> str:
     return f"where({cond}, {value}, {fill})"
 
 
-def _names(nd: int, taken: set[str]) -> tuple[list[str], list[str]]:
+_INDEX_NAMES: WeakKeyDictionary[Names, set[str]] = WeakKeyDictionary()
+
+
+class Indices:
+    """Index names for one index-form statement: each clashes with no tensor, symbol or function
+    of the body, now or later (it is reserved in the body's names; indices of other statements
+    may reuse it), nor with the statement's other indices."""
+
+    def __init__(self, emit) -> None:
+        self.names: Names = emit.names
+        self.ours = _INDEX_NAMES.setdefault(self.names, set())
+        self.local: set[str] = set()
+
+    def __call__(self, name: str) -> str:
+        while name in self.local or (name in self.names.taken and name not in self.ours):
+            name += "_"
+        self.names.taken.add(name)
+        self.ours.add(name)
+        self.local.add(name)
+        return name
+
+
+def _names(nd: int, ix: Indices) -> tuple[list[str], list[str]]:
     """Index names of the output's spatial dims and of the window (oh, ow / r, s for 2-D)."""
     outs = {1: ["ol"], 2: ["oh", "ow"], 3: ["od", "oh", "ow"]}.get(nd, [f"o{i}" for i in range(nd)])
     taps = {1: ["r"], 2: ["r", "s"], 3: ["q", "r", "s"]}.get(nd, [f"r{i}" for i in range(nd)])
-    return [_free(o, taken) for o in outs], [_free(t, taken) for t in taps]
-
-
-def _free(name: str, taken: set[str]) -> str:
-    while name in taken:
-        name += "_"
-    taken.add(name)
-    return name
+    return [ix(o) for o in outs], [ix(t) for t in taps]
 
 
 def _static_dim(d: Expr, what: str) -> int:
@@ -192,14 +212,16 @@ def _index_temp(emit, indices: list[str], expr: str, dtype: str, shape: Shape, h
     return value
 
 
-def _grouped(emit, expr_of, dtype: str, batch: Expr, groups: int, per_group: int, outs: list[str], out: Shape, taken):
+def _grouped(
+    emit, expr_of, dtype: str, batch: Expr, groups: int, per_group: int, outs: list[str], out: Shape, ix: Indices
+):
     """A grouped result: [N, G, K/G, spatial...] computed by `expr_of(channel, g, j)` and reshaped to
     [N, K, ...]; `outs` names the batch index, then the spatial ones."""
     if groups == 1:
-        k = _free("k", taken)
+        k = ix("k")
         expr = expr_of(k, None, None)
         return emit.out_index([outs[0], k, *outs[1:]], expr, dtype, (batch, const(per_group), *out))
-    g, j = _free("g", taken), _free("j", taken)
+    g, j = ix("g"), ix("j")
     t_shape = (batch, const(groups), const(per_group), *out)
     t = _index_temp(emit, [outs[0], g, j, *outs[1:]], expr_of(f"{g}*{per_group} + {j}", g, j), dtype, t_shape, "groups")
     shape = (batch, const(groups * per_group), *out)
@@ -221,11 +243,11 @@ def conv(node: OnnxNode, emit) -> list[Value]:
     win = window(node, x, kernel)
     xt, wt = emit.text(x), emit.text(w)
     bt = emit.text(b) if b is not None else None
-    taken = {xt, wt, bt}
-    n = _free("n", taken)
-    outs, taps = _names(len(kernel), taken)
+    ix = Indices(emit)
+    n = ix("n")
+    outs, taps = _names(len(kernel), ix)
     access = forward_access(win, x.shape[2:], outs, taps)
-    c = _free("c", taken)
+    c = ix("c")
     per_group = k_out // groups
     depthwise = c_group == 1 and groups > 1
 
@@ -248,10 +270,10 @@ def conv(node: OnnxNode, emit) -> list[Value]:
     if b is not None and b.shape != (const(k_out),):
         raise ModelError(f"the bias has shape {shape_text(b.shape)}, not [{k_out}]")
     if depthwise:
-        k = _free("k", taken)
+        k = ix("k")
         shape = (x.shape[0], const(k_out), *win.out)
         return [emit.out_index([n, k, *outs], expr_of(k, None, None), x.dtype, shape)]
-    return [_grouped(emit, expr_of, x.dtype, x.shape[0], groups, per_group, [n, *outs], win.out, taken)]
+    return [_grouped(emit, expr_of, x.dtype, x.shape[0], groups, per_group, [n, *outs], win.out, ix)]
 
 
 @converter("ConvTranspose")
@@ -299,10 +321,10 @@ def conv_transpose(node: OnnxNode, emit) -> list[Value]:
         raise ModelError(f"the output would have size {shape_text(out)}")
     xt, wt = emit.text(x), emit.text(w)
     bt = emit.text(b) if b is not None else None
-    taken = {xt, wt, bt}
-    n = _free("n", taken)
-    outs, taps = _names(nd, taken)
-    c = _free("c", taken)
+    ix = Indices(emit)
+    n = ix("n")
+    outs, taps = _names(nd, ix)
+    c = ix("c")
     index, guards, reduce = [], [], [f"{c} < {c_group}"] if c_group > 1 else []
     for size, o, r, k, s, d, bb in zip(spatial, outs, taps, kernel, strides, dilations, begin):
         pos = _affine([(1, o)] + ([(-d, r)] if k > 1 else []), bb)
@@ -318,7 +340,7 @@ def conv_transpose(node: OnnxNode, emit) -> list[Value]:
     wtaps = ", ".join(taps[i] if k > 1 else "0" for i, k in enumerate(kernel))
 
     def expr_of(channel: str, g: str | None, j: str | None) -> str:
-        first = f"{g}*{c_group}" if g is not None else ""
+        first = (g if c_group == 1 else f"{g}*{c_group}") if g is not None else ""
         channel_in = (f"{first} + {c}" if first else c) if c_group > 1 else (first or "0")
         read = guarded(guards, f"{xt}[{n}, {channel_in}, {', '.join(index)}]", "0.0")
         product = f"{read} * {wt}[{channel_in}, {j if j is not None else channel}, {wtaps}]"
@@ -327,7 +349,7 @@ def conv_transpose(node: OnnxNode, emit) -> list[Value]:
 
     if b is not None and b.shape != (const(groups * per_group),):
         raise ModelError(f"the bias has shape {shape_text(b.shape)}, not [{groups * per_group}]")
-    return [_grouped(emit, expr_of, x.dtype, x.shape[0], groups, per_group, [n, *outs], out, taken)]
+    return [_grouped(emit, expr_of, x.dtype, x.shape[0], groups, per_group, [n, *outs], out, ix)]
 
 
 def _pool_setup(node: OnnxNode, emit, x: Value) -> tuple[Window, Access, list[str], str]:
@@ -342,9 +364,9 @@ def _pool_setup(node: OnnxNode, emit, x: Value) -> tuple[Window, Access, list[st
         raise ModelError(f"kernel_shape has {len(kernel)} entries for {x.rank - 2} spatial dims")
     win = window(node, x, kernel, bool(node.attr("ceil_mode", 0)))
     xt = emit.text(x)
-    taken = {xt}
-    n, c = _free("n", taken), _free("c", taken)
-    outs, taps = _names(len(kernel), taken)
+    ix = Indices(emit)
+    n, c = ix("n"), ix("c")
+    outs, taps = _names(len(kernel), ix)
     return win, forward_access(win, x.shape[2:], outs, taps), [n, c, *outs], xt
 
 

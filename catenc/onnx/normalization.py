@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from catenc.onnx.nn import Indices
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter
 from catenc.onnx.shape import reshaped, shape_text
 from catenc.onnx.values import NUMPY, Value, known_value
@@ -26,14 +27,9 @@ def _no_extra_outputs(node: OnnxNode, what: str) -> None:
         raise Unsupported(what)
 
 
-def _channel_index(x: Value, taken: set[str]) -> list[str]:
-    names = ["n", "c"] + [f"i{d}" for d in range(2, x.rank)]
-    out = []
-    for name in names:
-        while name in taken:
-            name += "_"
-        out.append(name)
-    return out
+def _channel_index(x: Value, emit) -> list[str]:
+    ix = Indices(emit)
+    return [ix(name) for name in ["n", "c"] + [f"i{d}" for d in range(2, x.rank)]]
 
 
 def _per_channel(node: OnnxNode, v: Value, channels) -> None:
@@ -61,12 +57,12 @@ def batch_norm(node: OnnxNode, emit) -> list[Value]:
         emit.hint_like(a, scale, "_folded")
         emit.hint_like(b, bias, "_folded")
         xt, at_, bt_ = emit.text(x), emit.text(a), emit.text(b)
-        index = _channel_index(x, {xt, at_, bt_})
+        index = _channel_index(x, emit)
         c, read = index[1], f"{xt}[{', '.join(index)}]"
         expr = f"{read} * {at_}[{c}] + {bt_}[{c}]"
     else:
         xt, st, bt, mt, vt = (emit.text(v) for v in (x, scale, bias, mean, var))
-        index = _channel_index(x, {xt, st, bt, mt, vt})
+        index = _channel_index(x, emit)
         c, read = index[1], f"{xt}[{', '.join(index)}]"
         expr = f"({read} - {mt}[{c}]) * rsqrt({vt}[{c}] + {eps!r}) * {st}[{c}] + {bt}[{c}]"
     return [emit.out_index(index, expr, x.dtype, x.shape)]
@@ -218,9 +214,8 @@ def hardmax(node: OnnxNode, emit) -> list[Value]:
         raise ModelError("the input is a scalar")
     v, axis = _flattened(node, x, emit)
     vt = emit.text(v)
-    index = [f"i{d}" for d in range(v.rank)]
-    while any(i == vt for i in index):
-        index = [i + "_" for i in index]
+    ix = Indices(emit)
+    index = [ix(f"i{d}") for d in range(v.rank)]
     kept = v.shape[:axis] + (const(1),) + v.shape[axis + 1 :]
     am = emit.temp(f"argmax({vt}, axis={axis}, keepdims=True)", "i64", kept, "argmax")
     at = ", ".join("0" if d == axis else i for d, i in enumerate(index))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from catenc.onnx.elementwise import FOLD_LIMIT
+from catenc.onnx.nn import Indices
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter
 from catenc.onnx.shape import axes_input
 from catenc.onnx.values import Value, known_value
@@ -96,7 +97,8 @@ def arg_extreme(node: OnnxNode, emit) -> list[Value]:
     if not node.attr("select_last_index", 0):
         return [emit.out(f"{fn}({xt}, {args})", "i64", shape)]
     # the last extreme is the first one of the reversed axis
-    names = [f"i{d}" for d in range(x.rank)]
+    ix = Indices(emit)
+    names = [ix(f"i{d}") for d in range(x.rank)]
     size = x.shape[axis]
     read = list(names)
     read[axis] = f"{size} - 1 - {names[axis]}" if size.is_const or size.as_symbol() else f"({size}) - 1 - {names[axis]}"

@@ -1,0 +1,239 @@
+"""ONNX converters of the neural-network families (catenc/onnx/nn.py, normalization.py, reduce.py):
+one model per family and opset form, many nodes each, compiled once and compared with
+onnx.reference.ReferenceEvaluator."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from catenc.onnx.importer import import_proto
+from tests.conftest import compile_file
+from tests.test_onnx_import import check_against_reference, make_model, save, tensor
+
+F = TensorProto.FLOAT
+I64 = TensorProto.INT64
+RNG = np.random.default_rng(7)
+
+
+def weights(name: str, *shape: int) -> object:
+    return numpy_helper.from_array(RNG.standard_normal(shape).astype(np.float32), name)
+
+
+def node(op: str, inputs: list[str], output: str, **attrs) -> object:
+    return helper.make_node(op, inputs, [output], **attrs)
+
+
+def run(nodes, inputs, initializers, opset, tmp_path, kinds=None, rtol=1e-4, atol=1e-5):
+    kinds = kinds or {}
+    outs = [o for n in nodes for o in n.output if o]
+    model = make_model(
+        nodes,
+        [tensor(name, F, list(a.shape)) for name, a in inputs.items()],
+        [tensor(o, kinds.get(o, F), None) for o in outs],
+        initializers,
+        opset=opset,
+    )
+    check_against_reference(model, tmp_path, inputs, rtol=rtol, atol=atol)
+    return model
+
+
+def test_convolutions_and_pooling(tmp_path):
+    # (a grouped ConvTranspose has no bias here: the reference adds B[0..K/G) to every group)
+    nodes = [
+        node("Conv", ["x", "w", "b"], "conv_asym", pads=[1, 0, 2, 1], strides=[2, 1]),
+        node("Conv", ["x", "w_dw", "b_dw"], "conv_depthwise", group=4, pads=[1, 1, 1, 1]),  # 2 filters a channel
+        node("Conv", ["x", "w_g"], "conv_grouped", group=2, dilations=[2, 1], auto_pad="SAME_UPPER"),
+        node("Conv", ["x", "w"], "conv_same_lower", auto_pad="SAME_LOWER", strides=[2, 2]),
+        node("Conv", ["x", "w_1x1"], "conv_valid_1x1", auto_pad="VALID", strides=[2, 3]),
+        node("Conv", ["x1", "w1", "b1"], "conv_1d", pads=[1, 2], strides=[2]),
+        node("Conv", ["x3", "w3"], "conv_3d", pads=[1, 1, 0, 1, 1, 0], kernel_shape=[3, 3, 2]),
+        node("ConvTranspose", ["x", "wt"], "convt_grouped", group=4, strides=[2, 2], pads=[1, 0, 0, 1]),
+        node(
+            "ConvTranspose",
+            ["x", "wt2", "bt2"],
+            "convt_padding",
+            strides=[2, 3],
+            output_padding=[1, 2],
+            dilations=[2, 1],
+        ),
+        node("ConvTranspose", ["x", "wt2"], "convt_shape", strides=[2, 2], output_shape=[19, 17]),
+        node("ConvTranspose", ["x1", "wt1"], "convt_same", strides=[2], auto_pad="SAME_UPPER"),
+        node("MaxPool", ["x"], "max_ceil", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 0, 0], ceil_mode=1),
+        node("MaxPool", ["x"], "max_dilated", kernel_shape=[2, 2], dilations=[2, 2], auto_pad="SAME_UPPER"),
+        node("MaxPool", ["x3"], "max_3d", kernel_shape=[2, 2, 2]),
+        node("AveragePool", ["x"], "avg_exclude", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        node(
+            "AveragePool",
+            ["x"],
+            "avg_include_ceil",
+            kernel_shape=[3, 3],
+            strides=[2, 2],
+            pads=[1, 1, 1, 1],
+            count_include_pad=1,
+            ceil_mode=1,
+        ),
+        node("AveragePool", ["x1"], "avg_1d", kernel_shape=[3], strides=[1], pads=[0, 2]),
+        node("LpPool", ["x"], "lp3", kernel_shape=[2, 2], strides=[2, 2], p=3),
+        node("LpPool", ["x"], "lp2", kernel_shape=[3, 2], pads=[1, 0, 1, 0]),
+        node("GlobalAveragePool", ["x"], "gap"),
+        node("GlobalMaxPool", ["x"], "gmp"),
+    ]
+    inits = [
+        weights("w", 5, 4, 3, 3),
+        weights("b", 5),
+        weights("w_dw", 8, 1, 3, 3),
+        weights("b_dw", 8),
+        weights("w_g", 6, 2, 3, 2),
+        weights("w_1x1", 3, 4, 1, 1),
+        weights("w1", 3, 4, 3),
+        weights("b1", 3),
+        weights("w3", 3, 2, 3, 3, 2),
+        weights("wt", 4, 1, 3, 3),
+        weights("bt2", 2),
+        weights("wt2", 4, 2, 3, 2),
+        weights("wt1", 4, 2, 4),
+    ]
+    inputs = {
+        "x": RNG.standard_normal((2, 4, 9, 8)).astype(np.float32),
+        "x1": RNG.standard_normal((2, 4, 10)).astype(np.float32),
+        "x3": RNG.standard_normal((1, 2, 5, 6, 4)).astype(np.float32),
+    }
+    model = run(nodes, inputs, inits, 19, tmp_path)
+    text = import_proto(model, "m.onnx").text
+    # a convolution is one contraction statement with its bias, read at the channel it writes
+    assert "conv_asym[n < 2, k < 5, oh < 5, ow < 7] = sum[c < 4, r < 3, s < 3](" in text
+    assert "* w[k, c, r, s]) + b[k]" in text
+    assert "x[n, k // 2, oh + r - 1, ow + s - 1], 0.0) * w_dw[k, 0, r, s]) + b_dw[k]" in text  # depthwise: no groups
+    assert "conv_grouped_groups[n < 2, g < 2, j < 3, oh < 9, ow < 8]" in text
+
+
+def test_normalizations(tmp_path):
+    nodes = [
+        node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], "bn_folded", epsilon=1e-3),
+        node("BatchNormalization", ["x", "s_in", "b_in", "m_in", "v_in"], "bn_inputs"),
+        helper.make_node(
+            "LayerNormalization", ["x", "ln_s", "ln_b"], ["ln_axis1", "ln_mean", "ln_inv"], axis=1, epsilon=1e-4
+        ),
+        node("LayerNormalization", ["x", "ln_s_last", "ln_b_last"], "ln_last"),
+        node("LayerNormalization", ["x", "ln_s_last"], "ln_no_bias", axis=-1),
+        node("GroupNormalization", ["x", "gn_s", "gn_b"], "gn_per_group", num_groups=2, epsilon=1e-3),
+        node("InstanceNormalization", ["x", "scale", "bias"], "instance"),
+        node("Softmax", ["x"], "softmax_axis1", axis=1),
+        node("Softmax", ["x"], "softmax_last"),
+        node("LogSoftmax", ["x"], "logsoftmax_axis2", axis=2),
+        node("Hardmax", ["x"], "hardmax_axis1", axis=1),
+        node("LpNormalization", ["xpos"], "l1_axis1", axis=1, p=1),  # (the reference's L1 norm forgets abs)
+        node("LpNormalization", ["x"], "l2_last"),
+        node("MeanVarianceNormalization", ["x"], "mvn"),
+    ]
+    positive = np.abs(RNG.standard_normal(4)).astype(np.float32) + 0.5
+    inits = [
+        weights("scale", 4),
+        weights("bias", 4),
+        weights("mean", 4),
+        numpy_helper.from_array(positive, "var"),
+        weights("ln_s", 4, 5, 6),
+        weights("ln_b", 4, 5, 6),
+        weights("ln_s_last", 6),
+        weights("ln_b_last", 6),
+        weights("gn_s", 2),
+        weights("gn_b", 2),
+    ]
+    inputs = {
+        "x": RNG.standard_normal((2, 4, 5, 6)).astype(np.float32),
+        "s_in": RNG.standard_normal(4).astype(np.float32),
+        "b_in": RNG.standard_normal(4).astype(np.float32),
+        "m_in": RNG.standard_normal(4).astype(np.float32),
+        "v_in": positive,
+        "xpos": np.abs(RNG.standard_normal((2, 4, 5, 6))).astype(np.float32),
+    }
+    model = run(nodes, inputs, inits, 18, tmp_path)  # opset 18: GroupNormalization's scale per group
+    text = import_proto(model, "m.onnx").text
+    assert "ln_last = layernorm(x, ln_s_last, ln_b_last, eps=1e-05)" in text
+    assert "softmax_last = softmax(x)" in text
+    assert "bn_folded[n < 2, c < 4, i2 < 5, i3 < 6] = x[n, c, i2, i3] * scale_folded[c] + bias_folded[c]" in text
+
+
+def test_opset_12_forms(tmp_path):
+    """Before opset 13 Softmax, LogSoftmax and Hardmax work on the input flattened to 2-D at `axis`
+    (onnxruntime is the reference: onnx's evaluator applies the opset-13 form); reductions take
+    their axes as an attribute."""
+    nodes = [
+        node("Softmax", ["x"], "softmax_flat"),  # axis 1: over the last two dims together
+        node("LogSoftmax", ["x"], "logsoftmax_flat", axis=0),
+        node("Hardmax", ["x"], "hardmax_flat"),
+        node("ReduceSum", ["x"], "sum_attr", axes=[0, 2], keepdims=0),
+        node("ReduceMean", ["x"], "mean_all"),
+        node("ReduceMax", ["x"], "max_neg", axes=[-1]),
+        node("ArgMax", ["x"], "argmax_last", axis=1, keepdims=0, select_last_index=1),
+        node("ArgMin", ["x"], "argmin_first", axis=-1),
+    ]
+    x = np.round(RNG.standard_normal((3, 4, 5)) * 2).astype(np.float32)  # ties for select_last_index
+    kinds = {"argmax_last": I64, "argmin_first": I64}
+    outs = [tensor(o, kinds.get(o, F), None) for n in nodes for o in n.output]
+    model = make_model(nodes, [tensor("x", F, [3, 4, 5])], outs, opset=12)
+    got = compile_file(save(model, tmp_path), tmp_path / "out").entries["net"](x)
+    want = onnxruntime.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    for g, w, out in zip(got, want, outs, strict=True):
+        assert g.dtype == w.dtype, out.name
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=out.name)
+
+
+def test_reductions_with_axes_inputs(tmp_path):
+    axes = numpy_helper.from_array(np.array([1, -1], np.int64), "axes")
+    empty = numpy_helper.from_array(np.array([], np.int64), "empty")
+    nodes = [
+        node("ReduceSum", ["x", "axes"], "sum"),
+        node("ReduceSum", ["x", "empty"], "sum_noop", noop_with_empty_axes=1),
+        node("ReduceSum", ["x"], "sum_all", keepdims=0),
+        node("ReduceMean", ["x", "axes"], "mean", keepdims=0),
+        node("ReduceMin", ["x", "axes"], "min"),
+        node("ReduceProd", ["x", "axes"], "prod"),
+        node("ReduceL1", ["x", "axes"], "l1"),
+        node("ReduceL2", ["x", "axes"], "l2", keepdims=0),
+        node("ReduceLogSum", ["xp", "axes"], "logsum"),
+        node("ReduceLogSumExp", ["x", "axes"], "logsumexp", keepdims=0),
+        node("ReduceLogSumExp", ["x"], "logsumexp_all"),
+        node("ReduceSumSquare", ["x", "axes"], "sumsquare"),
+        node("ReduceMax", ["i", "axes"], "max_int", keepdims=0),
+        node("ReduceMean", ["i", "axes"], "mean_int"),
+    ]
+    inputs = {
+        "x": RNG.standard_normal((2, 3, 4)).astype(np.float32),
+        "xp": np.abs(RNG.standard_normal((2, 3, 4))).astype(np.float32) + 0.1,
+    }
+    ints = RNG.integers(-50, 50, (2, 3, 4)).astype(np.int32)
+    model = make_model(
+        nodes,
+        [tensor("x", F, [2, 3, 4]), tensor("xp", F, [2, 3, 4]), tensor("i", TensorProto.INT32, [2, 3, 4])],
+        [tensor(o, TensorProto.INT32 if o.endswith("_int") else F, None) for n in nodes for o in n.output],
+        [axes, empty],
+        opset=18,
+    )
+    check_against_reference(model, tmp_path, inputs | {"i": ints}, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "op, attrs, message",
+    [
+        ("BatchNormalization", {"training_mode": 1}, "training_mode=1"),
+        ("MaxPool", {"kernel_shape": [2, 2], "_indices": True}, "the Indices output of MaxPool"),
+    ],
+)
+def test_unsupported_forms_are_reported(op, attrs, message):
+    from catenc.diagnostics import CatencError
+
+    indices = attrs.pop("_indices", False)
+    inputs = ["x"] + (["s", "b", "m", "v"] if op == "BatchNormalization" else [])
+    outputs = ["y", "idx"] if indices else ["y"]
+    model = make_model(
+        [helper.make_node(op, inputs, outputs, **attrs)],
+        [tensor("x", F, [1, 2, 4, 4])] + [tensor(n, F, [2]) for n in inputs[1:]],
+        [tensor(o, F, None) for o in outputs],
+        opset=15,
+    )
+    with pytest.raises(CatencError, match=message):
+        import_proto(model, "m.onnx")
