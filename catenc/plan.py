@@ -53,7 +53,8 @@ class EntryPlan:
     kernels: tuple[LoopKernel, ...]
     gpu: tuple[GpuKernel, ...] = ()  # the kernels as work-groups, for a GPU runtime
     convention: str = "host"  # "cuda": device pointers and a trailing stream argument
-    constants: tuple[np.ndarray, ...] = ()  # values (storage form) of the program's last inputs, its constants
+    # the values (storage form) of the program's last inputs, its constants
+    constants: tuple[np.ndarray, ...] = field(default=(), compare=False)
     baked: bool = False  # the constants are defined in the library, not arguments (--weights baked)
 
     @property

@@ -82,7 +82,7 @@ class Composite:
     test: dict = field(default_factory=dict)
     derived_locs: dict[str, Loc] = field(default_factory=dict)  # where each derivation is written
     constants: list[TensorDecl] = field(default_factory=list)  # tensors with values, read after the inputs
-    constant_values: dict[str, np.ndarray] = field(default_factory=dict)  # by name, in storage form
+    constant_values: dict[str, np.ndarray] = field(default_factory=dict, compare=False)  # by name, storage form
     weights_file: tuple[str, str] | None = None  # (display path, path on disk) of its `weights`
 
     @property
