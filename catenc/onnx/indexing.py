@@ -15,7 +15,7 @@ from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, con
 from catenc.onnx.shape import reshaped, shape_text
 from catenc.onnx.values import NUMPY, ONNX_DTYPES, Shape, Value, dims, known_value, static
 from catenc.onnx.values import literal as lit
-from catenc.symbolic import Expr, const, floordiv, product, sym
+from catenc.symbolic import Expr, const, floordiv, maximum, minimum, product, prove_nonneg, sym
 
 # |bound| at or beyond this means "to the end" (ONNX models write INT64_MAX, INT32_MAX or their negatives)
 _TO_END = (1 << 31) - 1
@@ -59,34 +59,50 @@ def _int(v) -> Expr:
 # ---- Slice ---------------------------------------------------------------------------------------
 
 
-def slice_bounds(start, end, step: int, dim: Expr) -> tuple[Expr, Expr | None, Expr]:
-    """ONNX's clamped (start, stop, length) of one axis; stop None means past the front (negative step)."""
+def slice_bounds(start, end, step: int, dim: Expr) -> tuple[str, Expr, slice | None]:
+    """One axis of an ONNX slice: numpy's subscript (`1:-1`, `::-2`), the length, and the Python slice
+    (None when the axis is symbolic). Bounds are clamped as ONNX clamps them; |bound| >= 2**31 - 1 means
+    "to the end" on a symbolic axis."""
     if step == 0:
         raise ModelError("a step of 0")
+    step_text = f":{step}" if step != 1 else ""
     if dim.is_const and not isinstance(start, Expr) and not isinstance(end, Expr):
-        s, e, _ = slice(int(start), int(end), step).indices(dim.value)
-        length = len(range(s, e, step))
-        return const(s), (None if e < 0 else const(e)), const(length)
+        n = dim.value
+        s, e, _ = slice(int(start), int(end), step).indices(n)
+        first = "" if s == (0 if step > 0 else n - 1) else str(s)
+        last = "" if (e == n if step > 0 else e < 0) else str(e)
+        return f"{first}:{last}{step_text}", const(len(range(s, e, step))), slice(s, None if e < 0 else e, step)
 
-    def absolute(v, low_end: bool) -> Expr | None:
+    def bound(v) -> tuple[str, Expr | None]:
+        """The subscript text of a bound and its position from the front (None: omitted, to the end)."""
         if isinstance(v, Expr):
-            return v
+            return lit(v, "i64"), v
         v = int(v)
-        if v >= _TO_END:
-            return dim if step > 0 else dim - 1
-        if v <= -_TO_END:
-            return const(0) if low_end else None
-        return const(v) if v >= 0 else dim + v
+        if abs(v) >= _TO_END:
+            if (v > 0) != (step > 0):
+                raise Unsupported("a slice bound beyond the wrong end of a symbolic axis")
+            return "", None
+        return str(v), (const(v) if v >= 0 else dim + v)
 
-    s = absolute(start, step > 0)
-    e = absolute(end, step < 0)
-    if s is None:
-        raise Unsupported("a slice starting before the front with a negative step on a symbolic axis")
+    (first, s), (last, e) = bound(start), bound(end)
+    # numpy's clamping, as the body's slices compute it (catenc/frontend/indexing.py)
     if step > 0:
-        length = floordiv(e - s + (step - 1), step)
+        s = const(0) if s is None else _at_least(s, const(0))
+        e = dim if e is None else _at_most(_at_least(e, const(0)), dim)
+        length = _at_least(floordiv(e - s + step - 1, step), const(0))
     else:
-        length = floordiv(s - (const(-1) if e is None else e) + (-step - 1), -step)
-    return s, e, length
+        s = dim - 1 if s is None else _at_most(s, dim - 1)
+        e = const(-1) if e is None else _at_least(e, const(-1))
+        length = _at_least(floordiv(s - e + (-step) - 1, -step), const(0))
+    return f"{first}:{last}{step_text}", length, None
+
+
+def _at_least(value: Expr, low: Expr) -> Expr:
+    return value if prove_nonneg(value - low) else maximum(value, low)
+
+
+def _at_most(value: Expr, high: Expr) -> Expr:
+    return value if prove_nonneg(high - value) else minimum(value, high)
 
 
 @converter("Slice")
@@ -110,22 +126,12 @@ def slice_op(node: OnnxNode, emit) -> list[Value]:
     items = [":"] * x.rank
     pieces: list[slice | None] = [slice(None)] * x.rank
     for a, start, end, step in zip(axes, starts, ends, steps, strict=True):
-        s, e, length = slice_bounds(start, end, step, x.shape[a])
-        shape[a] = length
-        if s == const(0) and e == x.shape[a] and step == 1:
-            continue
-        stop = "" if e is None else lit(e, "i64")
-        items[a] = f"{lit(s, 'i64')}:{stop}" + (f":{step}" if step != 1 else "")
-        if s.is_const and (e is None or e.is_const):
-            pieces[a] = slice(s.value, None if e is None else e.value, step)
-        else:
-            pieces[a] = None
-    shape = tuple(shape)
+        items[a], shape[a], pieces[a] = slice_bounds(start, end, step, x.shape[a])
     if all(i == ":" for i in items):
         return [x]
     if small(x) and all(p is not None for p in pieces):
         return [known_value(x.known[tuple(pieces)], x.dtype)]
-    return [emit.out(subscript(emit.text(x), items), x.dtype, shape)]
+    return [emit.out(subscript(emit.text(x), items), x.dtype, tuple(shape))]
 
 
 # ---- Split ---------------------------------------------------------------------------------------

@@ -26,7 +26,8 @@ def _scalar(value: Value) -> bool:
 def _scalar_text(value: Value, emit) -> str:
     """A per-tensor scale or zero point (rank 0 or one element) as a rank-0 expression."""
     if value.is_known and value.known.dtype != object:
-        return f"cast({lit(value.known.reshape(-1)[0], value.dtype)}, {value.dtype})"
+        text = lit(value.known.reshape(-1)[0], value.dtype)
+        return text if value.dtype in ("f32", "i64") else f"cast({text}, {value.dtype})"  # a lone literal's types
     text = emit.text(value)
     return text if value.rank == 0 else f"{text}[0]"
 

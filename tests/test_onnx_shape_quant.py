@@ -1,0 +1,255 @@
+"""ONNX converters for slices, pads, gathers and the other data movement (catenc/onnx/indexing.py),
+Einsum and Attention (einsum.py) and quantisation (quantization.py): one model per opset form,
+many nodes each, compiled once and compared with onnx.reference.ReferenceEvaluator."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+from catenc.onnx.importer import import_proto
+from tests.conftest import compile_file
+from tests.test_onnx_import import check_against_reference, make_model, save, tensor
+
+F = TensorProto.FLOAT
+RNG = np.random.default_rng(11)
+BIG = np.iinfo(np.int64).max
+
+
+def const(name: str, values, dtype=np.int64) -> object:
+    return numpy_helper.from_array(np.asarray(values, dtype=dtype), name)
+
+
+def node(op: str, inputs: list[str], outputs: str | list[str], **attrs) -> object:
+    return helper.make_node(op, inputs, [outputs] if isinstance(outputs, str) else outputs, **attrs)
+
+
+def elem(array: np.ndarray) -> int:
+    return helper.np_dtype_to_tensor_dtype(array.dtype)
+
+
+def run(nodes, feeds, initializers, opset, tmp_path, shapes=None, rtol=1e-5, atol=1e-6, **dims):
+    """Compile a model of `nodes` (its outputs: every node output) and compare it with the reference."""
+    shapes = shapes or {}
+    outputs = [o for n in nodes for o in n.output if o]
+    ins = [tensor(name, elem(a), shapes.get(name, list(a.shape))) for name, a in feeds.items()]
+    model = make_model(nodes, ins, [tensor(o, 0, None) for o in outputs], initializers, opset=opset)
+    check_against_reference(model, tmp_path, feeds, rtol=rtol, atol=atol, **dims)
+    return model
+
+
+def test_slices_pads_and_gathers_opset13(tmp_path):
+    x = RNG.standard_normal((4, 6, 5)).astype(np.float32)
+    m = RNG.standard_normal((5, 7)).astype(np.float32)
+    ids = RNG.integers(-4, 4, (3, 6, 5)).astype(np.int64)
+    nd = np.array([[[0, 1], [3, 2]], [[1, 0], [2, 4]], [[5, 4], [0, 0]], [[2, 2], [1, 3]]], dtype=np.int64)
+    fill = np.array(2.5, np.float32)
+    classes = np.array([[1, -1, 7], [0, 4, 2]], dtype=np.int64)
+    nodes = [
+        node("Slice", ["x", "s0", "e0", "a0", "st0"], "slice_steps"),  # negative step, clamped, INT64 max
+        node("Slice", ["x", "s1", "e1"], "slice_default_axes"),
+        node("Slice", ["x", "s2", "e2", "a2"], "slice_negative_axis"),
+        node("Split", ["x", "sp"], ["split_a", "split_b"], axis=1),
+        node("Split", ["x"], ["third_a", "third_b", "third_c"], axis=1),  # equal parts
+        node("Tile", ["m", "reps"], "tiled"),
+        node("Pad", ["x", "pads", "cv"], "pad_constant"),
+        node("Pad", ["m", "pads2"], "pad_reflect", mode="reflect"),
+        node("Pad", ["m", "pads2"], "pad_edge", mode="edge"),
+        node("Pad", ["m", "pads2", "fill"], "pad_runtime_value"),
+        node("GatherElements", ["x", "ids"], "gathered", axis=0),
+        node("GatherND", ["m", "nd"], "gathered_nd"),
+        node("GatherND", ["x", "nd_b"], "gathered_nd_batch", batch_dims=1),
+        node("Trilu", ["m", "k"], "upper"),
+        node("Trilu", ["x"], "lower", upper=0),
+        node("OneHot", ["classes", "depth", "onoff"], "onehot", axis=1),
+        node("CumSum", ["m", "axis1"], "cumsum_rev_excl", exclusive=1, reverse=1),
+        node("CumSum", ["x", "axis0"], "cumsum"),
+        node("EyeLike", ["m"], "eye", k=2),
+        node("Compress", ["x", "keep"], "compressed", axis=1),
+    ]
+    n, k = 3, 2
+    nodes += [
+        node("DepthToSpace", ["img"], "d2s_dcr", blocksize=k),
+        node("DepthToSpace", ["img"], "d2s_crd", blocksize=k, mode="CRD"),
+        node("SpaceToDepth", ["img"], "s2d", blocksize=k),
+    ]
+    img = RNG.standard_normal((1, n * k * k, 4, 6)).astype(np.float32)
+    inits = [
+        const("s0", [BIG, 1]),
+        const("e0", [-BIG, 100]),
+        const("a0", [1, 2]),
+        const("st0", [-2, 2]),
+        const("s1", [1, -5, 0]),
+        const("e1", [-1, 5, 3]),
+        const("s2", [-3]),
+        const("e2", [BIG]),
+        const("a2", [-1]),
+        const("sp", [2, 4]),
+        const("reps", [2, 3]),
+        const("pads", [1, 0, 2, 0, 3, 1]),
+        const("cv", 0.5, np.float32),
+        const("pads2", [2, 1, 1, 3]),
+        const("nd", [[0, 6], [4, -1]]),
+        const("nd_b", nd),
+        const("k", -1),
+        const("depth", 8),
+        const("onoff", [-1.0, 3.0], np.float32),
+        const("axis1", 1),
+        const("axis0", -3),
+        const("keep", [True, False, True, True], np.bool_),
+    ]
+    feeds = {"x": x, "m": m, "ids": ids, "fill": fill, "classes": classes, "img": img}
+    run(nodes, feeds, inits, 13, tmp_path)
+
+
+def test_attribute_forms_of_older_opsets(tmp_path):
+    x = RNG.standard_normal((4, 6, 5)).astype(np.float32)
+    nodes = [
+        node("Slice", ["x"], "slice_attrs", starts=[1, -4], ends=[1000, -1], axes=[0, 2]),
+        node("Split", ["x"], ["a", "b", "c"], axis=1, split=[1, 2, 3]),
+        node("Pad", ["x"], "padded", pads=[0, 1, 0, 2, 0, 1], value=-1.5),
+    ]
+    run(nodes, {"x": x}, [], 9, tmp_path)
+
+
+def test_opset18_forms_and_symbolic_sizes(tmp_path):
+    x = RNG.standard_normal((5, 7)).astype(np.float32)
+    nodes = [
+        node("Split", ["x"], ["part_a", "part_b", "part_c"], axis=1, num_outputs=3),  # 3, 3, 1
+        node("Pad", ["x", "pads", "", "axes"], "wrapped", mode="wrap"),
+        node("Slice", ["x", "s", "e", "a", "st"], "sliced"),  # x[1:-1, ::-2] with N rows
+        node("Tile", ["x", "reps"], "tiled"),
+    ]
+    inits = [
+        const("pads", [2, 1]),
+        const("axes", [-1]),
+        const("s", [1, -1]),
+        const("e", [-1, -BIG]),
+        const("a", [0, 1]),
+        const("st", [1, -2]),
+        const("reps", [2, 1]),
+    ]
+    run(nodes, {"x": x}, inits, 18, tmp_path, shapes={"x": ["N", 7]}, N=5)
+
+
+def test_negative_pads_crop(tmp_path):
+    # onnx's reference evaluator refuses negative pads (numpy.pad does): numpy slicing and padding instead
+    x = RNG.standard_normal((4, 6, 5)).astype(np.float32)
+    nodes = [
+        node("Pad", ["x", "pads"], "cropped", mode="constant"),
+        node("Pad", ["x", "pads"], "cropped_edge", mode="edge"),
+    ]
+    inits = [const("pads", [-1, 2, 0, 0, -2, -1])]
+    outs = [tensor(o, F, None) for o in ("cropped", "cropped_edge")]
+    model = make_model(nodes, [tensor("x", F, [4, 6, 5])], outs, inits, opset=13)
+    library = compile_file(save(model, tmp_path), tmp_path / "out")
+    cropped, edge = next(iter(library.entries.values()))(x)
+    inner = x[1:, :-2, :-1]  # pads: (-1, 0), (2, -2), (0, -1)
+    np.testing.assert_array_equal(cropped, np.pad(inner, [(0, 0), (2, 0), (0, 0)]))
+    np.testing.assert_array_equal(edge, np.pad(inner, [(0, 0), (2, 0), (0, 0)], mode="edge"))
+
+
+def test_einsum_forms(tmp_path):
+    a = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    b = RNG.standard_normal((2, 4, 5)).astype(np.float32)
+    sq = RNG.standard_normal((3, 4, 4)).astype(np.float32)
+    v = RNG.standard_normal(4).astype(np.float32)
+    nodes = [
+        node("Einsum", ["a", "b"], "bmm", equation="bij, bjk -> bik"),
+        node("Einsum", ["a"], "summed", equation="bij->i"),
+        node("Einsum", ["sq"], "diagonal", equation="...ii->...i"),
+        node("Einsum", ["a", "v"], "implicit", equation="...j,j"),
+        node("Einsum", ["v", "v"], "inner", equation="i,i"),
+    ]
+    run(nodes, {"a": a, "b": b, "sq": sq, "v": v}, [], 13, tmp_path, rtol=1e-5, atol=1e-5)
+
+
+def test_attention_forms(tmp_path):
+    b, s, past, length, d = 2, 3, 2, 4, 4
+    q3 = RNG.standard_normal((b, s, 4 * d)).astype(np.float32)  # 4 query heads
+    k3 = RNG.standard_normal((b, length, 2 * d)).astype(np.float32)  # 2 key/value heads
+    v3 = RNG.standard_normal((b, length, 2 * 6)).astype(np.float32)
+    mask = RNG.standard_normal((s, past + length - 1)).astype(np.float32)  # padded with -inf to the keys
+    past_k = RNG.standard_normal((b, 2, past, d)).astype(np.float32)
+    past_v = RNG.standard_normal((b, 2, past, 6)).astype(np.float32)
+    q4 = RNG.standard_normal((b, 2, s, d)).astype(np.float32)
+    k4 = RNG.standard_normal((b, 2, length, d)).astype(np.float32)
+    v4 = RNG.standard_normal((b, 2, length, d)).astype(np.float32)
+    keep = RNG.random((s, length)) > 0.3
+    keep[1] = False  # a fully masked row gives 0
+    nodes = [
+        node(
+            "Attention",
+            ["q3", "k3", "v3", "mask", "past_k", "past_v"],
+            ["y3", "present_k", "present_v", "qk"],
+            is_causal=1,
+            q_num_heads=4,
+            kv_num_heads=2,
+            softcap=2.0,
+            qk_matmul_output_mode=2,
+        ),
+        node("Attention", ["q4", "k4", "v4", "keep"], ["y_bool", "", "", "probs"], qk_matmul_output_mode=3),
+        node("Attention", ["q4", "k4", "v4"], "y_library", is_causal=1),
+        node("Attention", ["q4", "k4", "v4"], "y_scaled", scale=0.3),
+    ]
+    feeds = {"q3": q3, "k3": k3, "v3": v3, "mask": mask, "past_k": past_k, "past_v": past_v}
+    feeds |= {"q4": q4, "k4": k4, "v4": v4, "keep": keep}
+    run(nodes, feeds, [], 23, tmp_path, rtol=1e-5, atol=1e-5)
+
+
+def test_quantization_forms(tmp_path):
+    x = (RNG.standard_normal((2, 3, 4)) * 4).astype(np.float32)
+    x[0, 0, :2] = [0.5, 1.5]  # halves round to even
+    a = RNG.integers(-128, 128, (3, 5)).astype(np.int8)
+    bm = RNG.integers(-128, 128, (5, 4)).astype(np.int8)
+    ua = RNG.integers(0, 256, (2, 3, 5)).astype(np.uint8)
+    ub = RNG.integers(0, 256, (5, 2)).astype(np.uint8)
+    q16 = RNG.integers(-30000, 30000, (2, 3, 4)).astype(np.int16)
+    nodes = [
+        node("QuantizeLinear", ["x", "scale", "zp_u8"], "q_tensor"),
+        node("QuantizeLinear", ["x", "scale"], "q_default_u8"),
+        node("QuantizeLinear", ["x", "scales3", "zps3"], "q_axis", axis=1),
+        node("QuantizeLinear", ["x", "block_scales", "block_zps"], "q_blocked", axis=2, block_size=3),
+        node("QuantizeLinear", ["x", "scale", "zp_i16"], "q_i16"),
+        node("DequantizeLinear", ["q_axis", "scales3", "zps3"], "dq_axis", axis=1),
+        node("DequantizeLinear", ["q_tensor", "scale", "zp_u8"], "dq_tensor"),
+        node("DequantizeLinear", ["q16", "scale"], "dq_i16"),
+        node("DynamicQuantizeLinear", ["x"], ["dyn_y", "dyn_scale", "dyn_zp"]),
+        node("MatMulInteger", ["a", "bm", "azp", "bzp"], "mm_int"),
+        node("MatMulInteger", ["ua", "ub"], "mm_int_batched"),
+        node("QLinearMatMul", ["a", "sa", "azp", "bm", "sb", "bzp", "sy", "yzp"], "qmm"),
+    ]
+    inits = [
+        const("scale", 0.05, np.float32),
+        const("zp_u8", 128, np.uint8),
+        const("scales3", [0.1, 0.02, 0.5], np.float32),
+        const("zps3", [0, 10, 250], np.uint8),
+        const("block_scales", RNG.uniform(0.01, 0.2, (2, 3, 2)), np.float32),
+        const("block_zps", RNG.integers(-5, 5, (2, 3, 2)), np.int8),
+        const("zp_i16", -300, np.int16),
+        const("azp", 3, np.int8),
+        const("bzp", -2, np.int8),
+        const("sa", 0.02, np.float32),
+        const("sb", 0.03, np.float32),
+        const("sy", 0.4, np.float32),
+        const("yzp", -5, np.int8),
+    ]
+    feeds = {"x": x, "a": a, "bm": bm, "ua": ua, "ub": ub, "q16": q16}
+    run(nodes, feeds, inits, 21, tmp_path)
+
+
+def test_readable_import_uses_the_library_and_basic_indexing():
+    x = tensor("x", F, ["N", 8])
+    nodes = [
+        node("Slice", ["x", "s", "e", "a", "st"], "y"),
+        node("QuantizeLinear", ["y", "scale", "zp"], "q"),
+        node("Attention", ["q4", "q4", "q4"], "att", is_causal=1),
+    ]
+    inits = [const("s", [1, 7]), const("e", [BIG, 0]), const("a", [0, 1]), const("st", [1, -3])]
+    inits += [const("scale", 0.1, np.float32), const("zp", 0, np.int8)]
+    outs = [tensor(o, 0, None) for o in ("y", "q", "att")]
+    model = make_model(nodes, [x, tensor("q4", F, [1, 2, 3, 4])], outs, inits, opset=23)
+    text = import_proto(model, "m.onnx").text
+    assert "y = x[1:, :0:-3]" in text
+    assert f"q = quantize_linear(y, {float(np.float32(0.1))!r}, cast(0, i8))" in text  # the f32 scale exactly
+    assert "att = attention(q4, q4, q4, causal=True)" in text
