@@ -132,6 +132,30 @@ def test_opset18_forms_and_symbolic_sizes(tmp_path):
     run(nodes, {"x": x}, inits, 18, tmp_path, shapes={"x": ["N", 7]}, N=5)
 
 
+def test_scatters_reverse_sequence_and_runtime_diagonal(tmp_path):
+    data = RNG.standard_normal((4, 5)).astype(np.float32)
+    ids = np.array([[1, -1, 0, 3, 3], [1, 2, 0, 0, 3]], dtype=np.int64)  # duplicates: the last one wins
+    ups = RNG.standard_normal((2, 5)).astype(np.float32)
+    nd_ids = np.array([[[0], [2]], [[2], [-4]]], dtype=np.int64)  # rows 2 and 0 twice
+    nd_ups = RNG.standard_normal((2, 2, 5)).astype(np.float32)
+    seq = RNG.standard_normal((4, 3, 2)).astype(np.float32)
+    nodes = [
+        node("ScatterElements", ["data", "ids", "ups"], "scattered", axis=0),
+        node("ScatterElements", ["data", "ids", "ups"], "scattered_add", axis=0, reduction="add"),
+        node("ScatterElements", ["data", "ids_t", "ups_t"], "scattered_max", axis=1, reduction="max"),
+        node("ScatterND", ["data", "nd_ids", "nd_ups"], "scattered_nd"),
+        node("ScatterND", ["data", "nd_ids", "nd_ups"], "scattered_nd_mul", reduction="mul"),
+        node("ReverseSequence", ["seq", "lens"], "reversed_time"),
+        node("ReverseSequence", ["seq_b", "lens_b"], "reversed_batch", batch_axis=0, time_axis=1),
+        node("Trilu", ["data", "k"], "upper_runtime_k"),
+        node("Trilu", ["data", "k"], "lower_runtime_k", upper=0),
+    ]
+    feeds = {"data": data, "ids": ids, "ups": ups, "ids_t": ids.T[:4, :2] % 5, "ups_t": ups.T[:4, :2].copy()}
+    feeds |= {"nd_ids": nd_ids, "nd_ups": nd_ups, "seq": seq, "lens": np.array([4, 1, 2], np.int64)}
+    feeds |= {"seq_b": seq, "lens_b": np.array([3, 1, 2, 0], np.int64), "k": np.array(-1, np.int64)}
+    run(nodes, feeds, [], 18, tmp_path)
+
+
 def test_negative_pads_crop(tmp_path):
     # onnx's reference evaluator refuses negative pads (numpy.pad does): numpy slicing and padding instead
     x = RNG.standard_normal((4, 6, 5)).astype(np.float32)

@@ -365,11 +365,18 @@ def gather_nd(node: OnnxNode, emit) -> list[Value]:
 
 @converter("Trilu")
 def trilu(node: OnnxNode, emit) -> list[Value]:
-    x = node.need(0)
-    k = 0 if node.input(1) is None else known_ints(node.input(1), "k (input 1)")[0]
+    x, diagonal = node.need(0), node.input(1)
     upper = bool(node.attr("upper", 1))
     if x.rank < 2:
         raise ModelError("the input must have rank 2 or more")
+    if diagonal is not None and not diagonal.is_known:  # k at run time: the mask in index form
+        text = emit.text(x)
+        k = emit.text(diagonal) if diagonal.rank == 0 else f"{emit.text(diagonal)}[0]"
+        idx = index_names(x.rank, (text, emit.text(diagonal)))
+        i, j = idx[-2:]
+        keep = f"{j} - {i} >= {k}" if upper else f"{j} - {i} <= {k}"
+        return [emit.out_index(idx, f"where({keep}, {text}[{', '.join(idx)}], 0)", x.dtype, x.shape)]
+    k = 0 if diagonal is None else known_ints(diagonal, "k (input 1)")[0]
     if small(x) and x.known.dtype != object:
         return [known_value((np.triu if upper else np.tril)(x.known, int(k)), x.dtype)]
     fn = "triu" if upper else "tril"
@@ -499,3 +506,93 @@ def nonzero(node: OnnxNode, emit) -> list[Value]:
     if not x.is_known or x.known.dtype == object:
         raise Unsupported("an input computed at run time (the result's shape would depend on the data)")
     return [known_value(np.array(np.nonzero(x.known), dtype=np.int64).reshape(x.rank, -1), "i64")]
+
+
+# ---- scatters and ReverseSequence: index form over the output ------------------------------------
+
+
+def _scattered(node: OnnxNode, x: Value, idx: list[str], found: str, reads: tuple[str, str, str], emit) -> Value:
+    """x with updates written where `found` holds, over the reduction `reads` = (ranges, position, update):
+    the last update wins (reduction none) or they combine with x (add, mul, max, min)."""
+    ranges, position, update = reads
+    here = f"{emit.text(x)}[{', '.join(idx)}]"
+    reduction = node.attr("reduction", "none")
+    if reduction == "add":
+        return emit.out_index(idx, f"{here} + sum[{ranges}](where({found}, {update}, 0))", x.dtype, x.shape)
+    if reduction == "mul":
+        return emit.out_index(idx, f"{here} * prod[{ranges}](where({found}, {update}, 1))", x.dtype, x.shape)
+    if reduction in ("max", "min"):
+        fn = "maximum" if reduction == "max" else "minimum"
+        expr = f"{fn}({here}, {reduction}[{ranges}](where({found}, {update}, {here})))"
+        return emit.out_index(idx, expr, x.dtype, x.shape)
+    if reduction != "none":
+        raise ModelError(f"reduction '{reduction}'")
+    last = index_temp(emit, idx, f"max[{ranges}](where({found}, {position}, -1))", "i64", x.shape, "last")
+    at = f"{last.name}[{', '.join(idx)}]"
+    picked = f"sum[{ranges}](where({position} == {at}, {update}, 0))"
+    return emit.out_index(idx, f"where({at} >= 0, {picked}, {here})", x.dtype, x.shape)
+
+
+@converter("ScatterElements", "Scatter")
+def scatter_elements(node: OnnxNode, emit) -> list[Value]:
+    x, indices, updates = node.need(0), node.need(1), node.need(2)
+    _check_indices(indices)
+    axis = axis_of(node.attr("axis", 0), x.rank)
+    if indices.rank != x.rank or updates.shape != indices.shape:
+        raise ModelError("indices and updates must have the data's rank and one shape")
+    if any(u != d for k, (u, d) in enumerate(zip(indices.shape, x.shape, strict=True)) if k != axis):
+        raise Unsupported("indices narrower than the data outside the scatter axis")
+    if x.dtype == "bool":
+        raise Unsupported("a scatter into bool data")
+    t_idx, t_upd = emit.text(indices), emit.text(updates)
+    names = index_names(x.rank + 1, (emit.text(x), t_idx, t_upd))
+    idx, u = names[:-1], names[-1]
+    at = ", ".join(u if k == axis else n for k, n in enumerate(idx))
+    p, size = idx[axis], lit(x.shape[axis], "i64")
+    found = f"(({t_idx}[{at}] == {p}) | ({t_idx}[{at}] == {p} - {size}))"
+    ranges = f"{u} < {lit(indices.shape[axis], 'i64')}"
+    return [_scattered(node, x, idx, found, (ranges, u, f"{t_upd}[{at}]"), emit)]
+
+
+@converter("ScatterND")
+def scatter_nd(node: OnnxNode, emit) -> list[Value]:
+    x, indices, updates = node.need(0), node.need(1), node.need(2)
+    _check_indices(indices)
+    depth = indices.shape[-1] if indices.rank else const(0)
+    if not depth.is_const or indices.rank < 1:
+        raise Unsupported("indices whose last dimension is symbolic")
+    m = depth.value
+    lead = indices.shape[:-1]
+    if m > x.rank or updates.shape != lead + x.shape[m:]:
+        raise ModelError("updates must have the shape indices.shape[:-1] + data.shape[indices.shape[-1]:]")
+    if x.dtype == "bool":
+        raise Unsupported("a scatter into bool data")
+    t_idx, t_upd = emit.text(indices), emit.text(updates)
+    names = index_names(x.rank + len(lead), (emit.text(x), t_idx, t_upd))
+    idx, us = names[: x.rank], names[x.rank :]
+    tests = []
+    for k in range(m):
+        entry = f"{t_idx}[{', '.join([*us, str(k)])}]"
+        tests.append(f"(({entry} == {idx[k]}) | ({entry} == {idx[k]} - {lit(x.shape[k], 'i64')}))")
+    found = " & ".join(tests) if tests else "True"
+    ranges = ", ".join(f"{u} < {lit(d, 'i64')}" for u, d in zip(us, lead, strict=True))
+    position = lit(sum((sym(u) * product(lead[k + 1 :]) for k, u in enumerate(us)), const(0)), "i64")
+    update = f"{t_upd}[{', '.join([*us, *idx[m:]])}]"
+    return [_scattered(node, x, idx, found, (ranges, position, update), emit)]
+
+
+@converter("ReverseSequence")
+def reverse_sequence(node: OnnxNode, emit) -> list[Value]:
+    x, lengths = node.need(0), node.need(1)
+    batch_axis, time_axis = node.attr("batch_axis", 1), node.attr("time_axis", 0)
+    if x.rank < 2 or {batch_axis, time_axis} != {0, 1}:
+        raise ModelError(f"batch_axis {batch_axis} and time_axis {time_axis} must be 0 and 1 of a rank >= 2 input")
+    text, lens = emit.text(x), emit.text(lengths)
+    i, j = index_names(2, (lens,))
+    t, b = (i, j) if time_axis == 0 else (j, i)
+    # each sequence reversed within its length: the source position of each (time, batch) pair
+    source = f"where({t} < {lens}[{b}], {lens}[{b}] - 1 - {t}, {t})"
+    positions = index_temp(emit, [i, j], source, "i64", x.shape[:2], "source")
+    items = [positions.name, positions.name]
+    items[batch_axis] = _arange_along(x.shape[batch_axis], batch_axis, 2)
+    return [emit.out(f"{text}[{', '.join(items)}]", x.dtype, x.shape)]
