@@ -13,6 +13,7 @@ sample's composite of that name too).
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -250,9 +251,17 @@ class Gpt2(nn.Module):
 # ------------------------------------------------------------------------------------- build
 
 
-def _randomize(module: nn.Module, seed: int) -> nn.Module:
-    """Fixed-seed weights; BatchNorm running statistics away from (0, 1) so that folding them matters."""
-    torch.manual_seed(seed)
+def _random(seed: int, make: Callable[[], nn.Module]) -> nn.Module:
+    """The module ``make`` builds, its weights drawn from ``seed`` (torch's global generator is left as it
+    was); BatchNorm running statistics away from (0, 1) so that folding them matters."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        module = make()
+        _reinitialize(module)
+    return module.eval()
+
+
+def _reinitialize(module: nn.Module) -> None:
     for m in module.modules():
         if isinstance(m, nn.BatchNorm2d):
             m.running_mean.uniform_(-0.5, 0.5)
@@ -264,7 +273,6 @@ def _randomize(module: nn.Module, seed: int) -> nn.Module:
         elif isinstance(m, nn.LayerNorm):
             nn.init.uniform_(m.weight, 0.5, 1.5)
             nn.init.uniform_(m.bias, -0.2, 0.2)
-    return module.eval()
 
 
 def _image(batch: int, side: int, seed: int) -> np.ndarray:
@@ -278,28 +286,30 @@ def _tokens(batch: int, length: int, vocab: int, seed: int) -> np.ndarray:
 def resnet18(size: str) -> Model:
     """ResNet-18 at 224x224 (full), or 4 stages of 1 block on 32x32 with 8-32 channels (tiny); batch 1."""
     if size == "full":
-        net, x = ResNet((64, 128, 256, 512), 2, 1000), _image(1, 224, 1)
+        net = _random(1, lambda: ResNet((64, 128, 256, 512), 2, 1000))
     else:
-        net, x = ResNet((8, 16, 16, 32), 1, 10), _image(1, 32, 1)
+        net = _random(1, lambda: ResNet((8, 16, 16, 32), 1, 10))
+    x = _image(1, 224 if size == "full" else 32, 1)
     names = ("image",), ("logits",)
-    return Model("resnet18", _randomize(net, 1), (x,), *names, {"image": {0: "batch"}, "logits": {0: "batch"}})
+    return Model("resnet18", net, (x,), *names, {"image": {0: "batch"}, "logits": {0: "batch"}})
 
 
 def mobilenetv2(size: str) -> Model:
     """MobileNetV2 (width 1.0) at 224x224 (full), or four narrow stages on 32x32 (tiny); batch 1."""
     if size == "full":
-        net, x = MobileNetV2(MOBILENETV2_SETTINGS, 32, 1280, 1000), _image(1, 224, 2)
+        net = _random(2, lambda: MobileNetV2(MOBILENETV2_SETTINGS, 32, 1280, 1000))
     else:
-        net, x = MobileNetV2(((1, 8, 1, 1), (6, 8, 2, 2), (6, 16, 2, 2), (6, 24, 1, 1)), 8, 64, 10), _image(1, 32, 2)
+        net = _random(2, lambda: MobileNetV2(((1, 8, 1, 1), (6, 8, 2, 2), (6, 16, 2, 2), (6, 24, 1, 1)), 8, 64, 10))
+    x = _image(1, 224 if size == "full" else 32, 2)
     names = ("image",), ("logits",)
-    return Model("mobilenetv2", _randomize(net, 2), (x,), *names, {"image": {0: "batch"}, "logits": {0: "batch"}})
+    return Model("mobilenetv2", net, (x,), *names, {"image": {0: "batch"}, "logits": {0: "batch"}})
 
 
 def bert4(size: str) -> Model:
     """A 4-layer BERT-base-width encoder (hidden 768, 12 heads, vocabulary 30522) over 128 tokens (full),
     or hidden 32, 4 heads, vocabulary 101 over 12 tokens (tiny); batch 1, the last quarter padded."""
     vocab, hidden, heads, length = (30522, 768, 12, 128) if size == "full" else (101, 32, 4, 12)
-    net = _randomize(BertEncoder(vocab, 512, hidden, heads, 4), 3)
+    net = _random(3, lambda: BertEncoder(vocab, 512, hidden, heads, 4))
     ids = _tokens(1, length, vocab, 3)
     mask = np.ones((1, length), dtype=np.int64)
     mask[:, length - length // 4 :] = 0
@@ -314,7 +324,7 @@ def gpt2(size: str) -> Model:
     vocab, context, dim, heads, layers, length = (
         (50257, 1024, 768, 12, 12, 128) if size == "full" else (97, 64, 32, 4, 2, 16)
     )
-    net = _randomize(Gpt2(vocab, context, dim, heads, layers), 4)
+    net = _random(4, lambda: Gpt2(vocab, context, dim, heads, layers))
     axes = {"input_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}}
     return Model("gpt2_small", net, (_tokens(1, length, vocab, 4),), ("input_ids",), ("logits",), axes)
 
@@ -342,13 +352,14 @@ def export(model: Model, path: Path, *, dynamic: bool = False, keep_batchnorm: b
     by default, with constant folding, in eval mode).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")  # replaces ``path`` at once: never half written
     training = torch.onnx.TrainingMode.PRESERVE if keep_batchnorm else torch.onnx.TrainingMode.EVAL
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the legacy exporter's deprecation notice
         torch.onnx.export(
             model.module,
             model.torch_inputs(),
-            str(path),
+            str(partial),
             dynamo=False,
             opset_version=OPSET,
             input_names=list(model.input_names),
@@ -356,7 +367,8 @@ def export(model: Model, path: Path, *, dynamic: bool = False, keep_batchnorm: b
             dynamic_axes=model.dynamic_axes if dynamic else None,
             training=training,
         )
-    proto = onnx.load(str(path))
+    proto = onnx.load(str(partial))
     proto.graph.name = model.name
-    onnx.save(proto, str(path))
+    onnx.save(proto, str(partial))
+    os.replace(partial, path)
     return path
