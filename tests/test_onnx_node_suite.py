@@ -228,3 +228,19 @@ def test_cli_refuses_ops_options_with_suite_onnx():
     result = CliRunner().invoke(main, ["test-runtime", "--suite", "onnx", "--dtypes", "f32"])
     assert result.exit_code == 1
     assert "--dtypes applies to --suite ops only" in result.output
+
+
+def test_bf16_outputs_are_held_to_two_ulps_as_onnx_does():
+    """onnx's backend runner widens a bf16 output's rtol to 2**-6 (two ulps); below that bf16
+    cannot round-trip the test's float reference."""
+    import ml_dtypes
+
+    from catenc.dtypes import DTYPES, f32_to_bf16
+
+    test = onnx_nodes.NodeTest("t", "Op", None, (), (), 1e-3, 1e-7)
+    want = np.array([1.0, 2.0, 3.0], dtype=ml_dtypes.bfloat16)
+    one_ulp = f32_to_bf16(np.array([1.0078125, 2.0, 3.0], dtype=np.float32))  # 1 + 2**-7
+    assert onnx_nodes._compare_output("y", DTYPES["bf16"], one_ulp, want, test) == (2**-7, "")
+    four_ulps = f32_to_bf16(np.array([1.03125, 2.0, 3.0], dtype=np.float32))
+    rel, problem = onnx_nodes._compare_output("y", DTYPES["bf16"], four_ulps, want, test)
+    assert rel == 2**-5 and problem == "output 'y': max abs err 0.0312, max rel err 0.0312 (rtol 0.015625, atol 1e-07)"
