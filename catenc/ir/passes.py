@@ -186,6 +186,10 @@ def inline_decision(producer: Compute, sites: list[Site], element_bytes: int, re
         return False, f"an expression {producer.body.summary.depth} deep (inlining stops at {MAX_INLINED_DEPTH})"
     if is_cheap(producer.body):
         return True, "cheap elementwise"
+    if _has_contraction(producer.body) and any(enclosing for _, _, enclosing in sites):
+        # a sum of products is a packed gemm kernel of its own (schedule/contractions.py); inside
+        # another reduction (a convolution under a global average pool) it would be plain loops
+        return False, "a contraction read inside a reduction (it keeps its gemm kernel)"
     per_read = _evaluations(sites)
     evaluations = sum(per_read.values(), ZERO)
     made = elements(producer)
@@ -206,6 +210,14 @@ def inline_decision(producer: Compute, sites: list[Site], element_bytes: int, re
     if len(per_read) > rereads:
         return False, f"{kind} read at {len(per_read)} places (recomputed at up to {rereads})"
     return True, f"{kind} whose recomputation at {len(per_read)} place(s) costs less than storing it"
+
+
+def _has_contraction(value: Value) -> bool:
+    """Whether the value holds a sum of products (a matrix product or convolution)."""
+    return any(
+        isinstance(v, Reduce) and v.op == "sum" and isinstance(v.body, Binary) and v.body.op == "mul"
+        for v in walk(value)
+    )
 
 
 def _evaluations(sites: list[Site]) -> dict[tuple[str, Load], Expr]:

@@ -139,7 +139,7 @@ def _in_place(graph: Graph, compute: Compute) -> Contraction | None:
     if reduce not in _candidates(graph, compute):
         return None
     used = value_symbols(reduce.body) - {n for n, _ in reduce.indices}
-    if any(n not in used for n, _ in compute.indices):
+    if any(n not in used and e != ONE for n, e in compute.indices):  # a unit axis (batch 1) is read at 0
         return None
     contraction = _contraction(graph, compute.name, compute.indices, reduce)
     if contraction is None or compute.body == reduce:
