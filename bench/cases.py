@@ -633,39 +633,43 @@ def _flops(model: onnx_models.Model) -> float:
     return float(counter.get_total_flops())
 
 
-def _onnx_row(row: str, name: str, quick: bool, size: str, notes: str) -> Case:
-    """The row of model ``name`` of bench/onnx_models.py, built (random weights) only when the row runs."""
+def _onnx_row(row: str, name: str, quick: bool, size: str, notes: str, weights: str) -> Case:
+    """The row of model ``name`` of bench/onnx_models.py, built (random weights) only when the row runs;
+    weights: `catenc compile --weights` (baked: the default; external where baking would write a C source
+    three times the weights' size, 600 MB for bert4, 1.5 GB for GPT-2)."""
     model = functools.partial(_onnx_model, name, "tiny" if quick else "full")
     path = _shown(_onnx_path(name))
     return Case(
         name=row,
         composite=name,
-        size=("tiny: " if quick else "") + size,
+        size=f"tiny variant (bench/onnx_models.py) of {size}" if quick else size,
         inputs=lambda rng: list(model().inputs),
         reference=lambda args: _onnx_reference(model()),
         kind="flops",
         work=lambda args: _flops(model()),
         peers=[_onnxruntime_peer(model, 1), _onnxruntime_peer(model, 2), _torch_eager_peer(model)],
-        notes=f"{notes} (bench/onnx_models.py, random weights); `catenc compile {path} --weights external` (the "
-        "weights in a safetensors file beside the library, passed as inputs); onnxruntime: the same file, CPU "
-        "provider, default graph optimizations; torch: the module in eager mode (inference_mode). flops: the "
-        "convolutions' and matrix products' (torch FlopCounterMode); the error is the first output's, against the "
-        "module in float64",
+        notes=f"{notes} (bench/onnx_models.py, random weights); `catenc compile {path} --weights {weights}` "
+        + (
+            "(the weights in a safetensors file beside the library, passed as inputs)"
+            if weights == "external"
+            else "(the weights in the library)"
+        )
+        + "; onnxruntime: the same file, CPU provider, default graph optimizations; torch: the module in eager mode "
+        "(inference_mode). flops: the convolutions' and matrix products' (torch FlopCounterMode); the error is the "
+        "first output's, against the module in float64",
         toml=path,
         prepare=lambda: onnx_models.export(model(), _onnx_path(name)),
-        compile_args=("--weights", "external"),
+        compile_args=("--weights", weights),
     )
 
 
 def onnx_cases(quick: bool = False) -> list[Case]:
     """ResNet-18, MobileNetV2, a 4-layer BERT encoder and GPT-2 small imported from ONNX, batch 1."""
     return [
-        _onnx_row("resnet18", "resnet18", quick, "ResNet-18, 1x3x224x224", "ResNet-18, BatchNorm folded by the export"),
-        _onnx_row("mobilenetv2", "mobilenetv2", quick, "MobileNetV2 1.0, 1x3x224x224", "MobileNetV2, width 1.0"),
-        _onnx_row("bert4", "bert4", quick, "4 layers, 768, 12 heads, seq 128", "BERT-base-width encoder, 4 layers"),
-        _onnx_row(
-            "gpt2-onnx", "gpt2_small", quick, "GPT-2 small 124M, seq 128", "GPT-2 small, logits of all 128 positions"
-        ),
+        _onnx_row("resnet18", "resnet18", quick, "ResNet-18, 1x3x224x224", "ResNet-18, BatchNorm folded", "baked"),
+        _onnx_row("mobilenetv2", "mobilenetv2", quick, "MobileNetV2 1.0, 1x3x224x224", "MobileNetV2, width 1", "baked"),
+        _onnx_row("bert4", "bert4", quick, "4 layers, 768, 12 heads, seq 128", "BERT-base, 4 layers", "external"),
+        _onnx_row("gpt2-onnx", "gpt2_small", quick, "GPT-2 small 124M, seq 128", "GPT-2 small, all logits", "external"),
     ]
 
 
