@@ -262,6 +262,25 @@ def test_quantization_forms(tmp_path):
     run(nodes, feeds, inits, 21, tmp_path)
 
 
+def test_integer_convolutions(tmp_path):
+    x = RNG.integers(0, 256, (1, 2, 5, 6)).astype(np.uint8)
+    w = RNG.integers(0, 256, (3, 2, 3, 2)).astype(np.uint8)
+    nodes = [
+        node("ConvInteger", ["x", "w", "xzp", "wzps"], "conv_int", pads=[1, 0, 1, 1], strides=[1, 2]),
+        node("QLinearConv", ["x", "xs", "xzp", "w", "wss", "wzps", "ys", "yzp", "bias"], "qconv", pads=[1, 1, 1, 1]),
+    ]
+    inits = [
+        const("xzp", 120, np.uint8),
+        const("wzps", [100, 130, 128], np.uint8),
+        const("xs", 0.02, np.float32),
+        const("wss", [0.01, 0.03, 0.002], np.float32),
+        const("ys", 0.5, np.float32),
+        const("yzp", 100, np.uint8),
+        const("bias", [-500, 0, 2000], np.int32),
+    ]
+    run(nodes, {"x": x, "w": w}, inits, 10, tmp_path)
+
+
 def test_readable_import_uses_the_library_and_basic_indexing():
     x = tensor("x", F, ["N", 8])
     nodes = [

@@ -8,12 +8,14 @@ rounded half to even, the zero point added, saturated to the integer type by `ca
 
 from __future__ import annotations
 
+from catenc.onnx import nn
 from catenc.onnx.indexing import index_names, index_temp
 from catenc.onnx.linalg import matmul_shape
 from catenc.onnx.model import type_name
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter
 from catenc.onnx.values import ONNX_DTYPES, Value
 from catenc.onnx.values import literal as lit
+from catenc.symbolic import const
 
 _INTEGERS = ("i8", "u8", "i16", "u16")
 _LIBRARY_Q = frozenset(("i8", "u8", "i16", "u16"))
@@ -168,3 +170,70 @@ def qlinear_matmul(node: OnnxNode, emit) -> list[Value]:
     if y_zero is not None:
         expr += f" + cast({_scalar_text(y_zero, emit)}, f64)"
     return [emit.out(f"cast(round({expr}), {q})", q, shape)]
+
+
+# ---- integer convolutions: the float convolution (nn.py) of the shifted integers, exact in f64 ----
+
+
+def _per_channel(value: Value, rank: int, emit, axis: int = 0) -> str:
+    """A per-tensor or per-output-channel parameter broadcast along `axis` of a rank-`rank` tensor."""
+    if _scalar(value):
+        return _scalar_text(value, emit)
+    if value.rank != 1:
+        raise ModelError(f"a parameter of rank {value.rank} (a scalar or one value per output channel)")
+    trailing = rank - 1 - axis
+    return f"{emit.text(value)}[:{', None' * trailing}]" if trailing else emit.text(value)
+
+
+def _shifted(operand: Value, zero_point: Value | None, emit, hint: str) -> Value:
+    """operand - zero_point as f64 (exact for 8-bit integers)."""
+    text = f"cast({emit.text(operand)}, f64)"
+    if zero_point is not None:
+        text += f" - cast({_per_channel(zero_point, operand.rank, emit)}, f64)"
+    return emit.temp(text, "f64", operand.shape, hint)
+
+
+def _integer_conv(node: OnnxNode, x: Value, w: Value, zps: tuple[Value | None, Value | None], bias, emit) -> Value:
+    """The convolution of (x - x_zero_point) and (w - w_zero_point) with nn.py's Conv, in f64 (exact)."""
+    if x.dtype not in ("i8", "u8") or w.dtype not in ("i8", "u8"):
+        raise ModelError(f"inputs of types {x.dtype} and {w.dtype}")
+    xs, ws = _shifted(x, zps[0], emit, "x"), _shifted(w, zps[1], emit, "w")
+    if bias is not None:
+        bias = emit.temp(f"cast({emit.text(bias)}, f64)", "f64", bias.shape, "bias")
+    attrs = {
+        k: v
+        for k, v in node.attrs.items()
+        if k in ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+    }
+    conv_node = OnnxNode("Conv", node.name, node.opset, (xs, ws, bias), node.outputs[:1], attrs)
+    outputs = emit.outputs
+    emit.outputs = (f"{node.outputs[0]}_acc",)  # the accumulator is an intermediate
+    try:
+        (acc,) = nn.conv(conv_node, emit)
+    finally:
+        emit.outputs = outputs
+    return acc
+
+
+@converter("ConvInteger")
+def conv_integer(node: OnnxNode, emit) -> list[Value]:
+    x, w = node.need(0), node.need(1)
+    acc = _integer_conv(node, x, w, (node.input(2), node.input(3)), None, emit)
+    return [emit.out(f"cast({acc.name}, i32)", "i32", acc.shape)]
+
+
+@converter("QLinearConv")
+def qlinear_conv(node: OnnxNode, emit) -> list[Value]:
+    x, x_scale, x_zero = node.need(0), node.need(1), node.input(2)
+    w, w_scale, w_zero = node.need(3), node.need(4), node.input(5)
+    y_scale, y_zero, bias = node.need(6), node.input(7), node.input(8)
+    q = x.dtype if y_zero is None else y_zero.dtype
+    acc = _integer_conv(node, x, w, (x_zero, w_zero), bias, emit)
+    # the reference multiplies the scales in their type, then the i32 sums by that factor in f64
+    scales = f"{_scalar_text(x_scale, emit)} * {_per_channel(w_scale, acc.rank, emit, 1)}"
+    factor_shape = () if _scalar(w_scale) else (w_scale.shape[0],) + (const(1),) * (acc.rank - 2)
+    factor = emit.temp(f"{scales} / {_scalar_text(y_scale, emit)}", x_scale.dtype, factor_shape, "factor")
+    expr = f"{acc.name} * cast({factor.name}, f64)"
+    if y_zero is not None:
+        expr += f" + cast({_scalar_text(y_zero, emit)}, f64)"
+    return [emit.out(f"cast(round({expr}), {q})", q, acc.shape)]
