@@ -47,6 +47,7 @@ def test_convolutions_and_pooling(tmp_path):
     nodes = [
         node("Conv", ["x", "w", "b"], "conv_asym", pads=[1, 0, 2, 1], strides=[2, 1]),
         node("Conv", ["x", "w_dw", "b_dw"], "conv_depthwise", group=4, pads=[1, 1, 1, 1]),  # 2 filters a channel
+        node("Conv", ["x", "w_dw2"], "conv_depthwise_s2", group=4, pads=[1, 1, 1, 1], strides=[2, 2]),
         node("Conv", ["x", "w_g"], "conv_grouped", group=2, dilations=[2, 1], auto_pad="SAME_UPPER"),
         node("Conv", ["x", "w"], "conv_same_lower", auto_pad="SAME_LOWER", strides=[2, 2]),
         node("Conv", ["x", "w_1x1"], "conv_valid_1x1", auto_pad="VALID", strides=[2, 3]),
@@ -88,6 +89,7 @@ def test_convolutions_and_pooling(tmp_path):
         weights("b", 5),
         weights("w_dw", 8, 1, 3, 3),
         weights("b_dw", 8),
+        weights("w_dw2", 4, 1, 3, 3),
         weights("w_g", 6, 2, 3, 2),
         weights("w_1x1", 3, 4, 1, 1),
         weights("w1", 3, 4, 3),
@@ -108,7 +110,9 @@ def test_convolutions_and_pooling(tmp_path):
     # a convolution is one contraction statement with its bias, read at the channel it writes
     assert "conv_asym[n < 2, k < 5, oh < 5, ow < 7] = sum[c < 4, r < 3, s < 3](" in text
     assert "* w[k, c, r, s]) + b[k]" in text
-    assert "x[n, k // 2, oh + r - 1, ow + s - 1], 0.0) * w_dw[k, 0, r, s]) + b_dw[k]" in text  # depthwise: no groups
+    # depthwise: the input channel read directly; at stride 1 tap by tap, a vector loop along the row
+    assert "where(oh >= 1, x[n, k // 2, oh - 1, ow], 0.0) * w_dw[k, 0, 0, 1] + where((oh >= 1) & (ow < 7)," in text
+    assert "x[n, k, 2*oh + r - 1, 2*ow + s - 1], 0.0) * w_dw2[k, 0, r, s])" in text
     assert "conv_grouped_groups[n < 2, g < 2, j < 3, oh < 9, ow < 8]" in text
 
 
