@@ -28,10 +28,10 @@ def elem(array: np.ndarray) -> int:
     return helper.np_dtype_to_tensor_dtype(array.dtype)
 
 
-def run(nodes, feeds, initializers, opset, tmp_path, shapes=None, rtol=1e-5, atol=1e-6, **dims):
-    """Compile a model of `nodes` (its outputs: every node output) and compare it with the reference."""
+def run(nodes, feeds, initializers, opset, tmp_path, shapes=None, hidden=(), rtol=1e-5, atol=1e-6, **dims):
+    """Compile a model of `nodes` (its outputs: every node output but `hidden`) and compare it with the reference."""
     shapes = shapes or {}
-    outputs = [o for n in nodes for o in n.output if o]
+    outputs = [o for n in nodes for o in n.output if o and o not in hidden]
     ins = [tensor(name, elem(a), shapes.get(name, list(a.shape))) for name, a in feeds.items()]
     model = make_model(nodes, ins, [tensor(o, 0, None) for o in outputs], initializers, opset=opset)
     check_against_reference(model, tmp_path, feeds, rtol=rtol, atol=atol, **dims)
@@ -119,8 +119,17 @@ def test_opset18_forms_and_symbolic_sizes(tmp_path):
         node("Pad", ["x", "pads", "", "axes"], "wrapped", mode="wrap"),
         node("Slice", ["x", "s", "e", "a", "st"], "sliced"),  # x[1:-1, ::-2] with N rows
         node("Tile", ["x", "reps"], "tiled"),
+        node("Shape", ["x"], "shape"),  # sizes computed from the symbolic N: x[:N - 1], a row tiled N times
+        node("Slice", ["shape", "zero", "one"], "rows"),
+        node("Sub", ["rows", "one"], "rows_less"),
+        node("Slice", ["x", "zero", "rows_less", "zero"], "all_but_last"),
+        node("Concat", ["rows", "one"], "row_reps", axis=0),
+        node("Tile", ["row", "row_reps"], "row_tiled"),
     ]
     inits = [
+        const("zero", [0]),
+        const("one", [1]),
+        const("row", RNG.standard_normal((1, 7)), np.float32),
         const("pads", [2, 1]),
         const("axes", [-1]),
         const("s", [1, -1]),
@@ -129,7 +138,8 @@ def test_opset18_forms_and_symbolic_sizes(tmp_path):
         const("st", [1, -2]),
         const("reps", [2, 1]),
     ]
-    run(nodes, {"x": x}, inits, 18, tmp_path, shapes={"x": ["N", 7]}, N=5)
+    hidden = ("shape", "rows", "rows_less", "row_reps")
+    run(nodes, {"x": x}, inits, 18, tmp_path, shapes={"x": ["N", 7]}, hidden=hidden, N=5)
 
 
 def test_scatters_reverse_sequence_and_runtime_diagonal(tmp_path):

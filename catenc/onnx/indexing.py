@@ -56,6 +56,15 @@ def _int(v) -> Expr:
     return v if isinstance(v, Expr) else const(int(v))
 
 
+def static_int(v, what: str) -> int:
+    """An entry of a known integer input that must be a number, not a symbolic size."""
+    if isinstance(v, Expr):
+        if not v.is_const:
+            raise Unsupported(f"{what} computed from symbolic sizes ({v})")
+        return v.value
+    return int(v)
+
+
 # ---- Slice ---------------------------------------------------------------------------------------
 
 
@@ -73,18 +82,23 @@ def slice_bounds(start, end, step: int, dim: Expr) -> tuple[str, Expr, slice | N
         last = "" if (e == n if step > 0 else e < 0) else str(e)
         return f"{first}:{last}{step_text}", const(len(range(s, e, step))), slice(s, None if e < 0 else e, step)
 
-    def bound(v) -> tuple[str, Expr | None]:
+    def bound(v, is_stop: bool) -> tuple[str, Expr | None]:
         """The subscript text of a bound and its position from the front (None: omitted, to the end)."""
         if isinstance(v, Expr):
+            back = v - dim  # a size computed as `dim - 1` is written as numpy writes it: -1
+            if back.is_const and back.value < 0:
+                return str(back.value), v
+            if back == const(0) and is_stop == (step > 0):
+                return "", None
             return lit(v, "i64"), v
         v = int(v)
         if abs(v) >= _TO_END:
             if (v > 0) != (step > 0):
                 raise Unsupported("a slice bound beyond the wrong end of a symbolic axis")
             return "", None
-        return str(v), (const(v) if v >= 0 else dim + v)
+        return ("" if v == 0 and not is_stop and step > 0 else str(v)), (const(v) if v >= 0 else dim + v)
 
-    (first, s), (last, e) = bound(start), bound(end)
+    (first, s), (last, e) = bound(start, False), bound(end, True)
     # numpy's clamping, as the body's slices compute it (catenc/frontend/indexing.py)
     if step > 0:
         s = const(0) if s is None else _at_least(s, const(0))
@@ -116,8 +130,8 @@ def slice_op(node: OnnxNode, emit) -> list[Value]:
         ends = known_ints(node.need(2), "the ends (input 2)")
         axes = None if node.input(3) is None else known_ints(node.input(3), "the axes (input 3)")
         steps = None if node.input(4) is None else known_ints(node.input(4), "the steps (input 4)")
-    axes = list(range(len(starts))) if not axes else [axis_of(int(a), x.rank) for a in axes]
-    steps = [1] * len(starts) if steps is None else [int(s) for s in steps]
+    axes = list(range(len(starts))) if not axes else [axis_of(static_int(a, "an axis"), x.rank) for a in axes]
+    steps = [1] * len(starts) if steps is None else [static_int(s, "a step") for s in steps]
     if not len(starts) == len(ends) == len(axes) == len(steps):
         raise ModelError("starts, ends, axes and steps differ in length")
     if len(set(axes)) != len(axes):
@@ -149,6 +163,8 @@ def split(node: OnnxNode, emit) -> list[Value]:
         sizes = node.attr("split") or None
     if sizes is None:
         parts = node.attr("num_outputs", count)
+        if parts < 1:
+            raise ModelError(f"num_outputs={parts}")
         if dim.is_const:
             chunk = -(-dim.value // parts)
             sizes = [min(chunk, max(dim.value - k * chunk, 0)) for k in range(parts)]
@@ -181,18 +197,23 @@ def split(node: OnnxNode, emit) -> list[Value]:
 @converter("Tile")
 def tile(node: OnnxNode, emit) -> list[Value]:
     x = node.need(0)
-    repeats = [int(r) for r in known_ints(node.need(1), "the repeats (input 1)")]
-    if len(repeats) != x.rank or any(r < 0 for r in repeats):
-        raise ModelError(f"repeats {repeats} for an input of rank {x.rank}")
+    repeats = [_int(r) for r in known_ints(node.need(1), "the repeats (input 1)")]
+    if len(repeats) != x.rank or any(r.is_const and r.value < 0 for r in repeats):
+        raise ModelError(f"repeats {[str(r) for r in repeats]} for an input of rank {x.rank}")
     shape = tuple(d * r for d, r in zip(x.shape, repeats, strict=True))
-    if all(r == 1 for r in repeats):
+    if all(r == const(1) for r in repeats):
         return [x]
     fixed = static(shape)
     if x.is_known and fixed is not None and int(np.prod(fixed)) <= FOLD_LIMIT:
-        return [known_value(np.tile(x.known, repeats), x.dtype)]
+        return [known_value(np.tile(x.known, [r.value for r in repeats]), x.dtype)]
     text = emit.text(x)
+    if all(d == const(1) for d, r in zip(x.shape, repeats, strict=True) if r != const(1)):
+        return [emit.out(f"expand({text}, {shape_text(shape)})", x.dtype, shape)]  # only size-1 axes repeat
     idx = index_names(x.rank, (text,))
-    subs = [f"{i} % {lit(d, 'i64')}" if r != 1 else i for i, d, r in zip(idx, x.shape, repeats, strict=True)]
+    subs = [
+        i if r == const(1) else "0" if d == const(1) else f"{i} % {lit(d, 'i64')}"
+        for i, d, r in zip(idx, x.shape, repeats, strict=True)
+    ]
     return [emit.out_index(idx, f"{text}[{', '.join(subs)}]", x.dtype, shape)]
 
 
@@ -207,7 +228,7 @@ def _pad_amounts(node: OnnxNode, rank: int) -> list[tuple[int, int]]:
         pads = known_ints(node.need(1), "the pads (input 1)")
         axes = list(range(rank))
         if node.opset >= 18 and node.input(3) is not None:
-            axes = [axis_of(int(a), rank) for a in known_ints(node.input(3), "the axes (input 3)")]
+            axes = [axis_of(static_int(a, "an axis"), rank) for a in known_ints(node.input(3), "the axes (input 3)")]
     if any(isinstance(p, Expr) for p in pads):
         raise Unsupported("pads computed from symbolic sizes")
     if len(pads) != 2 * len(axes):
@@ -377,7 +398,7 @@ def trilu(node: OnnxNode, emit) -> list[Value]:
         keep = f"{j} - {i} >= {k}" if upper else f"{j} - {i} <= {k}"
         return [emit.out_index(idx, f"where({keep}, {text}[{', '.join(idx)}], 0)", x.dtype, x.shape)]
     k = 0 if diagonal is None else known_ints(diagonal, "k (input 1)")[0]
-    if small(x) and x.known.dtype != object:
+    if small(x) and x.known.dtype != object and not isinstance(k, Expr):
         return [known_value((np.triu if upper else np.tril)(x.known, int(k)), x.dtype)]
     fn = "triu" if upper else "tril"
     arg = f", k={lit(k, 'i64')}" if not (isinstance(k, int) and k == 0) else ""
@@ -389,7 +410,7 @@ def one_hot(node: OnnxNode, emit) -> list[Value]:
     indices, depth_value, values = node.need(0), node.need(1), node.need(2)
     if not depth_value.is_known:
         raise Unsupported("a depth computed at run time")
-    depth = _int(int(np.asarray(depth_value.known).reshape(-1)[0]))
+    depth = _int(np.asarray(depth_value.known).reshape(-1)[0])
     rank = indices.rank + 1
     axis = axis_of(node.attr("axis", -1), rank)
     shape = indices.shape[:axis] + (depth,) + indices.shape[axis:]
@@ -411,7 +432,7 @@ def one_hot(node: OnnxNode, emit) -> list[Value]:
 @converter("CumSum")
 def cumsum(node: OnnxNode, emit) -> list[Value]:
     x = node.need(0)
-    axis = axis_of(int(known_ints(node.need(1), "the axis (input 1)")[0]), x.rank)
+    axis = axis_of(static_int(known_ints(node.need(1), "the axis (input 1)")[0], "the axis"), x.rank)
     exclusive, reverse = node.attr("exclusive", 0), node.attr("reverse", 0)
     text = emit.text(x)
     idx = index_names(x.rank + 1, (text,))
@@ -441,6 +462,13 @@ def eye_like(node: OnnxNode, emit) -> list[Value]:
 # ---- space/depth rearrangements -----------------------------------------------------------------
 
 
+def _blocksize(node: OnnxNode) -> int:
+    bs = node.attr("blocksize")
+    if not isinstance(bs, int) or bs < 1:
+        raise ModelError(f"blocksize={bs}")
+    return bs
+
+
 def _rearranged(x: Value, split: Shape, perm: list[int], final: Shape, emit) -> Value:
     """reshape -> transpose -> reshape, each step a statement (or folded when x is known)."""
     if small(x) and x.known.dtype != object:
@@ -457,7 +485,7 @@ def depth_to_space(node: OnnxNode, emit) -> list[Value]:
     x = node.need(0)
     if x.rank != 4:
         raise ModelError("the input must be 4-D")
-    bs = node.attr("blocksize")
+    bs = _blocksize(node)
     n, c, h, w = x.shape
     cc = floordiv(c, bs * bs)
     final = (n, cc, h * bs, w * bs)
@@ -471,7 +499,7 @@ def space_to_depth(node: OnnxNode, emit) -> list[Value]:
     x = node.need(0)
     if x.rank != 4:
         raise ModelError("the input must be 4-D")
-    bs = node.attr("blocksize")
+    bs = _blocksize(node)
     n, c, h, w = x.shape
     hh, ww = floordiv(h, bs), floordiv(w, bs)
     split = dims((n, c, hh, bs, ww, bs))
