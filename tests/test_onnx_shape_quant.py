@@ -119,6 +119,8 @@ def test_opset18_forms_and_symbolic_sizes(tmp_path):
         node("Pad", ["x", "pads", "", "axes"], "wrapped", mode="wrap"),
         node("Slice", ["x", "s", "e", "a", "st"], "sliced"),  # x[1:-1, ::-2] with N rows
         node("Tile", ["x", "reps"], "tiled"),
+        node("CenterCropPad", ["x", "crop_pad"], "centred", axes=[1]),  # 7 -> 10: padded 1, 2
+        node("CenterCropPad", ["x", "crop"], "cropped", axes=[-1]),  # 7 -> 4: x[:, 1:5]
         node("Shape", ["x"], "shape"),  # sizes computed from the symbolic N: x[:N - 1], a row tiled N times
         node("Slice", ["shape", "zero", "one"], "rows"),
         node("Sub", ["rows", "one"], "rows_less"),
@@ -131,6 +133,8 @@ def test_opset18_forms_and_symbolic_sizes(tmp_path):
         const("one", [1]),
         const("row", RNG.standard_normal((1, 7)), np.float32),
         const("pads", [2, 1]),
+        const("crop_pad", [10]),
+        const("crop", [4]),
         const("axes", [-1]),
         const("s", [1, -1]),
         const("e", [-1, -BIG]),
@@ -225,10 +229,13 @@ def test_attention_forms(tmp_path):
         node("Attention", ["q4", "k4", "v4", "keep"], ["y_bool", "", "", "probs"], qk_matmul_output_mode=3),
         node("Attention", ["q4", "k4", "v4"], "y_library", is_causal=1),
         node("Attention", ["q4", "k4", "v4"], "y_scaled", scale=0.3),
+        node("TensorScatter", ["k4", "past_k", "writes"], "cache_linear"),  # a KV cache written at positions
+        node("TensorScatter", ["k4", "past_k", "writes_circular"], "cache_circular", mode="circular"),
     ]
     feeds = {"q3": q3, "k3": k3, "v3": v3, "mask": mask, "past_k": past_k, "past_v": past_v}
     feeds |= {"q4": q4, "k4": k4, "v4": v4, "keep": keep}
-    run(nodes, feeds, [], 23, tmp_path, rtol=1e-5, atol=1e-5)
+    feeds |= {"writes": np.array([0, 2], np.int64), "writes_circular": np.array([3, 1], np.int64)}
+    run(nodes, feeds, [], 24, tmp_path, rtol=1e-5, atol=1e-5)
 
 
 def test_quantization_forms(tmp_path):

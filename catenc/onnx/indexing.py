@@ -624,3 +624,59 @@ def reverse_sequence(node: OnnxNode, emit) -> list[Value]:
     items = [positions.name, positions.name]
     items[batch_axis] = _arange_along(x.shape[batch_axis], batch_axis, 2)
     return [emit.out(f"{text}[{', '.join(items)}]", x.dtype, x.shape)]
+
+
+@converter("TensorScatter")
+def tensor_scatter(node: OnnxNode, emit) -> list[Value]:
+    cache, update, writes = node.need(0), node.need(1), node.input(2)
+    axis = axis_of(node.attr("axis", -2), cache.rank)
+    mode = node.attr("mode", "linear")
+    if mode not in ("linear", "circular"):
+        raise ModelError(f"mode '{mode}'")
+    if (
+        axis == 0
+        or update.rank != cache.rank
+        or any(u != c for k, (u, c) in enumerate(zip(update.shape, cache.shape, strict=True)) if k != axis)
+    ):
+        raise ModelError("the update must match the cache outside the sequence axis, which follows the batch axis")
+    if cache.dtype == "bool":
+        raise Unsupported("a bool cache")
+    t_upd = emit.text(update)
+    t_writes = emit.text(writes) if writes is not None else None
+    names = index_names(cache.rank + 1, (emit.text(cache), t_upd, t_writes or ""))
+    idx, step = names[:-1], names[-1]
+    start = f"{t_writes}[{idx[0]}] + {step}" if t_writes else step
+    if mode == "circular":
+        start = f"({start}) % {lit(cache.shape[axis], 'i64')}"
+    found = f"({start} == {idx[axis]})"
+    read = f"{t_upd}[{', '.join(step if k == axis else n for k, n in enumerate(idx))}]"
+    return [_scattered(node, cache, idx, found, (f"{step} < {lit(update.shape[axis], 'i64')}", step, read), emit)]
+
+
+@converter("CenterCropPad")
+def center_crop_pad(node: OnnxNode, emit) -> list[Value]:
+    x = node.need(0)
+    sizes = [static_int(s, "a target size") for s in known_ints(node.need(1), "the shape (input 1)")]
+    axes = node.attr("axes") or list(range(x.rank))
+    axes = [axis_of(a, x.rank) for a in axes]
+    if len(sizes) != len(axes):
+        raise ModelError(f"{len(sizes)} sizes for {len(axes)} axes")
+    crop, widths = [":"] * x.rank, [(0, 0)] * x.rank
+    cropped = list(x.shape)
+    for a, size in zip(axes, sizes, strict=True):
+        dim = static_int(x.shape[a], "a cropped or padded axis")
+        if size < dim:
+            first = (dim - size) // 2
+            crop[a], cropped[a] = f"{first}:{first + size}", const(size)
+        elif size > dim:
+            before = (size - dim) // 2
+            widths[a] = (before, size - dim - before)
+    shape = tuple(c + lo + hi for c, (lo, hi) in zip(cropped, widths, strict=True))
+    if small(x) and x.known.dtype != object:
+        pieces = tuple(slice(*map(int, c.split(":"))) if c != ":" else slice(None) for c in crop)
+        return [known_value(np.pad(x.known[pieces], widths), x.dtype)]
+    text = subscript(emit.text(x), crop)
+    if all(w == (0, 0) for w in widths):
+        return [x] if text == emit.text(x) else [emit.out(text, x.dtype, shape)]
+    pads = ", ".join(f"[{lo}, {hi}]" for lo, hi in widths)
+    return [emit.out(f"pad({text}, [{pads}], value={lit(0, x.dtype)})", x.dtype, shape)]
