@@ -1,9 +1,11 @@
-"""Data-movement operators: Slice, Split, Tile, Pad, GatherElements, GatherND, Trilu, OneHot, CumSum,
-DepthToSpace/SpaceToDepth, EyeLike, Compress and NonZero (with known inputs).
+"""Data-movement operators: Slice, Split, Tile, Pad, CenterCropPad, GatherElements, GatherND, the
+scatters (ScatterElements, ScatterND, TensorScatter), ReverseSequence, Trilu, OneHot, CumSum,
+DepthToSpace/SpaceToDepth, EyeLike, and Compress/NonZero with known inputs.
 
-Slices become numpy basic indexing (`x[1:7:2, ::-1]`) with ONNX's clamped bounds worked out at
-import (symbolically where a dimension is a symbol); gathers become advanced indexing; padding
-other than constant and the cumulative sums are written in index form.
+Slices become numpy basic indexing (`x[1:-1, ::-2]`) with ONNX's clamped bounds worked out at
+import (symbolically where a dimension is a symbol, as the body's slices compute them); gathers
+become advanced indexing; scatters, padding other than constant and the cumulative sums are
+written in index form over the output.
 """
 
 from __future__ import annotations
