@@ -82,6 +82,31 @@ def test_convolutions_and_pooling(tmp_path):
         node("LpPool", ["x"], "lp3", kernel_shape=[2, 2], strides=[2, 2], p=3),
         node("LpPool", ["x"], "lp2", kernel_shape=[3, 2], pads=[1, 0, 1, 0]),
         node("GlobalAveragePool", ["x"], "gap"),
+        node("Resize", ["x", "", "twice"], "nearest_2x", mode="nearest", coordinate_transformation_mode="asymmetric"),
+        node("Resize", ["x", "", "", "size_odd"], "nearest_sizes", nearest_mode="round_prefer_ceil"),
+        node(
+            "Resize",
+            ["x", "", "scale_odd"],
+            "linear_pytorch",
+            mode="linear",
+            coordinate_transformation_mode="pytorch_half_pixel",
+        ),
+        node(
+            "Resize",
+            ["x", "", "", "size_odd"],
+            "linear_corners",
+            mode="linear",
+            coordinate_transformation_mode="align_corners",
+        ),
+        node("Resize", ["x", "", "", "size_axes"], "cubic_axes", mode="cubic", axes=[3, 2], exclude_outside=1),
+        node(
+            "Resize",
+            ["x", "roi", "", "size_odd"],
+            "crop",
+            mode="linear",
+            coordinate_transformation_mode="tf_crop_and_resize",
+            extrapolation_value=-3.0,
+        ),
         node("GlobalMaxPool", ["x"], "gmp"),
     ]
     inits = [
@@ -99,6 +124,11 @@ def test_convolutions_and_pooling(tmp_path):
         weights("bt2", 2),
         weights("wt2", 4, 2, 3, 2),
         weights("wt1", 4, 2, 4),
+        numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "twice"),
+        numpy_helper.from_array(np.array([1, 1, 0.6, 1.7], np.float32), "scale_odd"),
+        numpy_helper.from_array(np.array([2, 4, 5, 13], np.int64), "size_odd"),
+        numpy_helper.from_array(np.array([11, 4], np.int64), "size_axes"),
+        numpy_helper.from_array(np.array([0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3], np.float32), "roi"),
     ]
     inputs = {
         "x": RNG.standard_normal((2, 4, 9, 8)).astype(np.float32),
@@ -114,6 +144,7 @@ def test_convolutions_and_pooling(tmp_path):
     assert "where(oh >= 1, x[n, k // 2, oh - 1, ow], 0.0) * w_dw[k, 0, 0, 1] + where((oh >= 1) & (ow < 7)," in text
     assert "x[n, k, 2*oh + r - 1, 2*ow + s - 1], 0.0) * w_dw2[k, 0, r, s])" in text
     assert "conv_grouped_groups[n < 2, g < 2, j < 3, oh < 9, ow < 8]" in text
+    assert "nearest_2x[i0 < 2, i1 < 4, i2 < 18, i3 < 16] = x[i0, i1, i2 // 2, i3 // 2]" in text  # a repeat, no take
 
 
 def test_normalizations(tmp_path):

@@ -1,4 +1,5 @@
-"""Convolution and pooling: Conv, ConvTranspose, MaxPool, AveragePool, LpPool and their global forms.
+"""Convolution, pooling and resizing: Conv, ConvTranspose, MaxPool, AveragePool, LpPool and their
+global forms, Resize and Upsample.
 
 A convolution is one index-form statement, `y[n, k, oh, ow] = sum[c, r, s](where(in-bounds, x[...],
 0.0) * w[k, c, r, s]) + b[k]`: the access pattern catenc's schedule recognises as a contraction
@@ -7,7 +8,9 @@ any rank, asymmetric pads, strides and dilations. Grouped convolutions compute [
 (a batched gemm per group) and reshape; a depthwise one (one input channel per group) reads its
 channel directly, and at stride 1 is written as a sum of its taps (no reduction loop inside the
 row: the row is a vector loop, 1.6x faster for MobileNetV2's 3x3 layers). Pooling is a guarded
-`max` or `sum` over the window.
+`max` or `sum` over the window. Resizing is separable: per axis, a gather of each tap's input
+positions (computed at import as onnx's reference computes them) times its weights, or one
+affine read `x[..., i // 2]` where nearest sampling repeats each element.
 """
 
 from __future__ import annotations
@@ -469,3 +472,185 @@ def global_pool(node: OnnxNode, emit) -> list[Value]:
     else:
         expr = f"{'mean' if node.op == 'GlobalAveragePool' else 'max'}({xt}, axis={axes}, keepdims=True)"
     return [emit.out(expr, x.dtype, shape)]
+
+
+def _source_coordinates(mode: str, out: int, size: int, scale: float, roi: tuple[float, float]) -> np.ndarray:
+    """Where each output position samples the input (Resize's coordinate_transformation_mode)."""
+    y = np.arange(out, dtype=np.float64)
+    wanted = scale * size
+    if mode == "tf_crop_and_resize":
+        lo, hi = roi
+        if wanted == 1:
+            return np.full(out, (hi - lo) * (size - 1) / 2) + lo * (size - 1)
+        return y * (hi - lo) * (size - 1) / (wanted - 1) + lo * (size - 1)
+    if mode == "align_corners":
+        return np.zeros(out) if wanted == 1 else y * (size - 1) / (wanted - 1)
+    if mode == "asymmetric":
+        return y / scale
+    if mode == "pytorch_half_pixel":
+        return np.full(out, -0.5) if wanted == 1 else (y + 0.5) / scale - 0.5
+    if mode == "half_pixel":
+        return (y + 0.5) / scale - 0.5
+    if mode == "half_pixel_symmetric":
+        return size / 2 * (1 - out / wanted) + (y + 0.5) / scale - 0.5
+    raise Unsupported(f"coordinate_transformation_mode='{mode}'")
+
+
+def _taps(node: OnnxNode, mode: str, coords: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The input positions (clamped, [O, n]) and weights ([O, n]) of each output position, as onnx's
+    reference computes them (an even kernel of n taps around each source coordinate)."""
+    base = np.floor(coords)
+    ratio = np.where(coords == base, 1.0, coords - base)
+    if mode == "nearest":
+        rule = node.attr("nearest_mode", "round_prefer_floor")
+        rules = {
+            "round_prefer_floor": lambda r: r > 0.5,
+            "round_prefer_ceil": lambda r: r >= 0.5,
+            "floor": lambda r: np.zeros_like(r, bool),
+            "ceil": lambda r: np.ones_like(r, bool),
+        }
+        if rule not in rules:
+            raise ModelError(f"nearest_mode='{rule}'")
+        upper = np.where(ratio == 1.0, True, rules[rule](ratio))
+        weights = np.stack([~upper, upper], axis=1).astype(np.float64)
+    elif mode == "linear":
+        weights = np.stack([1 - ratio, ratio], axis=1)
+    elif mode == "cubic":
+        a = float(node.attr("cubic_coeff_a", -0.75))
+        t = np.stack([ratio + 1, ratio, 1 - ratio, 2 - ratio], axis=1)
+        near = ((a + 2) * t - (a + 3)) * t * t + 1
+        far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+        weights = np.where(t <= 1, near, far)
+    else:
+        raise Unsupported(f"mode='{mode}'")
+    n = weights.shape[1]
+    padded = coords + n // 2
+    floor = np.floor(padded)
+    start = floor + np.where(padded == floor, -(n // 2), -(n // 2) + 1)
+    positions = start[:, None] + np.arange(n)[None, :] - n // 2
+    if node.attr("exclude_outside", 0):
+        weights = np.where((positions < 0) | (positions >= size), 0.0, weights)
+        total = weights.sum(axis=1, keepdims=True)
+        weights = weights / np.where(total == 0, 1.0, total)
+    return np.clip(positions, 0, size - 1).astype(np.int64), weights
+
+
+def _resize_request(node: OnnxNode, x: Value) -> tuple[list[int], list[int], list[float]]:
+    """The axes resized, their output sizes and scales (from `scales` or `sizes`, known at import)."""
+    sizes = static(x.shape)
+    if sizes is None:
+        raise Unsupported("resizing a tensor of dynamic shape")
+    if node.op == "Upsample":
+        scales = node.attr("scales") if node.opset < 9 else known_ints_or_floats(node.input(1), "the scales")
+        mode_inputs = (list(scales), None)
+    elif node.opset < 11:
+        mode_inputs = (known_ints_or_floats(node.input(1), "the scales"), None)
+    else:
+        scales, wanted = node.input(2), node.input(3)
+        has_scales = scales is not None and scales.shape != (const(0),)
+        mode_inputs = (
+            known_ints_or_floats(scales, "the scales") if has_scales else None,
+            [int(v) for v in known_ints_or_floats(wanted, "the sizes")] if not has_scales else None,
+        )
+    scales, wanted = mode_inputs
+    axes = [a % x.rank for a in node.attr("axes", range(x.rank))]
+    if len(scales or wanted) != len(axes):
+        raise ModelError(f"{len(scales or wanted)} scales or sizes for {len(axes)} axes")
+    if wanted is not None:
+        scales = [w / sizes[a] for w, a in zip(wanted, axes)]
+        policy = node.attr("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            scale = min(scales) if policy == "not_larger" else max(scales)
+            scales = [scale] * len(axes)
+            wanted = [int(scale * sizes[a] + 0.5) for a in axes]
+    else:
+        wanted = [int(s * sizes[a]) for s, a in zip(scales, axes)]
+    return axes, wanted, [float(s) for s in scales]
+
+
+def known_ints_or_floats(value: Value | None, what: str) -> list:
+    if value is None:
+        raise ModelError(f"{what} are required")
+    if not value.is_known:
+        raise Unsupported(f"{what} must be known when the model is compiled (they are computed at run time here)")
+    return list(np.asarray(value.known, dtype=np.float64).reshape(-1))
+
+
+@converter("Resize", "Upsample")
+def resize(node: OnnxNode, emit) -> list[Value]:
+    x = node.need(0)
+    mode = node.attr("mode", "nearest")
+    if node.attr("antialias", 0):
+        raise Unsupported("antialias=1")
+    legacy = node.op == "Upsample" or node.opset < 11
+    coordinates = "asymmetric" if legacy else node.attr("coordinate_transformation_mode", "half_pixel")
+    if legacy and mode == "nearest":
+        node = OnnxNode(
+            node.op, node.name, node.opset, node.inputs, node.outputs, {**node.attrs, "nearest_mode": "floor"}
+        )
+    if mode not in ("nearest", "linear", "cubic"):
+        raise Unsupported(f"mode='{mode}'")
+    if mode != "nearest" and not x.is_float:
+        raise Unsupported(f"{mode} resizing of {x.dtype}")
+    axes, wanted, scales = _resize_request(node, x)
+    sizes = list(static(x.shape))
+    crop = coordinates == "tf_crop_and_resize"
+    roi = known_ints_or_floats(node.input(1), "the roi") if crop else [0.0] * len(axes) + [1.0] * len(axes)
+    if len(roi) != 2 * len(axes):
+        raise ModelError(f"the roi has {len(roi)} entries for {len(axes)} axes")
+    plan, outside = [], {}
+    for i, (axis, out, scale) in enumerate(zip(axes, wanted, scales)):
+        if out == sizes[axis] and scale == 1.0 and roi[i] == 0.0 and roi[len(axes) + i] == 1.0:
+            continue
+        coords = _source_coordinates(coordinates, out, sizes[axis], scale, (roi[i], roi[len(axes) + i]))
+        if crop and np.any((coords < 0) | (coords > sizes[axis] - 1)):
+            outside[axis] = ((coords < 0) | (coords > sizes[axis] - 1)).reshape((out,) + (1,) * (x.rank - axis - 1))
+        positions, weights = _taps(node, mode, coords, sizes[axis])
+        plan.append((axis, out, positions, weights))
+    shape = list(x.shape)
+    for axis, out, _, _ in plan:
+        shape[axis] = const(out)
+    shape = tuple(shape)
+    if not plan:
+        return [x]
+    one_hot = all(np.all((w == 0) | (w == 1)) and np.all(w.sum(axis=1) == 1) for _, _, _, w in plan)
+    if one_hot and not outside:
+        picks = {axis: p[np.arange(out), np.argmax(w, axis=1)] for axis, out, p, w in plan}
+        factors = {}
+        for axis, pick in picks.items():
+            for k in range(1, sizes[axis] + 1):
+                if np.array_equal(pick, np.arange(len(pick)) // k):
+                    factors[axis] = k
+                    break
+        if len(factors) == len(picks):  # every axis repeats its elements k times: one affine read
+            ix = Indices(emit)
+            names = [ix(f"i{d}") for d in range(x.rank)]
+            read = [f"{n} // {factors[d]}" if factors.get(d, 1) > 1 else n for d, n in enumerate(names)]
+            return [emit.out_index(names, f"{emit.text(x)}[{', '.join(read)}]", x.dtype, shape)]
+        v = x
+        for k, (axis, pick) in enumerate(picks.items()):
+            expr = f"take({emit.text(v)}, {emit.constant(pick, 'i64', 'resize_index')}, {axis})"
+            v = _step(
+                emit, expr, x.dtype, v.shape[:axis] + (const(len(pick)),) + v.shape[axis + 1 :], k == len(picks) - 1
+            )
+        return [v]
+    v = x
+    for k, (axis, out, positions, weights) in enumerate(plan):
+        terms = []
+        for j in range(positions.shape[1]):
+            if not np.any(weights[:, j]):
+                continue
+            w = weights[:, j].astype(NUMPY[x.dtype]).reshape((out,) + (1,) * (x.rank - axis - 1))
+            at = emit.constant(positions[:, j].copy(), "i64", "resize_index")
+            terms.append(f"take({emit.text(v)}, {at}, {axis}) * {emit.constant(w, x.dtype, 'resize_weight')}")
+        expr = " + ".join(terms)
+        if axis in outside:  # tf_crop_and_resize: positions sampled outside the input take extrapolation_value
+            fill = lit(float(node.attr("extrapolation_value", 0.0)), x.dtype)
+            expr = f"where({emit.constant(outside[axis], 'bool', 'resize_outside')}, {fill}, {expr})"
+        v = _step(emit, expr, x.dtype, v.shape[:axis] + (const(out),) + v.shape[axis + 1 :], k == len(plan) - 1)
+    return [v]
+
+
+def _step(emit, expr: str, dtype: str, shape: Shape, last: bool) -> Value:
+    """One axis of a separable resize: the node's output after the last axis, else an intermediate."""
+    return emit.out(expr, dtype, shape) if last else emit.temp(expr, dtype, shape, "axis")
