@@ -52,6 +52,7 @@ def test_convolutions_and_pooling(tmp_path):
         node("Conv", ["x", "w"], "conv_same_lower", auto_pad="SAME_LOWER", strides=[2, 2]),
         node("Conv", ["x", "w_1x1"], "conv_valid_1x1", auto_pad="VALID", strides=[2, 3]),
         node("Conv", ["x1", "w1", "b1"], "conv_1d", pads=[1, 2], strides=[2]),
+        node("Conv", ["x1", "w1_dw"], "conv_1d_depthwise_valid", group=4),  # reads x1[n, k, ol + 0]: 8 of 10
         node("Conv", ["x3", "w3"], "conv_3d", pads=[1, 1, 0, 1, 1, 0], kernel_shape=[3, 3, 2]),
         node("ConvTranspose", ["x", "wt"], "convt_grouped", group=4, strides=[2, 2], pads=[1, 0, 0, 1]),
         node(
@@ -124,6 +125,7 @@ def test_convolutions_and_pooling(tmp_path):
         weights("bt2", 2),
         weights("wt2", 4, 2, 3, 2),
         weights("wt1", 4, 2, 4),
+        weights("w1_dw", 4, 1, 3),
         numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "twice"),
         numpy_helper.from_array(np.array([1, 1, 0.6, 1.7], np.float32), "scale_odd"),
         numpy_helper.from_array(np.array([2, 4, 5, 13], np.int64), "size_odd"),

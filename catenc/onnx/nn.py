@@ -149,12 +149,18 @@ def forward_access(win: Window, spatial: Shape, outs: list[str], taps: list[str]
             terms, shift, last = [(s, o)] + ([(d, r)] if k > 1 else []), b, (o_size - 1) * s + (k - 1) * d - b
             if k > 1:
                 reduce.append(f"{r} < {k}")
-        index.append(_affine(terms, -shift))
+        index.append(_not_alone(_affine(terms, -shift), o, o_size != size))
         if shift > 0:
             guards.append(f"{_affine(terms)} >= {shift}")
         if not (last.is_const and size.is_const and last.value < size.value):
             guards.append(f"{_affine(terms)} < {_bound(size + shift)}")
     return Access(tuple(index), tuple(guards), tuple(reduce))
+
+
+def _not_alone(subscript: str, index: str, differ: bool) -> str:
+    """An index alone in a subscript ranges over that whole axis (docs/language.md section 9): where
+    the output's extent differs from the input's, `o + 0` reads the input at o without that claim."""
+    return f"{index} + 0" if subscript == index and differ else subscript
 
 
 def _bound(e: Expr) -> str:
@@ -349,12 +355,12 @@ def conv_transpose(node: OnnxNode, emit) -> list[Value]:
     outs, taps = _names(nd, ix)
     c = ix("c")
     index, guards, reduce = [], [], [f"{c} < {c_group}"] if c_group > 1 else []
-    for size, o, r, k, s, d, bb in zip(spatial, outs, taps, kernel, strides, dilations, begin):
+    for size, o, r, k, s, d, bb, o_size in zip(spatial, outs, taps, kernel, strides, dilations, begin, out):
         pos = _affine([(1, o)] + ([(-d, r)] if k > 1 else []), bb)
         if k > 1:
             reduce.append(f"{r} < {k}")
         if s == 1:
-            index.append(pos)
+            index.append(_not_alone(pos, o, o_size != size))
             guards += [f"{pos} >= 0", f"{pos} < {_bound(size)}"]
         else:  # the prover does not derive a // s >= 0 from a >= 0: say it of the quotient
             q = f"({pos}) // {s}"
