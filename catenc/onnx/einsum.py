@@ -79,8 +79,7 @@ def einsum(node: OnnxNode, emit) -> list[Value]:
         if output == "".join(terms) and len(terms) == 1:
             return [operands[0]]
         return [emit.out(f'einsum("{",".join(terms)}->{output}", {", ".join(texts)})', dtype, shape)]
-    avoid = tuple(texts)
-    names = dict(zip(sorted(sizes), index_names(len(sizes), avoid), strict=True))
+    names = dict(zip(sorted(sizes), index_names(emit, len(sizes)), strict=True))
     reads = []
     for term, text, value in zip(terms, texts, operands, strict=True):
         subs = [names[c] if dim == sizes[c] else "0" for c, dim in zip(term, value.shape, strict=True)]
@@ -144,12 +143,12 @@ def _structure(node: OnnxNode, q: Value, total: Expr, past: Expr | None, emit) -
         lengths = emit.text(nonpad)
         if nonpad.rank != 1:
             raise ModelError("nonpad_kv_seqlen must be 1-D")
-        idx = index_names(4, (lengths,))
+        idx = index_names(emit, 4)
         bi, i, j = idx[0], idx[2], idx[3]
         conditions.append(f"({j} < {lengths}[{bi}])")
         offset = f"{lengths}[{bi}] - {lit(s, 'i64')}"
     else:
-        idx = index_names(2)
+        idx = index_names(emit, 2)
         i, j = idx
         offset = lit(past or const(0), "i64")
     front = f"{i} + {offset}"
@@ -284,7 +283,7 @@ def attention(node: OnnxNode, emit) -> list[Value]:
 
 def _repeat_heads(value: Value, heads: Expr, group: int, emit, hint: str) -> Value:
     text = emit.text(value)
-    idx = index_names(4, (text,))
+    idx = index_names(emit, 4)
     read = f"{text}[{idx[0]}, {idx[1]} // {group}, {idx[2]}, {idx[3]}]"
     shape = (value.shape[0], heads) + value.shape[2:]
     return index_temp(emit, idx, read, value.dtype, shape, hint)

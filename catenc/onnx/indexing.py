@@ -28,12 +28,13 @@ def small(x: Value) -> bool:
     return x.is_known and x.known.size <= FOLD_LIMIT
 
 
-def index_names(count: int, avoid: tuple[str, ...] = ()) -> list[str]:
-    """`count` index names for an index-form statement, none equal to a tensor name it reads."""
+def index_names(emit, count: int) -> list[str]:
+    """`count` index names for an index-form statement, none equal to a name of the body so far (a tensor,
+    constant or symbol the statement may read); call it after the statement's operands have their names."""
     names, n = [], 0
     while len(names) < count:
         name = f"i{n}"
-        if name not in avoid:
+        if name not in emit.names.taken:
             names.append(name)
         n += 1
     return names
@@ -211,7 +212,7 @@ def tile(node: OnnxNode, emit) -> list[Value]:
     text = emit.text(x)
     if all(d == const(1) for d, r in zip(x.shape, repeats, strict=True) if r != const(1)):
         return [emit.out(f"expand({text}, {shape_text(shape)})", x.dtype, shape)]  # only size-1 axes repeat
-    idx = index_names(x.rank, (text,))
+    idx = index_names(emit, x.rank)
     subs = [
         i if r == const(1) else "0" if d == const(1) else f"{i} % {lit(d, 'i64')}"
         for i, d, r in zip(idx, x.shape, repeats, strict=True)
@@ -298,7 +299,7 @@ def _pad_with(x: Value, amounts: list[tuple[int, int]], value: Value, shape: Sha
     widths = ", ".join(f"[{lo}, {hi}]" for lo, hi in amounts)
     padded = emit.temp(f"pad({emit.text(x)}, [{widths}], value={lit(0, x.dtype)})", x.dtype, shape, "padded")
     fill = emit.text(value) if value.rank == 0 else f"{emit.text(value)}[0]"
-    idx = index_names(x.rank, (padded.name, emit.text(value)))
+    idx = index_names(emit, x.rank)
     inside = []
     for i, n, (lo, hi) in zip(idx, x.shape, amounts, strict=True):
         if lo:
@@ -316,7 +317,7 @@ def _pad_axis(x: Value, a: int, amount: tuple[int, int], mode: str, emit, last: 
     if mode == "reflect" and n.is_const and max(lo, hi) >= n.value:
         raise Unsupported(f"reflect padding of {max(lo, hi)} on an axis of size {n.value}")
     text = emit.text(x)
-    idx = index_names(x.rank, (text,))
+    idx = index_names(emit, x.rank)
     before, inside, after = _pad_source(mode, sym(idx[a]), lo, hi, n)
 
     def at(pos: Expr) -> str:
@@ -395,7 +396,7 @@ def trilu(node: OnnxNode, emit) -> list[Value]:
     if diagonal is not None and not diagonal.is_known:  # k at run time: the mask in index form
         text = emit.text(x)
         k = emit.text(diagonal) if diagonal.rank == 0 else f"{emit.text(diagonal)}[0]"
-        idx = index_names(x.rank, (text, emit.text(diagonal)))
+        idx = index_names(emit, x.rank)
         i, j = idx[-2:]
         keep = f"{j} - {i} >= {k}" if upper else f"{j} - {i} <= {k}"
         return [emit.out_index(idx, f"where({keep}, {text}[{', '.join(idx)}], 0)", x.dtype, x.shape)]
@@ -437,7 +438,7 @@ def cumsum(node: OnnxNode, emit) -> list[Value]:
     axis = axis_of(static_int(known_ints(node.need(1), "the axis (input 1)")[0], "the axis"), x.rank)
     exclusive, reverse = node.attr("exclusive", 0), node.attr("reverse", 0)
     text = emit.text(x)
-    idx = index_names(x.rank + 1, (text,))
+    idx = index_names(emit, x.rank + 1)
     i, j = idx[axis], idx[-1]
     relation = {(0, 0): "<=", (1, 0): "<", (0, 1): ">=", (1, 1): ">"}[(bool(exclusive), bool(reverse))]
     read = f"{text}[{', '.join(j if k == axis else n for k, n in enumerate(idx[:-1]))}]"
@@ -575,7 +576,8 @@ def scatter_elements(node: OnnxNode, emit) -> list[Value]:
     if x.dtype == "bool":
         raise Unsupported("a scatter into bool data")
     t_idx, t_upd = emit.text(indices), emit.text(updates)
-    names = index_names(x.rank + 1, (emit.text(x), t_idx, t_upd))
+    emit.text(x)  # named before the indices are
+    names = index_names(emit, x.rank + 1)
     idx, u = names[:-1], names[-1]
     at = ", ".join(u if k == axis else n for k, n in enumerate(idx))
     p, size = idx[axis], lit(x.shape[axis], "i64")
@@ -598,7 +600,8 @@ def scatter_nd(node: OnnxNode, emit) -> list[Value]:
     if x.dtype == "bool":
         raise Unsupported("a scatter into bool data")
     t_idx, t_upd = emit.text(indices), emit.text(updates)
-    names = index_names(x.rank + len(lead), (emit.text(x), t_idx, t_upd))
+    emit.text(x)  # named before the indices are
+    names = index_names(emit, x.rank + len(lead))
     idx, us = names[: x.rank], names[x.rank :]
     tests = []
     for k in range(m):
@@ -618,7 +621,7 @@ def reverse_sequence(node: OnnxNode, emit) -> list[Value]:
     if x.rank < 2 or {batch_axis, time_axis} != {0, 1}:
         raise ModelError(f"batch_axis {batch_axis} and time_axis {time_axis} must be 0 and 1 of a rank >= 2 input")
     text, lens = emit.text(x), emit.text(lengths)
-    i, j = index_names(2, (lens,))
+    i, j = index_names(emit, 2)
     t, b = (i, j) if time_axis == 0 else (j, i)
     # each sequence reversed within its length: the source position of each (time, batch) pair
     source = f"where({t} < {lens}[{b}], {lens}[{b}] - 1 - {t}, {t})"
@@ -643,9 +646,9 @@ def tensor_scatter(node: OnnxNode, emit) -> list[Value]:
         raise ModelError("the update must match the cache outside the sequence axis, which follows the batch axis")
     if cache.dtype == "bool":
         raise Unsupported("a bool cache")
-    t_upd = emit.text(update)
+    t_upd, _ = emit.text(update), emit.text(cache)  # named before the indices are
     t_writes = emit.text(writes) if writes is not None else None
-    names = index_names(cache.rank + 1, (emit.text(cache), t_upd, t_writes or ""))
+    names = index_names(emit, cache.rank + 1)
     idx, step = names[:-1], names[-1]
     start = f"{t_writes}[{idx[0]}] + {step}" if t_writes else step
     if mode == "circular":

@@ -44,7 +44,7 @@ def broadcast_param(node: OnnxNode, param: Value, x: Value, emit) -> str:
     if block:
         if param.rank != x.rank:
             raise ModelError(f"a blocked {param.rank}-D scale or zero point for a {x.rank}-D input")
-        idx = index_names(x.rank, (text,))
+        idx = index_names(emit, x.rank)
         subs = ", ".join(f"{i} // {block}" if k == axis else i for k, i in enumerate(idx))
         return index_temp(emit, idx, f"{text}[{subs}]", param.dtype, x.shape, "blocks").name
     if param.rank != 1 or param.shape[0] != x.shape[axis]:
