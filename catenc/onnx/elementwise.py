@@ -10,9 +10,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from catenc.dtypes import DTYPES
 from catenc.onnx.model import type_name
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter
-from catenc.onnx.values import NUMPY, ONNX_DTYPES, Value, broadcast, known_value
+from catenc.onnx.values import FLOATS, NUMPY, ONNX_DTYPES, Value, broadcast, known_value
 from catenc.onnx.values import literal as lit
 
 FOLD_LIMIT = 1 << 20  # elements: larger results are computed by the library, not at import
@@ -170,11 +171,39 @@ def mod(node: OnnxNode, emit) -> list[Value]:
             return [emit.out(f"{ta} - {tb} * trunc({ta} / {tb})", a.dtype, shape)]
         r = f"{ta} % {tb}"
         return [emit.out(f"where(({r} != 0) & (({ta} < 0) != ({tb} < 0)), {r} - {tb}, {r})", a.dtype, shape)]
-    if a.is_float:
-        raise Unsupported("Mod with fmod=0 on floating-point inputs is not defined by ONNX")
     if folded := fold(node, [a, b], symbolic(lambda x, y: x % y), a.dtype):
         return [folded]
     return [emit.out(f"{ta} % {tb}", a.dtype, shape)]
+
+
+@converter("BitShift")
+def bit_shift(node: OnnxNode, emit) -> list[Value]:
+    """x << y as x * 2**y in the unsigned type of x's width (wrapping), x >> y as x // 2**y
+    (floor: an arithmetic shift); a shift below 0 or not below the width gives 0, or -1 for a
+    negative x shifted right, as ONNX's node tests define."""
+    a, b = node.need(0), node.need(1)
+    shape = result_shape(node, [a, b])
+    dtype = a.dtype
+    if dtype not in NUMPY or dtype in FLOATS or dtype == "bool":
+        raise ModelError(f"BitShift takes integers, not {dtype}")
+    direction = node.attr("direction", "")
+    if direction not in ("LEFT", "RIGHT"):
+        raise ModelError(f"direction '{direction}' (LEFT or RIGHT)")
+    x, y = emit.text(a), emit.text(b)
+    bits = DTYPES[dtype].bits
+    valid = f"({y} >= 0) & ({y} < {bits})"
+    unsigned = "u" + str(bits)
+
+    def power(of: str) -> str:
+        return f"cast(exp2(cast(where({valid}, {y}, 0), f64)), {of})"
+
+    if direction == "LEFT":
+        shifted = f"cast(cast({x}, {unsigned}) * {power(unsigned)}, {dtype})"
+        return [emit.out(f"where({valid}, {shifted}, 0)", dtype, shape)]
+    if dtype.startswith("u"):
+        return [emit.out(f"where({valid}, {x} // {power(dtype)}, 0)", dtype, shape)]
+    shifted = f"cast(cast({x}, i64) // {power('i64')}, {dtype})"
+    return [emit.out(f"where({valid}, {shifted}, where({x} < 0, -1, 0))", dtype, shape)]
 
 
 @converter("Pow")
