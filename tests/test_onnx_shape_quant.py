@@ -5,8 +5,10 @@ many nodes each, compiled once and compared with onnx.reference.ReferenceEvaluat
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from catenc.diagnostics import CatencError
 from catenc.onnx.importer import import_proto
 from tests.conftest import compile_file
 from tests.test_onnx_import import check_against_reference, make_model, save, tensor
@@ -313,3 +315,26 @@ def test_readable_import_uses_the_library_and_basic_indexing():
     assert "y = x[1:, :0:-3]" in text
     assert f"q = quantize_linear(y, {float(np.float32(0.1))!r}, cast(0, i8))" in text  # the f32 scale exactly
     assert "att = attention(q4, q4, q4, causal=True)" in text
+
+
+@pytest.mark.parametrize(
+    "op, shapes, attrs, message",
+    [
+        ("Split", [[]], {}, "the input is a scalar: it has no axis"),
+        ("Slice", [[2, 3], [3], [3]], {}, "3 starts for an input of rank 2"),
+        ("OneHot", [[3], [], [1]], {}, "depth must be one value and values two"),
+        ("Attention", [[1, 2, 3, 4], [2, 3, 4], [2, 3, 4]], {}, "Q, K and V of ranks 4, 3, 3"),
+        ("Compress", [[3], [5]], {"axis": 0}, "the condition keeps entry 4 of an axis of size 3"),
+        ("DepthToSpace", [[1, 4, 2, 2]], {"blocksize": 0}, "blocksize=0"),
+    ],
+)
+def test_invalid_nodes_get_diagnostics(op, shapes, attrs, message):
+    """Known inputs (all but the first) hold ones: a bad form is the model's error, never a crash."""
+    names = [f"in{k}" for k in range(len(shapes))]
+    kind = np.float32 if op == "Attention" else np.int64
+    inits = [const(n, np.ones(s), kind) for n, s in zip(names[1:], shapes[1:], strict=True)]
+    if op == "Compress":
+        inits = [const("in1", [0, 0, 0, 0, 1], np.bool_)]
+    model = make_model([node(op, names, "y", **attrs)], [tensor("in0", F, shapes[0])], [tensor("y", 0, None)], inits)
+    with pytest.raises(CatencError, match=message):
+        import_proto(model, "m.onnx")

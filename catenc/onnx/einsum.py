@@ -204,8 +204,14 @@ def attention(node: OnnxNode, emit) -> list[Value]:
     dtype = q.dtype
     if not q.is_float or k.dtype != dtype or v.dtype != dtype:
         raise ModelError(f"Q, K and V of types {q.dtype}, {k.dtype}, {v.dtype}")
+    if not q.rank == k.rank == v.rank or q.rank not in (3, 4):
+        raise ModelError(f"Q, K and V of ranks {q.rank}, {k.rank}, {v.rank} (all 3 or all 4)")
+    if mask is not None and mask.rank == 0:
+        raise ModelError("attn_mask is a scalar")
     if (past_key is None) != (past_value is None):
         raise ModelError("past_key and past_value must come together")
+    if past_key is not None and (past_key.rank != 4 or past_value.rank != 4):
+        raise ModelError("past_key and past_value must be 4-D")
     if past_key is not None and node.input(6) is not None:
         raise ModelError("nonpad_kv_seqlen cannot be combined with past_key and past_value")
     rank = q.rank

@@ -59,6 +59,13 @@ def _int(v) -> Expr:
     return v if isinstance(v, Expr) else const(int(v))
 
 
+def axis_in(node: OnnxNode, x: Value, default: int) -> int:
+    """The node's `axis` attribute as 0..rank-1 of x, which must have an axis."""
+    if x.rank == 0:
+        raise ModelError("the input is a scalar: it has no axis")
+    return axis_of(node.attr("axis", default), x.rank)
+
+
 def static_int(v, what: str) -> int:
     """An entry of a known integer input that must be a number, not a symbolic size."""
     if isinstance(v, Expr):
@@ -133,6 +140,8 @@ def slice_op(node: OnnxNode, emit) -> list[Value]:
         ends = known_ints(node.need(2), "the ends (input 2)")
         axes = None if node.input(3) is None else known_ints(node.input(3), "the axes (input 3)")
         steps = None if node.input(4) is None else known_ints(node.input(4), "the steps (input 4)")
+    if not axes and len(starts) > x.rank:
+        raise ModelError(f"{len(starts)} starts for an input of rank {x.rank}")
     axes = list(range(len(starts))) if not axes else [axis_of(static_int(a, "an axis"), x.rank) for a in axes]
     steps = [1] * len(starts) if steps is None else [static_int(s, "a step") for s in steps]
     if not len(starts) == len(ends) == len(axes) == len(steps):
@@ -157,7 +166,7 @@ def slice_op(node: OnnxNode, emit) -> list[Value]:
 @converter("Split")
 def split(node: OnnxNode, emit) -> list[Value]:
     x = node.need(0)
-    axis = axis_of(node.attr("axis", 0), x.rank)
+    axis = axis_in(node, x, 0)
     dim = x.shape[axis]
     count = len(node.outputs)
     if node.opset >= 13:
@@ -355,9 +364,11 @@ def gather_elements(node: OnnxNode, emit) -> list[Value]:
     _check_indices(indices)
     if indices.rank != x.rank:
         raise ModelError(f"indices of rank {indices.rank} for data of rank {x.rank}")
-    axis = axis_of(node.attr("axis", 0), x.rank)
+    axis = axis_in(node, x, 0)
     if x.is_known and indices.is_known and indices.known.dtype != object and x.known.dtype != object:
         idx = np.where(indices.known < 0, indices.known + x.known.shape[axis], indices.known)
+        if np.any((idx < 0) | (idx >= x.known.shape[axis])):
+            raise ModelError("an index is out of range")
         return [known_value(np.take_along_axis(x.known, idx, axis), x.dtype)]
     items = [emit.text(indices) if k == axis else _arange_along(d, k, x.rank) for k, d in enumerate(indices.shape)]
     return [emit.out(f"{emit.text(x)}[{', '.join(items)}]", x.dtype, indices.shape)]
@@ -413,6 +424,8 @@ def one_hot(node: OnnxNode, emit) -> list[Value]:
     indices, depth_value, values = node.need(0), node.need(1), node.need(2)
     if not depth_value.is_known:
         raise Unsupported("a depth computed at run time")
+    if depth_value.known.size != 1 or values.shape != (const(2),):
+        raise ModelError("depth must be one value and values two: [off, on]")
     depth = _int(np.asarray(depth_value.known).reshape(-1)[0])
     rank = indices.rank + 1
     axis = axis_of(node.attr("axis", -1), rank)
@@ -435,6 +448,8 @@ def one_hot(node: OnnxNode, emit) -> list[Value]:
 @converter("CumSum")
 def cumsum(node: OnnxNode, emit) -> list[Value]:
     x = node.need(0)
+    if x.rank == 0:
+        raise ModelError("the input is a scalar: it has no axis")
     axis = axis_of(static_int(known_ints(node.need(1), "the axis (input 1)")[0], "the axis"), x.rank)
     exclusive, reverse = node.attr("exclusive", 0), node.attr("reverse", 0)
     text = emit.text(x)
@@ -523,7 +538,12 @@ def compress(node: OnnxNode, emit) -> list[Value]:
     if axis is None:
         x = reshaped(x, (product(x.shape),), emit)
         axis = 0
+    if x.rank == 0:
+        raise ModelError("the input is a scalar: it has no axis")
     axis = axis_of(axis, x.rank)
+    size = x.shape[axis]
+    if keep.size and size.is_const and keep[-1] >= size.value:
+        raise ModelError(f"the condition keeps entry {keep[-1]} of an axis of size {size.value}")
     if small(x) and x.known.dtype != object:
         return [known_value(np.take(x.known, keep, axis), x.dtype)]
     shape = x.shape[:axis] + (const(len(keep)),) + x.shape[axis + 1 :]
@@ -536,6 +556,8 @@ def nonzero(node: OnnxNode, emit) -> list[Value]:
     x = node.need(0)
     if not x.is_known or x.known.dtype == object:
         raise Unsupported("an input computed at run time (the result's shape would depend on the data)")
+    if x.rank == 0:
+        raise Unsupported("a scalar input")
     return [known_value(np.array(np.nonzero(x.known), dtype=np.int64).reshape(x.rank, -1), "i64")]
 
 
@@ -568,7 +590,7 @@ def _scattered(node: OnnxNode, x: Value, idx: list[str], found: str, reads: tupl
 def scatter_elements(node: OnnxNode, emit) -> list[Value]:
     x, indices, updates = node.need(0), node.need(1), node.need(2)
     _check_indices(indices)
-    axis = axis_of(node.attr("axis", 0), x.rank)
+    axis = axis_in(node, x, 0)
     if indices.rank != x.rank or updates.shape != indices.shape:
         raise ModelError("indices and updates must have the data's rank and one shape")
     if any(u != d for k, (u, d) in enumerate(zip(indices.shape, x.shape, strict=True)) if k != axis):
@@ -634,7 +656,7 @@ def reverse_sequence(node: OnnxNode, emit) -> list[Value]:
 @converter("TensorScatter")
 def tensor_scatter(node: OnnxNode, emit) -> list[Value]:
     cache, update, writes = node.need(0), node.need(1), node.input(2)
-    axis = axis_of(node.attr("axis", -2), cache.rank)
+    axis = axis_in(node, cache, -2)
     mode = node.attr("mode", "linear")
     if mode not in ("linear", "circular"):
         raise ModelError(f"mode '{mode}'")
