@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import keyword
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -171,14 +172,24 @@ def import_model(
     return import_proto(load_model(path, display), display, name, weights_file)
 
 
-def import_proto(model, display: str, name: str | None = None, weights_file: str | None = None) -> Imported:
-    return _Importer(fold_batchnorm(model), display).run(name, weights_file)
+def import_proto(
+    model,
+    display: str,
+    name: str | None = None,
+    weights_file: str | None = None,
+    fixed_inputs: Mapping[str, np.ndarray] | None = None,
+) -> Imported:
+    """The model as a composite file; `fixed_inputs` are graph inputs whose values are given now,
+    so they become constants (a Reshape target or Pad amounts fed as inputs, as the ONNX node
+    tests feed them)."""
+    return _Importer(fold_batchnorm(model), display, dict(fixed_inputs or {})).run(name, weights_file)
 
 
 class _Importer:
-    def __init__(self, model, display: str) -> None:
+    def __init__(self, model, display: str, fixed_inputs: dict[str, np.ndarray]) -> None:
         self.model = model
         self.display = display
+        self.fixed_inputs = fixed_inputs
         self.onnx = onnx_module()
         self.opsets = opsets(model)
         self.values: dict[str, Value | None] = {}  # None: produced by a node that did not convert
@@ -200,7 +211,14 @@ class _Importer:
         for sparse in graph.sparse_initializer:
             self.error(f"sparse initializer '{sparse.values.name}': not supported")
         for vi in graph.input:
-            if vi.name not in self.values:
+            if vi.name in self.fixed_inputs and vi.name not in self.values:
+                value = self.graph_input(vi, Names())
+                if value is not None:
+                    array = np.asarray(self.fixed_inputs[vi.name])
+                    value = Value(value.dtype, dims(array.shape), known=array.astype(NUMPY[value.dtype]))
+                    emit.hint(value, vi.name)
+                self.values[vi.name] = value
+            elif vi.name not in self.values:
                 value = self.graph_input(vi, names)
                 if value is not None:
                     self.inputs.append((vi.name, value))
