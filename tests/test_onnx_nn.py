@@ -9,6 +9,7 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from catenc.diagnostics import CatencError
 from catenc.driver import plan_file
 from catenc.onnx.importer import import_proto
 from catenc.plan import Options
@@ -68,6 +69,9 @@ def test_convolutions_and_pooling(tmp_path):
         node("MaxPool", ["x"], "max_ceil", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 0, 0], ceil_mode=1),
         node("MaxPool", ["x"], "max_dilated", kernel_shape=[2, 2], dilations=[2, 2], auto_pad="SAME_UPPER"),
         node("MaxPool", ["x3"], "max_3d", kernel_shape=[2, 2, 2]),
+        helper.make_node(
+            "MaxPool", ["x"], ["max_i", "argmax_i"], kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1]
+        ),
         node("AveragePool", ["x"], "avg_exclude", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
         node(
             "AveragePool",
@@ -137,7 +141,7 @@ def test_convolutions_and_pooling(tmp_path):
         "x1": RNG.standard_normal((2, 4, 10)).astype(np.float32),
         "x3": RNG.standard_normal((1, 2, 5, 6, 4)).astype(np.float32),
     }
-    model = run(nodes, inputs, inits, 19, tmp_path)
+    model = run(nodes, inputs, inits, 19, tmp_path, kinds={"argmax_i": I64})
     text = import_proto(model, "m.onnx").text
     # a convolution is one contraction statement with its bias, read at the channel it writes
     assert "conv_asym[n < 2, k < 5, oh < 5, ow < 7] = sum[c < 4, r < 3, s < 3](" in text
@@ -197,9 +201,9 @@ def test_normalizations(tmp_path):
 
 
 def test_opset_12_forms(tmp_path):
-    """Before opset 13 Softmax, LogSoftmax and Hardmax work on the input flattened to 2-D at `axis`
-    (onnxruntime is the reference: onnx's evaluator applies the opset-13 form); reductions take
-    their axes as an attribute."""
+    """Before opset 13 Softmax, LogSoftmax and Hardmax work on the input flattened to 2-D at `axis`;
+    reductions take their axes as an attribute. onnxruntime is the reference: onnx's evaluator
+    applies the opset-13 form, and counts MaxPool's indices row-major whatever the storage_order."""
     nodes = [
         node("Softmax", ["x"], "softmax_flat"),  # axis 1: over the last two dims together
         node("LogSoftmax", ["x"], "logsoftmax_flat", axis=0),
@@ -209,13 +213,15 @@ def test_opset_12_forms(tmp_path):
         node("ReduceMax", ["x"], "max_neg", axes=[-1]),
         node("ArgMax", ["x"], "argmax_last", axis=1, keepdims=0, select_last_index=1),
         node("ArgMin", ["x"], "argmin_first", axis=-1),
+        helper.make_node("MaxPool", ["img"], ["max_c", "argmax_c"], kernel_shape=[2, 2], storage_order=1),
     ]
     x = np.round(RNG.standard_normal((3, 4, 5)) * 2).astype(np.float32)  # ties for select_last_index
-    kinds = {"argmax_last": I64, "argmin_first": I64}
+    img = RNG.standard_normal((2, 3, 5, 4)).astype(np.float32)
+    kinds = {"argmax_last": I64, "argmin_first": I64, "argmax_c": I64}
     outs = [tensor(o, kinds.get(o, F), None) for n in nodes for o in n.output]
-    model = make_model(nodes, [tensor("x", F, [3, 4, 5])], outs, opset=12)
-    got = compile_file(save(model, tmp_path), tmp_path / "out").entries["net"](x)
-    want = onnxruntime.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    model = make_model(nodes, [tensor("x", F, [3, 4, 5]), tensor("img", F, [2, 3, 5, 4])], outs, opset=12)
+    got = compile_file(save(model, tmp_path), tmp_path / "out").entries["net"](x, img)
+    want = onnxruntime.InferenceSession(model.SerializeToString()).run(None, {"x": x, "img": img})
     for g, w, out in zip(got, want, outs, strict=True):
         assert g.dtype == w.dtype, out.name
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=out.name)
@@ -256,23 +262,20 @@ def test_reductions_with_axes_inputs(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "op, attrs, message",
+    "op, inputs, attrs, message",
     [
-        ("BatchNormalization", {"training_mode": 1}, "training_mode=1"),
-        ("MaxPool", {"kernel_shape": [2, 2], "_indices": True}, "the Indices output of MaxPool"),
+        ("Resize", ["x", "", "scales"], {"mode": "linear", "antialias": 1}, "antialias=1"),
+        ("Conv", ["i", "w"], {}, "input of type i32: Conv is computed on floating-point tensors only"),
+        ("Resize", ["x", "", "run_time_scales"], {}, "the scales must be known when the model is compiled"),
     ],
 )
-def test_unsupported_forms_are_reported(op, attrs, message):
-    from catenc.diagnostics import CatencError
-
-    indices = attrs.pop("_indices", False)
-    inputs = ["x"] + (["s", "b", "m", "v"] if op == "BatchNormalization" else [])
-    outputs = ["y", "idx"] if indices else ["y"]
+def test_unsupported_forms_are_reported(op, inputs, attrs, message):
     model = make_model(
-        [helper.make_node(op, inputs, outputs, **attrs)],
-        [tensor("x", F, [1, 2, 4, 4])] + [tensor(n, F, [2]) for n in inputs[1:]],
-        [tensor(o, F, None) for o in outputs],
-        opset=15,
+        [helper.make_node(op, inputs, ["y"], **attrs)],
+        [tensor("x", F, [1, 2, 4, 4]), tensor("i", TensorProto.INT32, [1, 2, 4, 4]), tensor("run_time_scales", F, [4])],
+        [tensor("y", F, None)],
+        [numpy_helper.from_array(np.array([1, 1, 0.5, 0.5], np.float32), "scales"), weights("w", 3, 2, 1, 1)],
+        opset=19,
     )
     with pytest.raises(CatencError, match=message):
         import_proto(model, "m.onnx")

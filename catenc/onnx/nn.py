@@ -406,15 +406,39 @@ def _reduce(op: str, access: Access, body: str) -> str:
 @converter("MaxPool")
 def max_pool(node: OnnxNode, emit) -> list[Value]:
     x = node.need(0)
-    if len(node.outputs) > 1 and node.outputs[1]:
-        raise Unsupported("the Indices output of MaxPool")
     if x.dtype == "bool":
         raise Unsupported("input of type bool")
     win, access, outs, xt = _pool_setup(node, emit, x)
     low = "-inf" if x.is_float else str(int(np.iinfo(NUMPY[x.dtype]).min))
-    read = guarded(access.guards, f"{xt}[{', '.join(outs[:2] + list(access.index))}]", low)
+    at = f"{xt}[{', '.join(outs[:2] + list(access.index))}]"
     shape = (x.shape[0], x.shape[1], *win.out)
-    return [emit.out_index(outs, _reduce("max", access, read), x.dtype, shape)]
+    y = emit.out_index(outs, _reduce("max", access, guarded(access.guards, at, low)), x.dtype, shape)
+    if len(node.outputs) < 2 or not node.outputs[1]:
+        return [y]
+    # Indices: the position of the first maximum of each window in the flattened input (row-major,
+    # or with storage_order=1 the spatial dims column-major); the smallest such position is the
+    # first in the window's order
+    dims = [x.shape[0], x.shape[1], *x.shape[2:]]
+    if static(tuple(dims)) is None:
+        raise Unsupported("the Indices output of MaxPool over a dynamic shape")
+    sizes = static(tuple(dims))
+    flat = f"{outs[0]} * {sizes[1]} + {outs[1]}"
+    spatial = list(zip(access.index, sizes[2:]))
+    if node.attr("storage_order", 0):
+        flat = f"({flat}) * {int(np.prod(sizes[2:]))}"
+        stride = 1
+        terms = []
+        for index, size in spatial:
+            terms.append(f"({index}) * {stride}" if stride > 1 else f"({index})")
+            stride *= size
+        flat = " + ".join([flat, *terms])
+    else:
+        for index, size in spatial:
+            flat = f"({flat}) * {size} + {index}"
+    beyond = str(int(np.prod(sizes)))
+    found = f"where({at} == {y.name}[{', '.join(outs)}], {flat}, {beyond})"
+    indices = _reduce("min", access, guarded(access.guards, found, beyond))
+    return [y, emit.out_index(outs, indices, "i64", shape, 1)]
 
 
 def _counts(win: Window, spatial: Shape, include_pad: bool) -> np.ndarray | None:
