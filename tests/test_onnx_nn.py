@@ -158,6 +158,13 @@ def test_normalizations(tmp_path):
         node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], "bn_folded", epsilon=1e-3),
         node("BatchNormalization", ["x", "s_in", "b_in", "m_in", "v_in"], "bn_inputs"),
         helper.make_node(
+            "BatchNormalization",
+            ["x", "scale", "bias", "mean", "var"],
+            ["bn_train", "running_mean", "running_var"],
+            training_mode=1,
+            momentum=0.8,
+        ),
+        helper.make_node(
             "LayerNormalization", ["x", "ln_s", "ln_b"], ["ln_axis1", "ln_mean", "ln_inv"], axis=1, epsilon=1e-4
         ),
         node("LayerNormalization", ["x", "ln_s_last", "ln_b_last"], "ln_last"),

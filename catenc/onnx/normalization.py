@@ -41,14 +41,16 @@ def _per_channel(node: OnnxNode, v: Value, channels) -> None:
 def batch_norm(node: OnnxNode, emit) -> list[Value]:
     x, scale, bias, mean, var = (node.need(i) for i in range(5))
     _float(node, x)
-    if node.attr("training_mode", 0) or (node.opset < 7 and not node.attr("is_test", 0)):
-        raise Unsupported("training_mode=1 (batch statistics)")
-    _no_extra_outputs(node, "the running-statistics outputs of BatchNormalization (training only)")
     if x.rank < 2:
         raise ModelError(f"the input has rank {x.rank}; BatchNormalization needs (N, C, ...)")
     for v in (scale, bias, mean, var):
         _per_channel(node, v, x.shape[1])
     eps = float(node.attr("epsilon", 1e-5))
+    if node.attr("training_mode", 0) and node.opset >= 14:
+        return _batch_norm_training(node, emit, x, scale, bias, mean, var, eps)
+    if node.opset < 7 and not node.attr("is_test", 0):
+        raise Unsupported("is_test=0 (the batch statistics of opset 6 and earlier)")
+    _no_extra_outputs(node, "the running-statistics outputs of BatchNormalization (training only)")
     if all(v.is_known for v in (scale, bias, mean, var)):
         # folded per-channel affine (computed in f64): y = x * a + b, which fuses into a producer's epilogue
         a64 = scale.known.astype(np.float64) / np.sqrt(var.known.astype(np.float64) + eps)
@@ -66,6 +68,32 @@ def batch_norm(node: OnnxNode, emit) -> list[Value]:
         c, read = index[1], f"{xt}[{', '.join(index)}]"
         expr = f"({read} - {mt}[{c}]) * rsqrt({vt}[{c}] + {eps!r}) * {st}[{c}] + {bt}[{c}]"
     return [emit.out_index(index, expr, x.dtype, x.shape)]
+
+
+def _batch_norm_training(node: OnnxNode, emit, x: Value, scale, bias, mean, var, eps: float) -> list[Value]:
+    """training_mode=1: normalised by the batch's statistics (biased variance), and the running
+    mean and variance updated with `momentum` (outputs 1 and 2)."""
+    momentum = float(node.attr("momentum", 0.9))
+    xt, st, bt, mt, vt = (emit.text(v) for v in (x, scale, bias, mean, var))
+    axes = tuple(d for d in range(x.rank) if d != 1)
+    kept = tuple(const(1) if d != 1 else x.shape[1] for d in range(x.rank))
+    mu = emit.temp(f"mean({xt}, axis={axes}, keepdims=True)", x.dtype, kept, "mean")
+    centred = emit.temp(f"{xt} - {mu.name}", x.dtype, x.shape, "centred")
+    batch_var = emit.temp(f"mean({centred.name} * {centred.name}, axis={axes}, keepdims=True)", x.dtype, kept, "var")
+    index = _channel_index(x, emit)
+    c = index[1]
+    at = ", ".join("0" if d != 1 else c for d in range(x.rank))
+    expr = f"{centred.name}[{', '.join(index)}] * rsqrt({batch_var.name}[{at}] + {eps!r}) * {st}[{c}] + {bt}[{c}]"
+    y = emit.out_index(index, expr, x.dtype, x.shape)
+    channels = (x.shape[1],)
+    results = [y]
+    for k, (running, batch) in enumerate(((mt, mu), (vt, batch_var)), 1):
+        if _wanted(node, k):
+            update = f"{running} * {momentum!r} + reshape({batch.name}, [{x.shape[1]}]) * {1.0 - momentum!r}"
+            results.append(emit.out(update, x.dtype, channels, k))
+        elif k < len(node.outputs):
+            results.append(y)  # an omitted output: never read
+    return results
 
 
 def _stats_dtype(node: OnnxNode, x: Value) -> str:
