@@ -129,11 +129,13 @@ def test_opset18_forms_and_symbolic_sizes(tmp_path):
         node("Slice", ["x", "zero", "rows_less", "zero"], "all_but_last"),
         node("Concat", ["rows", "one"], "row_reps", axis=0),
         node("Tile", ["row", "row_reps"], "row_tiled"),
+        node("Slice", ["buffer", "zero", "rows", "zero"], "buffer_rows"),  # take(buffer, arange(N), 0): N <= 8
     ]
     inits = [
         const("zero", [0]),
         const("one", [1]),
         const("row", RNG.standard_normal((1, 7)), np.float32),
+        const("buffer", RNG.standard_normal((8, 3)), np.float32),
         const("pads", [2, 1]),
         const("crop_pad", [10]),
         const("crop", [4]),

@@ -10,6 +10,8 @@ written in index form over the output.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from catenc.onnx.elementwise import FOLD_LIMIT
@@ -78,10 +80,22 @@ def static_int(v, what: str) -> int:
 # ---- Slice ---------------------------------------------------------------------------------------
 
 
-def slice_bounds(start, end, step: int, dim: Expr) -> tuple[str, Expr, slice | None]:
-    """One axis of an ONNX slice: numpy's subscript (`1:-1`, `::-2`), the length, and the Python slice
-    (None when the axis is symbolic). Bounds are clamped as ONNX clamps them; |bound| >= 2**31 - 1 means
-    "to the end" on a symbolic axis."""
+@dataclass(frozen=True)
+class AxisSlice:
+    """One axis of a slice: numpy's subscript, or the positions to `take`; its length; the Python slice."""
+
+    text: str
+    length: Expr
+    piece: slice | None = None  # None when the axis is symbolic
+    positions: str | None = None  # `arange(seq)`: read by take (text is then ":")
+
+
+def slice_bounds(start, end, step: int, dim: Expr) -> AxisSlice:
+    """One axis of an ONNX slice: numpy's subscript (`1:-1`, `::-2`) or, for an end computed from
+    symbolic sizes that may pass the axis (`mask[:seq]` of a 64-row buffer), the positions to `take`
+    (`arange(seq)`: the model holds only where seq <= 64, which take checks at run time); the length;
+    and the Python slice (None when the axis is symbolic). Bounds are clamped as ONNX clamps them;
+    |bound| >= 2**31 - 1 means "to the end" on a symbolic axis."""
     if step == 0:
         raise ModelError("a step of 0")
     step_text = f":{step}" if step != 1 else ""
@@ -90,7 +104,8 @@ def slice_bounds(start, end, step: int, dim: Expr) -> tuple[str, Expr, slice | N
         s, e, _ = slice(int(start), int(end), step).indices(n)
         first = "" if s == (0 if step > 0 else n - 1) else str(s)
         last = "" if (e == n if step > 0 else e < 0) else str(e)
-        return f"{first}:{last}{step_text}", const(len(range(s, e, step))), slice(s, None if e < 0 else e, step)
+        piece = slice(s, None if e < 0 else e, step)
+        return AxisSlice(f"{first}:{last}{step_text}", const(len(range(s, e, step))), piece)
 
     def bound(v, is_stop: bool) -> tuple[str, Expr | None]:
         """The subscript text of a bound and its position from the front (None: omitted, to the end)."""
@@ -109,6 +124,12 @@ def slice_bounds(start, end, step: int, dim: Expr) -> tuple[str, Expr, slice | N
         return ("" if v == 0 and not is_stop and step > 0 else str(v)), (const(v) if v >= 0 else dim + v)
 
     (first, s), (last, e) = bound(start, False), bound(end, True)
+    known_order = s is not None and prove_nonneg(s) and prove_nonneg(end - s) if isinstance(end, Expr) else False
+    if step > 0 and known_order and not prove_nonneg(dim - end):
+        count = floordiv(end - s + step - 1, step)
+        positions = f"arange({lit(count, 'i64')})" + (f" * {step}" if step != 1 else "")
+        positions += f" + {lit(s, 'i64')}" if s != const(0) else ""
+        return AxisSlice(":", count, positions=positions)
     # numpy's clamping, as the body's slices compute it (catenc/frontend/indexing.py)
     if step > 0:
         s = const(0) if s is None else _at_least(s, const(0))
@@ -118,7 +139,7 @@ def slice_bounds(start, end, step: int, dim: Expr) -> tuple[str, Expr, slice | N
         s = dim - 1 if s is None else _at_most(s, dim - 1)
         e = const(-1) if e is None else _at_least(e, const(-1))
         length = _at_least(floordiv(s - e + (-step) - 1, -step), const(0))
-    return f"{first}:{last}{step_text}", length, None
+    return AxisSlice(f"{first}:{last}{step_text}", length)
 
 
 def _at_least(value: Expr, low: Expr) -> Expr:
@@ -148,16 +169,26 @@ def slice_op(node: OnnxNode, emit) -> list[Value]:
         raise ModelError("starts, ends, axes and steps differ in length")
     if len(set(axes)) != len(axes):
         raise ModelError(f"an axis is repeated in {axes}")
-    shape = list(x.shape)
-    items = [":"] * x.rank
-    pieces: list[slice | None] = [slice(None)] * x.rank
-    for a, start, end, step in zip(axes, starts, ends, steps, strict=True):
-        items[a], shape[a], pieces[a] = slice_bounds(start, end, step, x.shape[a])
-    if all(i == ":" for i in items):
+    axis_slices = {
+        a: slice_bounds(start, end, step, x.shape[a])
+        for a, start, end, step in zip(axes, starts, ends, steps, strict=True)
+    }
+    shape = tuple(axis_slices[a].length if a in axis_slices else d for a, d in enumerate(x.shape))
+    items = [axis_slices[a].text if a in axis_slices else ":" for a in range(x.rank)]
+    gathers = [(a, sl.positions) for a, sl in sorted(axis_slices.items()) if sl.positions is not None]
+    if all(i == ":" for i in items) and not gathers:
         return [x]
+    pieces = [axis_slices[a].piece if a in axis_slices else slice(None) for a in range(x.rank)]
     if small(x) and all(p is not None for p in pieces):
         return [known_value(x.known[tuple(pieces)], x.dtype)]
-    return [emit.out(subscript(emit.text(x), items), x.dtype, tuple(shape))]
+    expr = subscript(emit.text(x), items)
+    if gathers and expr != emit.text(x):
+        gathered = {a for a, _ in gathers}
+        partial = tuple(x.shape[a] if a in gathered else d for a, d in enumerate(shape))
+        expr = emit.temp(expr, x.dtype, partial, "sliced").name
+    for a, positions in gathers:
+        expr = f"take({expr}, {positions}, {a})"
+    return [emit.out(expr, x.dtype, shape)]
 
 
 # ---- Split ---------------------------------------------------------------------------------------
@@ -197,7 +228,9 @@ def split(node: OnnxNode, emit) -> list[Value]:
             piece = (slice(None),) * axis + (slice(offset.value, offset.value + size.value),)
             results.append(known_value(x.known[piece], x.dtype))
         else:
-            items = [":"] * axis + [f"{lit(offset, 'i64')}:{lit(offset + size, 'i64')}"]
+            first = "" if offset == const(0) else lit(offset, "i64")
+            last = "" if offset + size == dim else lit(offset + size, "i64")
+            items = [":"] * axis + [f"{first}:{last}"]
             results.append(emit.out(subscript(emit.text(x), items), x.dtype, shape, k))
         offset = offset + size
     return results
