@@ -91,16 +91,19 @@ def test_dynamic_batch_pinned_by_define(tmp: Path, resnet_dynamic) -> None:
     assert_matches(entry(x), ort_run(path, {"image": x})[0], "batch 2 pinned")
 
 
-def test_bert_dynamic_batch_and_sequence(tmp: Path) -> None:
-    """Both axes named: the exporter's Shape -> Gather -> Concat -> Reshape chains and the position Range
-    become expressions in the symbols, so one library runs any batch and sequence length."""
-    model = onnx_models.build("bert4", "tiny")
-    path = onnx_models.export(model, tmp / "bert_dynamic.onnx", dynamic=True)
-    entry = compile_file(path, tmp / "bert_dynamic")[model.name]
+@pytest.mark.parametrize("name", ["bert4", "gpt2_small"])
+def test_dynamic_batch_and_sequence(tmp: Path, name: str) -> None:
+    """Both axes named: the exporter's Shape -> Gather -> Concat -> Reshape chains, the position Range
+    and (GPT-2) the causal mask sliced to [:seq, :seq] become expressions in the symbols, so one library
+    runs any batch and sequence length."""
+    model = onnx_models.build(name, "tiny")
+    path = onnx_models.export(model, tmp / f"{name}_dynamic.onnx", dynamic=True)
+    entry = compile_file(path, tmp / f"{name}_dynamic")[model.name]
     assert entry.dims == ["batch", "seq"]
     for batch, seq in ((1, 12), (2, 5), (3, 16)):
-        ids = np.random.default_rng(seq).integers(0, 101, (batch, seq), dtype=np.int64)
-        mask = np.ones((batch, seq), dtype=np.int64)
-        mask[:, seq - seq // 3 :] = 0
-        want = ort_run(path, {"input_ids": ids, "attention_mask": mask})[0]
-        assert_matches(entry(ids, mask), want, f"batch {batch} seq {seq}")
+        feed = {"input_ids": np.random.default_rng(seq).integers(0, 97, (batch, seq), dtype=np.int64)}
+        if name == "bert4":
+            feed["attention_mask"] = np.ones((batch, seq), dtype=np.int64)
+            feed["attention_mask"][:, seq - seq // 3 :] = 0
+        got = entry(*feed.values())
+        assert_matches(got, ort_run(path, feed)[0], f"{name} batch {batch} seq {seq}")
