@@ -1,10 +1,10 @@
 """The benchmark suite behind bench/run.py (see its docstring for the environment it sets up).
 
 Steps: build and run the machine-peak kernels (catenc/peaks/), compile every composite of
-bench/composites/ (and the GPT-2 sample, samples/gpt2/gpt2.toml) with catenc at the default
-level and at -O3 (timing file -> loaded library), then for each workload time catenc and its
-peers round-robin on the same inputs, check every result against a float64 reference, and
-print and write the table.
+bench/composites/ (and the GPT-2 sample, samples/gpt2/gpt2.toml, and the ONNX files the model rows
+export first, bench/onnx_models.py) with catenc at the default level and at -O3 (timing file ->
+loaded library), then for each workload time catenc and its peers round-robin on the same inputs,
+check every result against a float64 reference, and print and write the table.
 """
 
 from __future__ import annotations
