@@ -202,8 +202,11 @@ def test_einsum_forms(tmp_path):
         node("Einsum", ["sq"], "diagonal", equation="...ii->...i"),
         node("Einsum", ["a", "v"], "implicit", equation="...j,j"),
         node("Einsum", ["v", "v"], "inner", equation="i,i"),
+        node("Einsum", ["square"], "trace", equation="ii"),  # a scalar through index form
+        node("Einsum", ["square", "square"], "upper_letters", equation="Ij,jK"),  # implicit: IK
     ]
-    run(nodes, {"a": a, "b": b, "sq": sq, "v": v}, [], 13, tmp_path, rtol=1e-5, atol=1e-5)
+    feeds = {"a": a, "b": b, "sq": sq, "v": v, "square": sq[0]}
+    run(nodes, feeds, [], 13, tmp_path, rtol=1e-5, atol=1e-5)
 
 
 def test_attention_forms(tmp_path):

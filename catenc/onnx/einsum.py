@@ -54,7 +54,7 @@ def _parse(equation: str, operands: list[Value]) -> tuple[list[str], str, dict[s
         output = output.replace("...", ellipsis)
     else:
         joined = "".join(spelt)
-        output = ellipsis + "".join(sorted(c for c in set(joined) if c.islower() and joined.count(c) == 1))
+        output = ellipsis + "".join(sorted(c for c in set(joined) if c not in ellipsis and joined.count(c) == 1))
     if len(set(output)) != len(output) or any(c not in sizes for c in output):
         raise ModelError(f"output '{output}' must use distinct letters of the inputs")
     return spelt, output, sizes
@@ -89,10 +89,12 @@ def einsum(node: OnnxNode, emit) -> list[Value]:
     if summed:
         ranges = ", ".join(f"{names[c]} < {lit(sizes[c], 'i64')}" for c in summed)
         expr = f"sum[{ranges}]({expr})"
-    if not output:
-        if summed:
-            raise Unsupported(f"equation '{node.attr('equation')}' (a full contraction with repeated letters)")
-        return [emit.out(expr, dtype, ())]
+    if not output:  # a scalar: index form needs an axis, so one of length 1, then its element
+        if not summed:
+            return [emit.out(expr, dtype, ())]
+        (one,) = index_names(emit, len(sizes) + 1)[-1:]
+        total = index_temp(emit, [one], expr, dtype, (const(1),), "total")
+        return [emit.out(f"{total.name}[0]", dtype, ())]
     return [emit.out_index([names[c] for c in output], expr, dtype, shape)]
 
 
