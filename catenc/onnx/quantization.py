@@ -1,5 +1,6 @@
 """Quantisation operators: QuantizeLinear, DequantizeLinear (per tensor, per axis, per block),
-DynamicQuantizeLinear, MatMulInteger and QLinearMatMul, with the integer types catenc has.
+DynamicQuantizeLinear, MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv, with the integer
+types catenc has (int8, uint8, int16, uint16; float8 and 4-bit types are not among them).
 
 Per-tensor quantisation of f32 calls the op library's `quantize_linear` / `dequantize_linear`
 (ops/quantization.toml); the other forms are written out with the same arithmetic: x / scale
@@ -17,8 +18,7 @@ from catenc.onnx.values import ONNX_DTYPES, Value
 from catenc.onnx.values import literal as lit
 from catenc.symbolic import const
 
-_INTEGERS = ("i8", "u8", "i16", "u16")
-_LIBRARY_Q = frozenset(("i8", "u8", "i16", "u16"))
+_INTEGERS = ("i8", "u8", "i16", "u16")  # the types ops/quantization.toml's composites take too
 
 
 def _scalar(value: Value) -> bool:
@@ -29,7 +29,8 @@ def _scalar_text(value: Value, emit) -> str:
     """A per-tensor scale or zero point (rank 0 or one element) as a rank-0 expression."""
     if value.is_known and value.known.dtype != object:
         text = lit(value.known.reshape(-1)[0], value.dtype)
-        return text if value.dtype in ("f32", "i64") else f"cast({text}, {value.dtype})"  # a lone literal's types
+        # a literal alone is f32 or i64 (docs/language.md, section 5): other types are cast
+        return text if value.dtype in ("f32", "i64") else f"cast({text}, {value.dtype})"
     text = emit.text(value)
     return text if value.rank == 0 else f"{text}[0]"
 
@@ -75,7 +76,7 @@ def quantize_linear(node: OnnxNode, emit) -> list[Value]:
     per_tensor = _scalar(scale) and (zero_point is None or _scalar(zero_point))
     zp = f"cast(0, {q})" if zero_point is None else broadcast_param(node, zero_point, x, emit)
     s = broadcast_param(node, scale, x, emit)
-    if per_tensor and x.dtype == "f32" and scale.dtype == "f32" and q in _LIBRARY_Q:
+    if per_tensor and x.dtype == "f32" and scale.dtype == "f32":
         return [emit.out(f"quantize_linear({emit.text(x)}, {s}, {zp})", q, x.shape)]
     ratio = f"{emit.text(x)} / {s}"
     if x.dtype != "f32":  # numpy rounds the quotient to x's type before rounding it to an integer
@@ -97,7 +98,7 @@ def dequantize_linear(node: OnnxNode, emit) -> list[Value]:
     per_tensor = _scalar(scale) and (zero_point is None or _scalar(zero_point))
     s = broadcast_param(node, scale, x, emit)
     zp = None if zero_point is None else broadcast_param(node, zero_point, x, emit)
-    if per_tensor and out == "f32" and scale.dtype == "f32" and x.dtype in _LIBRARY_Q | {"i32"}:
+    if per_tensor and out == "f32" and scale.dtype == "f32":
         return [emit.out(f"dequantize_linear({emit.text(x)}, {s}, {zp or f'cast(0, {x.dtype})'})", out, x.shape)]
     shifted = f"cast({emit.text(x)}, f32)" + (f" - cast({zp}, f32)" if zp else "")
     scaled = f"({shifted}) * " + (s if scale.dtype == "f32" else f"cast({s}, f32)")
