@@ -104,6 +104,8 @@ def test_convolutions_and_pooling(tmp_path):
             coordinate_transformation_mode="align_corners",
         ),
         node("Resize", ["x", "", "", "size_axes"], "cubic_axes", mode="cubic", axes=[3, 2], exclude_outside=1),
+        node("Resize", ["x", "", "shrink"], "linear_antialias", mode="linear", antialias=1),
+        node("Resize", ["x", "", "shrink"], "cubic_antialias", mode="cubic", antialias=1),
         node(
             "Resize",
             ["x", "roi", "", "size_odd"],
@@ -134,6 +136,7 @@ def test_convolutions_and_pooling(tmp_path):
         numpy_helper.from_array(np.array([1, 1, 0.6, 1.7], np.float32), "scale_odd"),
         numpy_helper.from_array(np.array([2, 4, 5, 13], np.int64), "size_odd"),
         numpy_helper.from_array(np.array([11, 4], np.int64), "size_axes"),
+        numpy_helper.from_array(np.array([1, 1, 0.6, 0.4], np.float32), "shrink"),
         numpy_helper.from_array(np.array([0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3], np.float32), "roi"),
     ]
     inputs = {
@@ -271,7 +274,7 @@ def test_reductions_with_axes_inputs(tmp_path):
 @pytest.mark.parametrize(
     "op, inputs, attrs, message",
     [
-        ("Resize", ["x", "", "scales"], {"mode": "linear", "antialias": 1}, "antialias=1"),
+        ("Resize", ["x", "", "scales"], {"mode": "nearest", "antialias": 1}, "antialias=1 with mode='nearest'"),
         ("Conv", ["i", "w"], {}, "input of type i32: Conv is computed on floating-point tensors only"),
         ("Resize", ["x", "", "run_time_scales"], {}, "the scales must be known when the model is compiled"),
     ],

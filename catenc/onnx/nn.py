@@ -9,7 +9,7 @@ any rank, asymmetric pads, strides and dilations. Grouped convolutions compute [
 channel directly, and at stride 1 is written as a sum of its taps (no reduction loop inside the
 row: the row is a vector loop, 1.6x faster for MobileNetV2's 3x3 layers). Pooling is a guarded
 `max` or `sum` over the window. Resizing is separable: per axis, a gather of each tap's input
-positions (computed at import as onnx's reference computes them) times its weights, or one
+positions (computed at import as onnx's reference computes them, antialiased too) times its weights, or one
 affine read `x[..., i // 2]` where nearest sampling repeats each element.
 """
 
@@ -526,12 +526,14 @@ def _source_coordinates(mode: str, out: int, size: int, scale: float, roi: tuple
     raise Unsupported(f"coordinate_transformation_mode='{mode}'")
 
 
-def _taps(node: OnnxNode, mode: str, coords: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+def _taps(node: OnnxNode, mode: str, coords: np.ndarray, size: int, scale: float) -> tuple[np.ndarray, np.ndarray]:
     """The input positions (clamped, [O, n]) and weights ([O, n]) of each output position, as onnx's
     reference computes them (an even kernel of n taps around each source coordinate)."""
     base = np.floor(coords)
     ratio = np.where(coords == base, 1.0, coords - base)
-    if mode == "nearest":
+    if node.attr("antialias", 0) and mode != "nearest":
+        weights = _antialiased(node, mode, ratio, min(scale, 1.0))
+    elif mode == "nearest":
         rule = node.attr("nearest_mode", "round_prefer_floor")
         rules = {
             "round_prefer_floor": lambda r: r > 0.5,
@@ -546,11 +548,7 @@ def _taps(node: OnnxNode, mode: str, coords: np.ndarray, size: int) -> tuple[np.
     elif mode == "linear":
         weights = np.stack([1 - ratio, ratio], axis=1)
     elif mode == "cubic":
-        a = float(node.attr("cubic_coeff_a", -0.75))
-        t = np.stack([ratio + 1, ratio, 1 - ratio, 2 - ratio], axis=1)
-        near = ((a + 2) * t - (a + 3)) * t * t + 1
-        far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
-        weights = np.where(t <= 1, near, far)
+        weights = _cubic(node, np.stack([ratio + 1, ratio, 1 - ratio, 2 - ratio], axis=1))
     else:
         raise Unsupported(f"mode='{mode}'")
     n = weights.shape[1]
@@ -563,6 +561,23 @@ def _taps(node: OnnxNode, mode: str, coords: np.ndarray, size: int) -> tuple[np.
         total = weights.sum(axis=1, keepdims=True)
         weights = weights / np.where(total == 0, 1.0, total)
     return np.clip(positions, 0, size - 1).astype(np.int64), weights
+
+
+def _antialiased(node: OnnxNode, mode: str, ratio: np.ndarray, scale: float) -> np.ndarray:
+    """Linear or cubic weights widened by 1/scale when downsampling (antialias=1), normalised."""
+    reach = 1 if mode == "linear" else 2
+    first = int(np.floor(-reach / scale) + 1)
+    t = np.abs((np.arange(first, 2 - first)[None, :] - ratio[:, None]) * scale)
+    weights = np.clip(1 - t, 0, 1) if mode == "linear" else _cubic(node, t)
+    return weights / weights.sum(axis=1, keepdims=True)
+
+
+def _cubic(node: OnnxNode, t: np.ndarray) -> np.ndarray:
+    """The cubic convolution kernel (coefficient cubic_coeff_a) at distances t >= 0."""
+    a = float(node.attr("cubic_coeff_a", -0.75))
+    near = ((a + 2) * t - (a + 3)) * t * t + 1
+    far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+    return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
 
 
 def _resize_request(node: OnnxNode, x: Value) -> tuple[list[int], list[int], list[float]]:
@@ -610,8 +625,8 @@ def known_ints_or_floats(value: Value | None, what: str) -> list:
 def resize(node: OnnxNode, emit) -> list[Value]:
     x = node.need(0)
     mode = node.attr("mode", "nearest")
-    if node.attr("antialias", 0):
-        raise Unsupported("antialias=1")
+    if node.attr("antialias", 0) and mode == "nearest":
+        raise ModelError("antialias=1 with mode='nearest'")
     legacy = node.op == "Upsample" or node.opset < 11
     coordinates = "asymmetric" if legacy else node.attr("coordinate_transformation_mode", "half_pixel")
     if legacy and mode == "nearest":
@@ -635,7 +650,7 @@ def resize(node: OnnxNode, emit) -> list[Value]:
         coords = _source_coordinates(coordinates, out, sizes[axis], scale, (roi[i], roi[len(axes) + i]))
         if crop and np.any((coords < 0) | (coords > sizes[axis] - 1)):
             outside[axis] = ((coords < 0) | (coords > sizes[axis] - 1)).reshape((out,) + (1,) * (x.rank - axis - 1))
-        positions, weights = _taps(node, mode, coords, sizes[axis])
+        positions, weights = _taps(node, mode, coords, sizes[axis], scale)
         plan.append((axis, out, positions, weights))
     shape = list(x.shape)
     for axis, out, _, _ in plan:
