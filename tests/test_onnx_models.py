@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime
 import pytest
 from conftest import compile_file
@@ -107,3 +108,13 @@ def test_dynamic_batch_and_sequence(tmp: Path, name: str) -> None:
             feed["attention_mask"][:, seq - seq // 3 :] = 0
         got = entry(*feed.values())
         assert_matches(got, ort_run(path, feed)[0], f"{name} batch {batch} seq {seq}")
+
+
+@pytest.mark.parametrize("name", ["bert4", "gpt2_small"])
+def test_opset_20_gelu_node(tmp: Path, name: str) -> None:
+    """At opset 20 the exporter writes GELU as a Gelu node (approximate 'none' for BERT, 'tanh' for GPT-2)."""
+    model = onnx_models.build(name, "tiny")
+    path = onnx_models.export(model, tmp / f"{name}_opset20.onnx", opset=20)
+    assert any(node.op_type == "Gelu" for node in onnx.load(str(path)).graph.node)
+    got = compile_file(path, tmp / f"{name}_opset20")[model.name](*model.inputs)
+    assert_matches(got, ort_run(path, dict(zip(model.input_names, model.inputs)))[0], f"{name} opset 20")
