@@ -314,3 +314,18 @@ def test_convolution_under_a_global_pool_keeps_its_gemm_kernel(tmp_path):
     assert (
         "act: contraction (1 x [16 x 8*3*3] @ [8*3*3 x 6*6]), a packed gemm kernel, its elementwise epilogue" in notes
     )
+
+
+def test_dynamic_spatial_dims(tmp_path):
+    """Windows over symbolic H and W: guards where the prover cannot bound them, a uniform divisor
+    where every window lies inside the padded input."""
+    nodes = [
+        node("Conv", ["x", "w"], "conv_same", pads=[1, 1, 1, 1]),
+        node("AveragePool", ["conv_same"], "avg_same", kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
+        node("MaxPool", ["avg_same"], "max_same", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+    ]
+    model = make_model(
+        nodes, [tensor("x", F, ["N", 2, "H", "W"])], [tensor("max_same", F, None)], [weights("w", 3, 2, 3, 3)]
+    )
+    x = RNG.standard_normal((2, 2, 5, 7)).astype(np.float32)
+    check_against_reference(model, tmp_path, {"x": x}, rtol=1e-5, atol=1e-5, N=2, H=5, W=7)

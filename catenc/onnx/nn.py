@@ -472,10 +472,12 @@ def sum_pool(node: OnnxNode, emit) -> list[Value]:
         expr = {1.0: total, 2.0: f"sqrt({total})"}.get(p, f"pow({total}, {1.0 / p!r})")
         return [emit.out_index(outs, expr, x.dtype, shape)]
     total = _reduce("sum", access, guarded(access.guards, at, "0.0"))
-    counts = _counts(win, x.shape[2:], bool(node.attr("count_include_pad", 0)))
+    include_pad = bool(node.attr("count_include_pad", 0))
+    counts = _counts(win, x.shape[2:], include_pad)
     if counts is None:
-        if access.guards:
-            raise Unsupported("average pooling with padding over dynamic spatial dims")
+        # without ceil_mode every window lies inside the padded input: whole when pads count or are none
+        if node.attr("ceil_mode", 0) or not (include_pad or not any(win.begin + win.end)):
+            raise Unsupported("average pooling that leaves out pads or uses ceil_mode over dynamic spatial dims")
         divisor = lit(float(np.prod(win.kernel)), x.dtype)
     elif counts.min() == counts.max():
         divisor = lit(float(counts.min()), x.dtype)
