@@ -266,6 +266,9 @@ def test_quantization_forms(tmp_path):
         node("MatMulInteger", ["a", "bm", "azp", "bzp"], "mm_int"),
         node("MatMulInteger", ["ua", "ub"], "mm_int_batched"),
         node("QLinearMatMul", ["a", "sa", "azp", "bm", "sb", "bzp", "sy", "yzp"], "qmm"),
+        node("DequantizeLinear", ["w_q", "w_scales", "w_zps"], "w_axis", axis=1),  # known: folded at import
+        node("DequantizeLinear", ["w_q", "w_block_scales"], "w_blocked", axis=0, block_size=3),
+        node("MatMul", ["x", "w_axis"], "qdq_matmul"),
     ]
     inits = [
         const("scale", 0.05, np.float32),
@@ -281,6 +284,10 @@ def test_quantization_forms(tmp_path):
         const("sb", 0.03, np.float32),
         const("sy", 0.4, np.float32),
         const("yzp", -5, np.int8),
+        const("w_q", RNG.integers(-128, 128, (4, 3)), np.int8),
+        const("w_scales", [0.1, 0.01, 0.05], np.float32),
+        const("w_zps", [0, -3, 7], np.int8),
+        const("w_block_scales", RNG.uniform(0.01, 0.1, (2, 3)), np.float32),  # rows 0-2 and 3
     ]
     feeds = {"x": x, "a": a, "bm": bm, "ua": ua, "ub": ub, "q16": q16}
     run(nodes, feeds, inits, 21, tmp_path)
@@ -320,6 +327,13 @@ def test_readable_import_uses_the_library_and_basic_indexing():
     assert "y = x[1:, :0:-3]" in text
     assert f"q = quantize_linear(y, {float(np.float32(0.1))!r}, cast(0, i8))" in text  # the f32 scale exactly
     assert "att = attention(q4, q4, q4, causal=True)" in text
+    # a quantised weight is dequantised at import: the product reads a float constant
+    weight = [const("wq", [[1, -2], [3, 4]], np.int8), const("ws", 0.5, np.float32)]
+    nodes = [node("DequantizeLinear", ["wq", "ws"], "w"), node("MatMul", ["v", "w"], "out")]
+    model = make_model(nodes, [tensor("v", F, [3, 2])], [tensor("out", F, None)], weight, opset=13)
+    imported = import_proto(model, "m.onnx")
+    assert "out = v @ w" in imported.text and "dequantize" not in imported.text
+    np.testing.assert_array_equal(imported.constants["w"], [[0.5, -1.0], [1.5, 2.0]])
 
 
 @pytest.mark.parametrize(

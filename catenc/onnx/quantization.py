@@ -9,12 +9,14 @@ rounded half to even, the zero point added, saturated to the integer type by `ca
 
 from __future__ import annotations
 
+import numpy as np
+
 from catenc.onnx import nn
-from catenc.onnx.indexing import index_names, index_temp
+from catenc.onnx.indexing import index_names, index_temp, small
 from catenc.onnx.linalg import matmul_shape
 from catenc.onnx.model import type_name
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter
-from catenc.onnx.values import ONNX_DTYPES, Value
+from catenc.onnx.values import NUMPY, ONNX_DTYPES, Value, known_value
 from catenc.onnx.values import literal as lit
 from catenc.symbolic import const
 
@@ -35,23 +37,44 @@ def _scalar_text(value: Value, emit) -> str:
     return text if value.rank == 0 else f"{text}[0]"
 
 
-def broadcast_param(node: OnnxNode, param: Value, x: Value, emit) -> str:
-    """A scale or zero point as an expression that broadcasts against x: per tensor, per axis, per block."""
+def _layout(node: OnnxNode, param: Value, x: Value) -> tuple[int, int] | None:
+    """How a scale or zero point spreads over x: None per tensor, else (axis, block size or 0)."""
     if _scalar(param):
-        return _scalar_text(param, emit)
+        return None
     axis = axis_of(node.attr("axis", 1), x.rank)
     block = node.attr("block_size", 0)
+    if block:
+        if param.rank != x.rank or block < 1:
+            raise ModelError(f"a blocked {param.rank}-D scale or zero point for a {x.rank}-D input")
+    elif param.rank != 1 or param.shape[0] != x.shape[axis]:
+        raise ModelError(f"a per-axis scale or zero point of shape {list(param.shape)} for axis {axis}")
+    return axis, block
+
+
+def broadcast_param(node: OnnxNode, param: Value, x: Value, emit) -> str:
+    """A scale or zero point as an expression that broadcasts against x: per tensor, per axis, per block."""
+    layout = _layout(node, param, x)
+    if layout is None:
+        return _scalar_text(param, emit)
+    axis, block = layout
     text = emit.text(param)
     if block:
-        if param.rank != x.rank:
-            raise ModelError(f"a blocked {param.rank}-D scale or zero point for a {x.rank}-D input")
         idx = index_names(emit, x.rank)
         subs = ", ".join(f"{i} // {block}" if k == axis else i for k, i in enumerate(idx))
         return index_temp(emit, idx, f"{text}[{subs}]", param.dtype, x.shape, "blocks").name
-    if param.rank != 1 or param.shape[0] != x.shape[axis]:
-        raise ModelError(f"a per-axis scale or zero point of shape {list(param.shape)} for axis {axis}")
     trailing = x.rank - 1 - axis
     return f"{text}[:{', None' * trailing}]" if trailing else text
+
+
+def _param_array(node: OnnxNode, param: Value, x: Value) -> np.ndarray:
+    """A known scale or zero point laid out to broadcast against the known x (as broadcast_param)."""
+    layout = _layout(node, param, x)
+    if layout is None:
+        return param.known.reshape(-1)[0]
+    axis, block = layout
+    if block:
+        return np.repeat(param.known, block, axis=axis).take(range(x.known.shape[axis]), axis=axis)
+    return param.known.reshape([-1 if k == axis else 1 for k in range(x.rank)])
 
 
 def _quantized_type(node: OnnxNode, zero_point: Value | None) -> str:
@@ -95,6 +118,13 @@ def dequantize_linear(node: OnnxNode, emit) -> list[Value]:
     out = ONNX_DTYPES.get(to) if to else scale.dtype
     if out is None:
         raise Unsupported(f"output_dtype={to}")
+    params = [scale] if zero_point is None else [scale, zero_point]
+    if small(x) and out != "bf16" and all(v.is_known and v.known.dtype != object for v in [x, *params]):
+        # a quantised weight (QDQ models): dequantised at import, as the reference computes it, in f32
+        shifted = x.known.astype(np.float32)
+        if zero_point is not None:
+            shifted = shifted - _param_array(node, zero_point, x).astype(np.float32)
+        return [known_value((shifted * _param_array(node, scale, x).astype(np.float32)).astype(NUMPY[out]), out)]
     per_tensor = _scalar(scale) and (zero_point is None or _scalar(zero_point))
     s = broadcast_param(node, scale, x, emit)
     zp = None if zero_point is None else broadcast_param(node, zero_point, x, emit)
