@@ -5,6 +5,7 @@ many nodes each, compiled once and compared with onnx.reference.ReferenceEvaluat
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime  # the reference of the QDQ test: a test dependency (the dev extra), a failure when missing
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -310,6 +311,36 @@ def test_integer_convolutions(tmp_path):
         const("bias", [-500, 0, 2000], np.int32),
     ]
     run(nodes, {"x": x, "w": w}, inits, 10, tmp_path)
+
+
+def test_qdq_convolution_matches_onnxruntime(tmp_path):
+    """A QDQ network as onnxruntime's quantizer writes them: activations quantised and dequantised
+    around a float Conv whose int8 weight (per output channel) is dequantised at import."""
+    x = RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)
+    nodes = [
+        node("QuantizeLinear", ["x", "xs", "xz"], "xq"),
+        node("DequantizeLinear", ["xq", "xs", "xz"], "xd"),
+        node("DequantizeLinear", ["wq", "ws", "wz"], "wd", axis=0),
+        node("Conv", ["xd", "wd", "b"], "conv", pads=[1, 1, 1, 1]),
+        node("Relu", ["conv"], "relu"),
+        node("QuantizeLinear", ["relu", "ys", "yz"], "yq"),
+        node("DequantizeLinear", ["yq", "ys", "yz"], "y"),
+    ]
+    inits = [
+        const("xs", 0.02, np.float32),
+        const("xz", 128, np.uint8),
+        const("wq", RNG.integers(-127, 128, (4, 3, 3, 3)), np.int8),
+        const("ws", [0.01, 0.02, 0.005, 0.03], np.float32),
+        const("wz", [0, 0, 0, 0], np.int8),
+        const("b", RNG.standard_normal(4) * 0.1, np.float32),
+        const("ys", 0.01, np.float32),
+        const("yz", 0, np.uint8),
+    ]
+    model = make_model(nodes, [tensor("x", F, [1, 3, 6, 6])], [tensor("y", F, None)], inits, opset=19)
+    library = compile_file(save(model, tmp_path), tmp_path / "out")
+    got = next(iter(library.entries.values()))(x)
+    want = onnxruntime.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=0, atol=0.0101)  # at most one step of the output's quantum
 
 
 def test_readable_import_uses_the_library_and_basic_indexing():
