@@ -5,9 +5,9 @@ ResNet-18, MobileNetV2, a 4-layer BERT-style encoder and GPT-2 small, written he
 papers (no torchvision, no downloads), with random weights from a fixed seed. ``build(name, size)``
 returns the module in eval mode and its example inputs; ``export`` writes the ONNX file with the
 legacy TorchScript exporter (``dynamo=False``: torch 2.13's default exporter needs onnxscript, which
-is not installed) at opset 17, and names the graph after the model, so `catenc compile` names the
-entry ``resnet18``, ``mobilenetv2``, ``bert4`` or ``gpt2_small`` (not ``gpt2``: the bench compiles the GPT-2
-sample's composite of that name too).
+is not installed; opsets 17, 18 and 20 all work) and names the graph after the model, so `catenc
+compile` names the entry ``resnet18``, ``mobilenetv2``, ``bert4`` or ``gpt2_small`` (not ``gpt2``: the
+bench compiles the GPT-2 sample's composite of that name too).
 """
 
 from __future__ import annotations
