@@ -406,6 +406,11 @@ def compile_command(**kw) -> int:
 @click.option("--no-primitives", is_flag=True, help="Skip the rows of the language's own functions.")
 @click.option("--compile-only", is_flag=True, help="Build every op but run none (cells say `compiled`).")
 @click.option("--node-dir", default=None, metavar="DIR", help="--suite onnx: node test folders to run instead.")
+@click.option(
+    "--freeze-shape-inputs",
+    is_flag=True,
+    help="--suite onnx: make an integer input the importer needs at compile time a constant of the test's model.",
+)
 @guarded(lambda kw: [kw["runtime_spec"]] if kw["runtime_spec"].endswith(".py") else [])
 def test_runtime_command(
     suite,
@@ -419,6 +424,7 @@ def test_runtime_command(
     no_primitives,
     compile_only,
     node_dir,
+    freeze_shape_inputs,
 ):
     """Run the op library (or the ONNX node tests) through a runtime and write the coverage report.
 
@@ -431,9 +437,11 @@ def test_runtime_command(
         ops_only = {"--ops": ops_dirs, "--dtypes": dtypes, "--no-primitives": no_primitives}
         for option in [name for name, value in {**ops_only, "--compile-only": compile_only}.items() if value]:
             raise CatencError(f"{option} applies to --suite ops only")
-        return _test_onnx_nodes(load_runtime(runtime_spec), config_items, report, json_path, pattern, node_dir)
-    if node_dir:
-        raise CatencError("--node-dir applies to --suite onnx only")
+        runtime = load_runtime(runtime_spec)
+        return _test_onnx_nodes(runtime, config_items, report, json_path, pattern, node_dir, freeze_shape_inputs)
+    for option, value in {"--node-dir": node_dir, "--freeze-shape-inputs": freeze_shape_inputs}.items():
+        if value:
+            raise CatencError(f"{option} applies to --suite onnx only")
     from catenc.testing.coverage import (
         not_run_note,
         progress_printer,
@@ -471,13 +479,13 @@ def test_runtime_command(
     return EXIT_TEST if coverage.regressed else EXIT_USER if counts["not_run"] else 0
 
 
-def _test_onnx_nodes(runtime, config_items, report, json_path, pattern, node_dir) -> int:
+def _test_onnx_nodes(runtime, config_items, report, json_path, pattern, node_dir, freeze: bool) -> int:
     """test-runtime --suite onnx: exits 3 when a test fails or errs (unsupported ones do not)."""
     from catenc.testing import onnx_nodes
     from catenc.testing.coverage import progress_printer
 
     config = runtime.validate_config(parse_config(config_items))
-    results = onnx_nodes.run_node_tests(runtime, config, node_dir, pattern, progress_printer())
+    results = onnx_nodes.run_node_tests(runtime, config, node_dir, pattern, progress_printer(), freeze=freeze)
     if sys.stdout.isatty():
         click.echo()
     write_text_atomic(Path(report), onnx_nodes.render_markdown(results))

@@ -244,3 +244,20 @@ def test_bf16_outputs_are_held_to_two_ulps_as_onnx_does():
     four_ulps = f32_to_bf16(np.array([1.03125, 2.0, 3.0], dtype=np.float32))
     rel, problem = onnx_nodes._compare_output("y", DTYPES["bf16"], four_ulps, want, test)
     assert rel == 2**-5 and problem == "output 'y': max abs err 0.0312, max rel err 0.0312 (rtol 0.015625, atol 1e-07)"
+
+
+def test_freeze_shape_inputs():
+    """The node tests give a Reshape its shape at run time; the importer needs it at compile time
+    (unsupported), unless the runner makes it a constant of the model (freeze), as exports do."""
+    runtime = load_runtime("clang")
+    config = runtime.validate_config({})
+    plain = onnx_nodes.run_node_tests(runtime, config, pattern="test_reshape_reordered_all_dims")
+    (result,) = plain.results
+    assert result.status == "unsupported" and "(input 1) must be known when the model is compiled" in result.detail
+    frozen = onnx_nodes.run_node_tests(runtime, config, pattern="test_reshape_reordered_all_dims", freeze=True)
+    (result,) = frozen.results
+    assert (result.status, result.frozen) == ("pass", ("shape",))
+    assert "| test_reshape_reordered_all_dims | Reshape | pass (0.0e+00) | constant shape |" in (
+        onnx_nodes.render_markdown(frozen)
+    )
+    assert onnx_nodes.summary_line(frozen).endswith("; 1 with inputs made constants")

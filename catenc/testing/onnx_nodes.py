@@ -27,7 +27,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,9 @@ RUN_TIMEOUT = 60.0  # seconds for a batch's tests to run (generated code that ne
 BF16_RTOL = 2**-6  # two bf16 ulps: the least rtol of a bf16 output, as onnx's own backend runner has it
 EXPANDED = re.compile(r"_expanded(_ver\d+)?$")
 NODE_ERROR = re.compile(r"node '.*' \(([\w.]+), opset \d+\): (.*)$")  # the importer's diagnostics
+COMPILE_TIME = re.compile(  # a value the importer needs when it compiles: an input of a node, by its index
+    r"node '(.*)' \(([\w.]+), opset \d+\): .*\(input (\d+)\) must be known when the model is compiled"
+)
 INPUT_TYPE = re.compile(r"graph input '.*': type (.+) is not supported")
 
 
@@ -95,6 +98,7 @@ class NodeTest:
     outputs: tuple[Any, ...]
     rtol: float
     atol: float
+    frozen: tuple[str, ...] = ()  # inputs made constants with the test's values (freeze_inputs)
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,7 @@ class Result:
     max_rel_error: float | None = None
     detail: str = ""
     blockers: tuple[str, ...] = ()  # the op types an unsupported test's import named
+    frozen: tuple[str, ...] = ()  # the test's inputs that were constants of its model
 
     @property
     def in_issue_list(self) -> bool:
@@ -119,6 +124,7 @@ class NodeReport:
     onnx_version: str
     source: str  # where the tests came from
     results: tuple[Result, ...]
+    freeze: bool = False  # integer inputs needed at compile time were made constants (freeze_inputs)
 
     def counts(self) -> dict[str, int]:
         counts = dict.fromkeys(STATUSES, 0)
@@ -130,6 +136,9 @@ class NodeReport:
         """(passed, total) of the tests whose op is in ISSUE_OPS."""
         listed = [r for r in self.results if r.in_issue_list]
         return sum(r.status == "pass" for r in listed), len(listed)
+
+    def frozen_count(self) -> int:
+        return sum(bool(r.frozen) for r in self.results)
 
     @property
     def regressed(self) -> bool:
@@ -270,17 +279,23 @@ def _default_importer() -> Callable[..., Any]:
     return importer.import_model
 
 
-def plan_test(test: NodeTest, options: Options, scratch: Path, import_model: Callable[..., Any]) -> Planned | Result:
-    """Import and plan one test; a Result (unsupported, error) when that fails."""
+def plan_test(
+    test: NodeTest, options: Options, scratch: Path, import_model: Callable[..., Any], freeze: bool = False
+) -> Planned | Result:
+    """Import and plan one test; a Result (unsupported, error) when that fails. With `freeze`, an
+    integer input the importer needs at compile time becomes a constant of the model."""
     display = f"{test.name}/model.onnx"
     try:
         model_path = scratch / f"{test.name}.onnx"
         model_path.write_bytes(test.model.SerializeToString())
         imported = import_model(str(model_path), display, test.name)
     except CatencError as err:
+        frozen = freeze_inputs(test, err) if freeze else None
+        if frozen is not None:
+            return plan_test(frozen, options, scratch, import_model, freeze)
         return _import_failure(test, err)
     except Exception as err:
-        return Result(test.name, test.op, "error", detail=f"import: internal error: {_exception_line(err)}")
+        return _result(test, "error", detail=f"import: internal error: {_exception_line(err)}")
     try:
         text_path = scratch / f"{test.name}.toml"
         text_path.write_text(imported.text)
@@ -288,9 +303,9 @@ def plan_test(test: NodeTest, options: Options, scratch: Path, import_model: Cal
         library = Library(root, search_dirs(options.include_dirs))
         plan = plan_entry(library.local[imported.name], library, options)
     except CatencError as err:
-        return Result(test.name, test.op, "error", detail=f"compile: {_first_line(str(err))}")
+        return _result(test, "error", detail=f"compile: {_first_line(str(err))}")
     except Exception as err:
-        return Result(test.name, test.op, "error", detail=f"compile: internal error: {_exception_line(err)}")
+        return _result(test, "error", detail=f"compile: internal error: {_exception_line(err)}")
     return Planned(test, plan, root, library)
 
 
@@ -303,13 +318,52 @@ def _composite_file(imported, text_path: Path) -> CompositeFile:
     return composite_file_from_text(imported.text, str(text_path), imported.constants)
 
 
+def freeze_inputs(test: NodeTest, err: CatencError) -> NodeTest | None:
+    """The test with each graph input the import's diagnostics say must be known at compile time
+    (a node's axes, shape, pads...) made a constant of its model with the test's value, as an
+    exported model holds them; None when no such integer input is named."""
+    from onnx import numpy_helper
+
+    graph = test.model.graph
+    inputs = [v.name for v in graph.input if v.name not in {t.name for t in graph.initializer}]
+    names: list[str] = []
+    for message in [err.message, *(m.message for m in err.more)]:
+        match = COMPILE_TIME.search(_first_line(message))
+        if match is None:
+            continue
+        node, op, index = match.group(1), match.group(2), int(match.group(3))
+        # the node by its name, or (the importer names unnamed nodes) every node of its op type
+        nodes = [n for n in graph.node if n.name == node] or [n for n in graph.node if n.op_type == op.split(".")[-1]]
+        for name in [n.input[index] for n in nodes if index < len(n.input)]:
+            position = inputs.index(name) if name in inputs else len(test.inputs)
+            value = test.inputs[position] if position < len(test.inputs) else None
+            if isinstance(value, np.ndarray) and value.dtype.kind in "iu" and name not in names:
+                names.append(name)
+    if not names:
+        return None
+    model = type(test.model)()
+    model.CopyFrom(test.model)
+    kept = [v for v in model.graph.input if v.name not in names]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    model.graph.initializer.extend(numpy_helper.from_array(test.inputs[inputs.index(n)], n) for n in names)
+    remaining = tuple(v for n, v in zip(inputs, test.inputs) if n not in names)
+    return replace(test, model=model, inputs=remaining, frozen=test.frozen + tuple(names))
+
+
+def _result(
+    test: NodeTest, status: str, max_rel_error: float | None = None, detail: str = "", blockers: tuple[str, ...] = ()
+) -> Result:
+    return Result(test.name, test.op, status, max_rel_error, detail, blockers, test.frozen)
+
+
 def _import_failure(test: NodeTest, err: CatencError) -> Result:
     """unsupported: the importer declined the model, with a diagnostic (an operator, an attribute,
     an element type, a value it needs at compile time); what it named blocks the test."""
     found = [_blocker(test, _first_line(m)) for m in [err.message, *(m.message for m in err.more)]]
     blockers = tuple(dict.fromkeys(op for op, _ in found))
     detail = "; ".join(dict.fromkeys(text for _, text in found))
-    return Result(test.name, test.op, "unsupported", detail=detail, blockers=blockers)
+    return _result(test, "unsupported", detail=detail, blockers=blockers)
 
 
 def _blocker(test: NodeTest, message: str) -> tuple[str, str]:
@@ -374,7 +428,7 @@ def run_built(directory: Path, planned: list[Planned]) -> list[Result]:
         return results
     if len(planned) == 1:
         test = planned[0].test
-        return [Result(test.name, test.op, "error", detail="run: the entry crashed or did not finish")]
+        return [_result(test, "error", detail="run: the entry crashed or did not finish")]
     return [result for one in planned for result in run_built(directory, [one])]
 
 
@@ -410,7 +464,7 @@ def run_tests(directory: Path, planned: list[Planned]) -> list[Result]:
     try:
         library = load(directory / "batch.manifest.json")
     except Exception as err:
-        return [Result(p.test.name, p.test.op, "error", detail=f"load: {_exception_line(err)}") for p in planned]
+        return [_result(p.test, "error", detail=f"load: {_exception_line(err)}") for p in planned]
     return [check_test(p.test, library[p.plan.name]) for p in planned]
 
 
@@ -429,13 +483,13 @@ def check_test(test: NodeTest, entry) -> Result:
         for spec, value, want in zip(entry.outputs, got, test.outputs):
             rel, problem = _compare_output(spec.name, spec.dtype, value, want, test)
             if problem:
-                return Result(test.name, test.op, "fail", rel, problem)
+                return _result(test, "fail", rel, problem)
             worst = max(worst, rel)
-        return Result(test.name, test.op, "pass", worst)
+        return _result(test, "pass", worst)
     except _Mismatch as err:
-        return Result(test.name, test.op, "error", detail=f"run: {err}")
+        return _result(test, "error", detail=f"run: {err}")
     except Exception as err:
-        return Result(test.name, test.op, "error", detail=f"run: {_exception_line(err)}")
+        return _result(test, "error", detail=f"run: {_exception_line(err)}")
 
 
 class _Mismatch(Exception):
@@ -494,8 +548,10 @@ def run_node_tests(
     progress: Callable[[int, int, str], None] = lambda done, total, line: None,
     import_model: Callable[..., Any] | None = None,
     batch_size: int = BATCH_SIZE,
+    freeze: bool = False,
 ) -> NodeReport:
-    """Every selected node test through the runtime; `import_model` replaces the importer (tests)."""
+    """Every selected node test through the runtime; `import_model` replaces the importer (tests);
+    `freeze`: see `freeze_inputs`."""
     import onnx
 
     if not runtime.runnable(config):
@@ -511,7 +567,7 @@ def run_node_tests(
             for number, batch in enumerate(batches, 1):
                 planned = []
                 for test in batch:
-                    outcome = plan_test(test, options, Path(scratch), importer)
+                    outcome = plan_test(test, options, Path(scratch), importer, freeze)
                     if isinstance(outcome, Result):
                         results[test.name] = outcome
                     else:
@@ -524,7 +580,7 @@ def run_node_tests(
         for number, (batch, (libraries, errors)) in enumerate(zip(batches, built), len(batches) + 1):
             for test in batch:
                 if test.name in errors:
-                    results[test.name] = Result(test.name, test.op, "error", detail=errors[test.name])
+                    results[test.name] = _result(test, "error", detail=errors[test.name])
             for directory, planned in libraries:
                 for result in run_built(directory, planned):
                     results[result.name] = result
@@ -533,7 +589,7 @@ def run_node_tests(
             )
     ordered = tuple(results[t.name] for t in tests)
     source = node_dir or f"onnx {onnx.__version__} generators (onnx.backend.test.case.node)"
-    return NodeReport(runtime, config, runtime.toolchain_version(config), onnx.__version__, source, ordered)
+    return NodeReport(runtime, config, runtime.toolchain_version(config), onnx.__version__, source, ordered, freeze)
 
 
 def _batches(tests: list[NodeTest], size: int) -> Iterator[list[NodeTest]]:
@@ -557,6 +613,7 @@ def summary_line(report: NodeReport) -> str:
         f"{c['pass']} passed, {c['fail']} failed, {c['error']} error, {c['unsupported']} unsupported "
         f"of {len(report.results)} node tests; of the tests whose op is in the issue's list: {passed}/{listed} pass"
         + share
+        + (f"; {report.frozen_count()} with inputs made constants" if report.frozen_count() else "")
     )
 
 
@@ -579,6 +636,12 @@ def _result_text(result: Result) -> str:
     return result.status
 
 
+def _detail(result: Result) -> str:
+    """The row's detail, after the inputs its model was given as constants."""
+    frozen = f"constant {', '.join(result.frozen)}" if result.frozen else ""
+    return "; ".join(filter(None, (frozen, result.detail)))
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -592,6 +655,14 @@ def render_markdown(report: NodeReport) -> str:
         f"- toolchain: {report.toolchain}",
         f"- catenc: {__version__}, onnx: {report.onnx_version}",
         f"- tests: {report.source}",
+        *(
+            [
+                "- an integer input the importer needs at compile time (axes, shape, pads...) is made a constant "
+                "with the test's value (--freeze-shape-inputs): such rows say `constant NAME`"
+            ]
+            if report.freeze
+            else []
+        ),
         "",
         f"**{summary_line(report)}**",
         "",
@@ -610,7 +681,7 @@ def render_markdown(report: NodeReport) -> str:
         lines.append(f"| {op} | {fail} | {error} | {unsupported} | {'yes' if op in ISSUE_OPS else ''} |")
     lines += ["", "## Tests", "", "| test | op | result | detail |", "|---|---|---|---|"]
     for r in report.results:
-        lines.append(f"| {r.name} | {r.op} | {_result_text(r)} | {_cell(r.detail)} |")
+        lines.append(f"| {r.name} | {r.op} | {_result_text(r)} | {_cell(_detail(r))} |")
     lines.append("")
     return "\n".join(lines)
 
@@ -622,6 +693,7 @@ def render_json(report: NodeReport) -> str:
         "catenc_version": __version__,
         "onnx_version": report.onnx_version,
         "source": report.source,
+        "freeze_shape_inputs": report.freeze,
         "runtime": {"name": report.runtime.name, "config": report.config, "toolchain": report.toolchain},
         "summary": {**report.counts(), "issue_ops": {"passed": passed, "total": listed}},
         "issue_ops": sorted(ISSUE_OPS),
@@ -634,6 +706,7 @@ def render_json(report: NodeReport) -> str:
                 "max_rel_error": r.max_rel_error,
                 "detail": r.detail,
                 "blockers": list(r.blockers),
+                "frozen": list(r.frozen),
             }
             for r in report.results
         ],
