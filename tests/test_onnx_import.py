@@ -286,3 +286,12 @@ def test_gemm_forms(tmp_path, trans_a, trans_b, beta):
     node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], transA=trans_a, transB=trans_b, alpha=1.5, beta=beta)
     model = make_model([node], [tensor("a", F, list(a.shape))], [tensor("y", F, [4, 5])], [b, c])
     check_against_reference(model, tmp_path, {"a": a}, rtol=1e-5, atol=1e-5)
+
+
+def test_a_shape_with_symbols_as_an_output(tmp_path):
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Size", ["x"], ["n"])]
+    model = make_model(nodes, [tensor("x", F, ["N", 3])], [tensor("s", I64, [2]), tensor("n", I64, [])])
+    library = compile_file(save(model, tmp_path), tmp_path / "out")
+    shape, size = library.entries["net"](np.zeros((5, 3), np.float32))
+    np.testing.assert_array_equal(shape, [5, 3])
+    assert size == 15 and size.dtype == np.int64

@@ -229,6 +229,15 @@ def variadic(node: OnnxNode, emit) -> list[Value]:
     dtype = values[0].dtype
     if len(values) == 1 and node.op != "Mean":
         return values
+    if node.op != "Mean" and all(v.is_known and v.known.dtype != object for v in values):
+        combine = {"Max": np.maximum, "Min": np.minimum, "Sum": np.add}[node.op]
+        folded = values[0]
+        for v in values[1:]:
+            folded = fold(node, [folded, v], combine, dtype)
+            if folded is None:
+                break
+        if folded is not None:
+            return [folded]
     texts = [emit.text(v) for v in values]
     if node.op in ("Max", "Min"):
         fn = "maximum" if node.op == "Max" else "minimum"

@@ -108,8 +108,20 @@ class Emitter:
         if array.ndim == 0:
             return literal(array.item(), value.dtype)
         if array.dtype == object:
-            raise Unsupported("a shape computed from symbolic sizes is used as tensor data")
+            return self.symbolic_vector(value)
         return self.constant(array, value.dtype)
+
+    def symbolic_vector(self, value: Value) -> str:
+        """A known vector with symbolic entries (a shape) as data: `v[i < n] = where(i == 0, N, ...)`."""
+        entries = list(value.known.reshape(-1))
+        if value.known.ndim != 1 or not entries:
+            raise Unsupported("a shape computed from symbolic sizes is used as tensor data")
+        expr = literal(entries[-1], value.dtype)
+        for i in range(len(entries) - 2, -1, -1):
+            expr = f"where(i == {i}, {literal(entries[i], value.dtype)}, {expr})"
+        name = self.names.fresh("shape")
+        self.lines.append(f"{name}[i < {len(entries)}] = cast({expr}, {value.dtype})")
+        return name
 
     def constant(self, array: np.ndarray, dtype: str, hint: str = "c") -> str:
         found = self._constant_names.get(id(array))
@@ -323,10 +335,16 @@ class _Importer:
             if vi.name not in self.values:
                 self.error(f"graph output '{vi.name}' is not produced by any node")
                 continue
+            if value is None:
+                continue  # from a node that did not convert: reported
             name = emit.output_names[vi.name]
             if value.name != name:
                 emit.outputs = (vi.name,)
-                text = emit.text(value)
+                try:
+                    text = emit.text(value)
+                except Unsupported as error:
+                    self.error(f"graph output '{vi.name}': {error}")
+                    continue
                 if value.name is None and value.rank == 0:
                     text = f"cast({text}, {value.dtype})"
                 value = emit.out(text, value.dtype, value.shape)

@@ -125,6 +125,8 @@ def literal(x: object, dtype: str) -> str:
             return "nan"
         if math.isinf(f):
             return "inf" if f > 0 else "-inf"
+        if dtype in ("f32", "f16"):  # the shortest text that reads back as the same value
+            return str(NUMPY[dtype](f))
         return repr(f)
     return str(int(x))
 
