@@ -149,9 +149,9 @@ def test_convolutions_and_pooling(tmp_path):
     # a convolution is one contraction statement with its bias, read at the channel it writes
     assert "conv_asym[n < 2, k < 5, oh < 5, ow < 7] = sum[c < 4, r < 3, s < 3](" in text
     assert "* w[k, c, r, s]) + b[k]" in text
-    # depthwise: the input channel read directly; at stride 1 tap by tap, a vector loop along the row
+    # depthwise: the input channel read directly, tap by tap (a vector loop along the row)
     assert "where(oh >= 1, x[n, k // 2, oh - 1, ow], 0.0) * w_dw[k, 0, 0, 1] + where((oh >= 1) & (ow < 7)," in text
-    assert "x[n, k, 2*oh + r - 1, 2*ow + s - 1], 0.0) * w_dw2[k, 0, r, s])" in text
+    assert "where((2*oh >= 1) & (2*ow >= 1), x[n, k, 2*oh - 1, 2*ow - 1], 0.0) * w_dw2[k, 0, 0, 0] + " in text
     assert "conv_grouped_groups[n < 2, g < 2, j < 3, oh < 9, ow < 8]" in text
     assert "nearest_2x[i0 < 2, i1 < 4, i2 < 18, i3 < 16] = x[i0, i1, i2 // 2, i3 // 2]" in text  # a repeat, no take
 
