@@ -276,7 +276,12 @@ def test_reductions_with_axes_inputs(tmp_path):
     [
         ("Resize", ["x", "", "scales"], {"mode": "nearest", "antialias": 1}, "antialias=1 with mode='nearest'"),
         ("Conv", ["i", "w"], {}, "input of type i32: Conv is computed on floating-point tensors only"),
-        ("Resize", ["x", "", "run_time_scales"], {}, "the scales must be known when the model is compiled"),
+        (
+            "Resize",
+            ["x", "", "run_time_scales"],
+            {},
+            r"the scales \(input 2\) must be known when the model is compiled",
+        ),
     ],
 )
 def test_unsupported_forms_are_reported(op, inputs, attrs, message):

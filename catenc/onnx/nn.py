@@ -588,16 +588,16 @@ def _resize_request(node: OnnxNode, x: Value) -> tuple[list[int], list[int], lis
     if sizes is None:
         raise Unsupported("resizing a tensor of dynamic shape")
     if node.op == "Upsample":
-        scales = node.attr("scales") if node.opset < 9 else known_ints_or_floats(node.input(1), "the scales")
+        scales = node.attr("scales") if node.opset < 9 else known_numbers(node.input(1), "the scales (input 1)")
         mode_inputs = (list(scales), None)
     elif node.opset < 11:
-        mode_inputs = (known_ints_or_floats(node.input(1), "the scales"), None)
+        mode_inputs = (known_numbers(node.input(1), "the scales (input 1)"), None)
     else:
         scales, wanted = node.input(2), node.input(3)
         has_scales = scales is not None and scales.shape != (const(0),)
         mode_inputs = (
-            known_ints_or_floats(scales, "the scales") if has_scales else None,
-            [int(v) for v in known_ints_or_floats(wanted, "the sizes")] if not has_scales else None,
+            known_numbers(scales, "the scales (input 2)") if has_scales else None,
+            [int(v) for v in known_numbers(wanted, "the sizes (input 3)")] if not has_scales else None,
         )
     scales, wanted = mode_inputs
     axes = [a % x.rank for a in node.attr("axes", range(x.rank))]
@@ -615,7 +615,8 @@ def _resize_request(node: OnnxNode, x: Value) -> tuple[list[int], list[int], lis
     return axes, wanted, [float(s) for s in scales]
 
 
-def known_ints_or_floats(value: Value | None, what: str) -> list:
+def known_numbers(value: Value | None, what: str) -> list[float]:
+    """A known input of scales, sizes or a roi as floats; `what` names it and its input index."""
     if value is None:
         raise ModelError(f"{what} are required")
     if not value.is_known:
@@ -642,7 +643,7 @@ def resize(node: OnnxNode, emit) -> list[Value]:
     axes, wanted, scales = _resize_request(node, x)
     sizes = list(static(x.shape))
     crop = coordinates == "tf_crop_and_resize"
-    roi = known_ints_or_floats(node.input(1), "the roi") if crop else [0.0] * len(axes) + [1.0] * len(axes)
+    roi = known_numbers(node.input(1), "the roi (input 1)") if crop else [0.0] * len(axes) + [1.0] * len(axes)
     if len(roi) != 2 * len(axes):
         raise ModelError(f"the roi has {len(roi)} entries for {len(axes)} axes")
     plan, outside = [], {}
