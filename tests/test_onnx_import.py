@@ -295,3 +295,22 @@ def test_a_shape_with_symbols_as_an_output(tmp_path):
     shape, size = library.entries["net"](np.zeros((5, 3), np.float32))
     np.testing.assert_array_equal(shape, [5, 3])
     assert size == 15 and size.dtype == np.int64
+
+
+def test_a_converter_constraint_becomes_a_where_entry_checked_at_run_time(tmp_path, monkeypatch):
+    from catenc.onnx import registry
+
+    relu = registry.CONVERTERS["Relu"]
+
+    def needs_three(node, emit):
+        emit.require("H >= 3")
+        return relu(node, emit)
+
+    monkeypatch.setitem(registry.CONVERTERS, "Relu", needs_three)
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", F, ["H"])], [tensor("y", F, ["H"])])
+    text = import_model(str(save(model, tmp_path))).text
+    assert 'where = ["H >= 3"]' in text
+    library = compile_file(tmp_path / "model.onnx", tmp_path / "out")
+    np.testing.assert_array_equal(library.entries["net"](np.array([-1, 2, 3], np.float32)), [0, 2, 3])
+    with pytest.raises(Exception, match="CATENC_E_SHAPE"):
+        library.entries["net"](np.array([1, 2], np.float32))

@@ -97,6 +97,7 @@ class Emitter:
         self._constant_names: dict[int, str] = {}  # id of a known array -> its constant
         self._hints: dict[int, str] = {}  # id of a known array -> the ONNX name it came with
         self._arrays: list[np.ndarray] = []  # keeps the arrays behind those ids alive
+        self.constraints: list[str] = []  # `where` constraints the converters need (docs/language.md)
         self.outputs: tuple[str, ...] = ()  # the current node's output names
         self.output_names: dict[str, str] = {}  # ONNX name -> body name, fixed up front for graph outputs
 
@@ -143,6 +144,12 @@ class Emitter:
         if value.known is not None:
             self._hints.setdefault(id(value.known), onnx_name)
             self._arrays.append(value.known)
+
+    def require(self, constraint: str) -> None:
+        """A constraint on the symbols (`H + 2 >= 3`) the program needs, checked by the entry at run
+        time (CATENC_E_SHAPE when it fails) and usable by catenc's proofs."""
+        if constraint not in self.constraints:
+            self.constraints.append(constraint)
 
     def out(self, expr: str, dtype: str, shape: Shape, k: int = 0) -> Value:
         """`expr` as the node's k-th output (named after it)."""
@@ -369,6 +376,8 @@ class _Importer:
             lines.append(f"doc = {_toml_string(doc.strip().splitlines()[0])}")
         lines.append(_toml_list("inputs", [_decl(n, v) for n, v in self.input_decls()]))
         lines.append(_toml_list("outputs", [_decl(n, v) for n, v in outputs]))
+        if emit.constraints:
+            lines.append(_toml_list("where", emit.constraints))
         if weights_file:
             lines.append(f"weights = {_toml_string(weights_file)}")
         if emit.constants:
