@@ -357,3 +357,25 @@ def cast(node: OnnxNode, emit) -> list[Value]:
 @converter("CastLike")
 def cast_like(node: OnnxNode, emit) -> list[Value]:
     return [cast_to(node, node.need(0), node.need(1).dtype, emit)]
+
+
+@converter("Dropout")
+def dropout(node: OnnxNode, emit) -> list[Value]:
+    """Inference: the input unchanged, and a mask of all True where one is asked for."""
+    x = node.need(0)
+    training, ratio = node.input(2), node.input(1)
+    drops = ratio is None or not ratio.is_known or float(np.asarray(ratio.known)) != 0.0
+    if training is not None and (not training.is_known or bool(np.asarray(training.known).any())) and drops:
+        raise Unsupported("training_mode (random dropout) is not supported; export the model in eval mode")
+    if len(node.outputs) > 1 and node.outputs[1]:
+        return [x, emit.out(f"isnan({emit.text(x)}) | True", "bool", x.shape, k=1)]
+    return [x]
+
+
+@converter("Swish")
+def swish(node: OnnxNode, emit) -> list[Value]:
+    x = node.need(0)
+    t = emit.text(x)
+    alpha = float(node.attr("alpha", 1.0))
+    expr = f"silu({t})" if alpha == 1.0 else f"{t} * sigmoid({lit(alpha, x.dtype)} * {t})"
+    return [emit.out(expr, x.dtype, x.shape)]
