@@ -314,3 +314,14 @@ def test_a_converter_constraint_becomes_a_where_entry_checked_at_run_time(tmp_pa
     np.testing.assert_array_equal(library.entries["net"](np.array([-1, 2, 3], np.float32)), [0, 2, 3])
     with pytest.raises(Exception, match="CATENC_E_SHAPE"):
         library.entries["net"](np.array([1, 2], np.float32))
+
+
+def test_docs_list_exactly_the_operators_catenc_converts():
+    from catenc.onnx.families import FAMILIES
+    from catenc.onnx.registry import CONVERTERS
+
+    docs = (Path(__file__).parent.parent / "docs/onnx.md").read_text()
+    for family in FAMILIES:
+        ops = sorted(op for op, fn in CONVERTERS.items() if fn.__module__ == family.__name__)
+        assert f"| `{family.__name__.split('.')[-1]}` | {', '.join(ops)} |" in docs
+    assert sum(fn.__module__ in {f.__name__ for f in FAMILIES} for fn in CONVERTERS.values()) == len(CONVERTERS)
