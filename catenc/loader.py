@@ -56,7 +56,7 @@ import hashlib
 import json
 import operator
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -301,6 +301,8 @@ class Entry:
         self.constraints: list[str] = list(spec.get("constraints") or [])
         self._cdll = cdll  # keeps the library loaded as long as the entry lives
         self._trailing = trailing
+        self.weights: dict[str, str] = {}  # input name -> its tensor in the weights file (--weights external)
+        self._weights_file: Callable[[], Mapping[str, np.ndarray]] | None = None
 
         self._roles: list[tuple[str, ArgSpec | None]] = []
         argtypes: list[type] = []
@@ -308,6 +310,8 @@ class Entry:
             role = _required(arg, "role", where)
             if role in ("input", "output"):
                 arg_spec = _arg_spec(arg, role, where)
+                if role == "input" and isinstance(arg.get("weight"), str):
+                    self.weights[arg_spec.name] = arg["weight"]
                 (self.inputs if role == "input" else self.outputs).append(arg_spec)
                 self._roles.append((role, arg_spec))
                 by_value = role == "input" and arg_spec.rank == 0
@@ -603,7 +607,7 @@ class Entry:
         changing the kind of its values (module doc), and :class:`CatencStatusError` when the
         C function returns nonzero (or, before the call, when a size overflows int64).
         """
-        arrays = [np.asarray(value) for value in inputs]
+        arrays = [np.asarray(value) for value in inputs] + self._missing_weights(len(inputs))
         values = self._bind([array.shape for array in arrays], dims)
         for spec, array in zip(self.inputs, arrays, strict=True):
             _check_kind(self.name, spec, array)
@@ -626,6 +630,15 @@ class Entry:
         if status != 0:
             raise CatencStatusError(status, self.name, self._explain(status, values))
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _missing_weights(self, given: int) -> list[np.ndarray]:
+        """The trailing weight inputs a call leaves out, from the library's weights file (a build
+        with --weights external writes it beside the library; docs/abi.md)."""
+        missing = self.inputs[given:]
+        if not missing or self._weights_file is None or any(spec.name not in self.weights for spec in missing):
+            return []
+        tensors = self._weights_file()
+        return [tensors[self.weights[spec.name]] for spec in missing]
 
     def call_raw(self, *args: Any) -> int:
         """Call the C function with every argument given, in C order; return its status.
@@ -761,11 +774,28 @@ class Library:
             raise ManifestError(f"{where}: unknown calling_convention {self.runtime['calling_convention']!r}")
         trailing = tuple(name for name, _ in convention.trailing)
         self.entries: dict[str, Entry] = {}
+        weights_files = [f["path"] for f in self.manifest.get("files") or () if f.get("role") == "weights"]
+        weights = self._weights_loader(weights_files[0]) if len(weights_files) == 1 else None
         for spec in _required(self.manifest, "entries", where):
             entry = Entry(spec, self._cdll, trailing=trailing)
+            entry._weights_file = weights
             if entry.name in self.entries:
                 raise ManifestError(f"{where}: entry {entry.name!r} is declared twice")
             self.entries[entry.name] = entry
+
+    def _weights_loader(self, name: str) -> Callable[[], Mapping[str, np.ndarray]]:
+        """Reads the weights file once, when a call first leaves its weights out."""
+        path = self.manifest_path.parent / name
+        loaded: dict[str, np.ndarray] = {}
+
+        def tensors() -> Mapping[str, np.ndarray]:
+            if not loaded:
+                from catenc.weights import read_weights
+
+                loaded.update({key: tensor.data for key, tensor in read_weights(str(path)).items()})
+            return loaded
+
+        return tensors
 
     def _shared_library(self, where: str, verify: bool) -> Path:
         """The manifest's shared library, checked against its sha256 when verify."""

@@ -325,3 +325,21 @@ def test_docs_list_exactly_the_operators_catenc_converts():
         ops = sorted(op for op, fn in CONVERTERS.items() if fn.__module__ == family.__name__)
         assert f"| `{family.__name__.split('.')[-1]}` | {', '.join(ops)} |" in docs
     assert sum(fn.__module__ in {f.__name__ for f in FAMILIES} for fn in CONVERTERS.values()) == len(CONVERTERS)
+
+
+def test_external_weights_are_inputs_that_the_loader_fills_from_the_weights_file(tmp_path):
+    from catenc.loader import load
+    from catenc.weights import read_weights
+
+    model = mlp_model()
+    save(model, tmp_path)
+    assert catenc(tmp_path, "compile", "model.onnx", "--weights", "external", "-o", "out").returncode == 0
+    header = (tmp_path / "out/model.h").read_text()
+    assert "int net(const float* input_1, const float* fc1_weight, const float* fc1_bias, " in header
+    library = load(tmp_path / "out")
+    x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
+    want = ReferenceEvaluator(model).run(None, {"input.1": x})[0]
+    np.testing.assert_allclose(library.entries["net"](x), want, rtol=1e-5, atol=1e-6)  # weights from the file
+    tensors = read_weights(str(tmp_path / "out/model.safetensors"))
+    zeros = [np.zeros_like(tensors[key].data) for key in library.entries["net"].weights.values()]
+    np.testing.assert_array_equal(library.entries["net"](x, *zeros), np.zeros((3, 4), np.float32))  # given
