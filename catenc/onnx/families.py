@@ -1,5 +1,5 @@
 """Every family of converters, imported so that each registers its operators (registry.py)."""
 
-from catenc.onnx import einsum, elementwise, indexing, linalg, nn, normalization, quantization, reduce, shape
+from catenc.onnx import einsum, elementwise, indexing, linalg, losses, nn, normalization, quantization, reduce, shape
 
-FAMILIES = (elementwise, linalg, shape, indexing, nn, normalization, reduce, quantization, einsum)
+FAMILIES = (elementwise, linalg, shape, indexing, nn, normalization, reduce, quantization, einsum, losses)
