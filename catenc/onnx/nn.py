@@ -30,7 +30,7 @@ from catenc.onnx.values import literal as lit
 from catenc.symbolic import Expr, const, floordiv
 
 if TYPE_CHECKING:
-    from catenc.onnx.importer import Names
+    from catenc.onnx.emitter import Names
 
 
 UNROLL_TAPS = 25  # a depthwise kernel of up to this many taps (5x5) is written tap by tap

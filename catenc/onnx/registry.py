@@ -17,7 +17,7 @@ import numpy as np
 from catenc.onnx.values import Value
 
 if TYPE_CHECKING:
-    from catenc.onnx.importer import Emitter
+    from catenc.onnx.emitter import Emitter
 
 
 class Unsupported(Exception):

@@ -1,0 +1,158 @@
+"""The body being written while a model is imported: names for ONNX values, the statements, the
+constants, and the constraints the converters need (the API converters use; docs/onnx.md).
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+
+import numpy as np
+
+from catenc.diagnostics import CatencError
+from catenc.frontend.composites import check_name
+from catenc.frontend.shapes import SHAPE_FUNCS
+from catenc.onnx.model import file_loc
+from catenc.onnx.registry import Unsupported
+from catenc.onnx.values import ONNX_DTYPES, Shape, Value, literal
+from catenc.registry import ELEMENTWISE, REDUCTIONS
+
+RESERVED = (
+    ELEMENTWISE
+    | SHAPE_FUNCS
+    | frozenset(REDUCTIONS)
+    | frozenset(("argmax", "argmin", "inf", "nan", "pi", "True", "False", "None"))
+    | frozenset(ONNX_DTYPES.values())
+)
+
+
+class Names:
+    """Body-language names from ONNX names: valid, unique, and hiding no function the body calls."""
+
+    def __init__(self, reserved: frozenset[str] = frozenset()) -> None:
+        self.taken: set[str] = set(reserved)
+
+    def fresh(self, onnx_name: str, what: str = "tensor") -> str:
+        base = sanitise(onnx_name)
+        name, n = base, 1
+        while name in self.taken or not usable(name, what):
+            n += 1
+            name = f"{base}_{n}"
+        self.taken.add(name)
+        return name
+
+
+def sanitise(onnx_name: str) -> str:
+    text = re.sub(r"_output_0$", "", onnx_name)
+    text = re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_")
+    if not text:
+        return "t"
+    return f"t{text}" if text[0].isdigit() else text
+
+
+def usable(name: str, what: str) -> bool:
+    if name in RESERVED or keyword.iskeyword(name) or name.lower().startswith("catenc"):
+        return False
+    try:
+        check_name(name, what, file_loc(""))
+    except CatencError:
+        return False
+    return True
+
+
+class Emitter:
+    """The body being written: converters add statements and constants through it."""
+
+    def __init__(self, names: Names) -> None:
+        self.names = names
+        self.lines: list[str] = []
+        self.constants: dict[str, tuple[str, np.ndarray]] = {}  # name -> (dtype, value)
+        self._constant_names: dict[int, str] = {}  # id of a known array -> its constant
+        self._hints: dict[int, str] = {}  # id of a known array -> the ONNX name it came with
+        self._arrays: list[np.ndarray] = []  # keeps the arrays behind those ids alive
+        self.constraints: list[str] = []  # `where` constraints the converters need (docs/language.md)
+        self.outputs: tuple[str, ...] = ()  # the current node's output names
+        self.output_names: dict[str, str] = {}  # ONNX name -> body name, fixed up front for graph outputs
+
+    def text(self, value: Value) -> str:
+        """The body expression of a value: its name, a literal, or a constant."""
+        if value.name is not None:
+            return value.name
+        array = value.known
+        if array.ndim == 0:
+            return literal(array.item(), value.dtype)
+        if array.dtype == object:
+            return self.symbolic_vector(value)
+        return self.constant(array, value.dtype)
+
+    def symbolic_vector(self, value: Value) -> str:
+        """A known vector with symbolic entries (a shape) as data: `v[i < n] = where(i == 0, N, ...)`."""
+        entries = list(value.known.reshape(-1))
+        if value.known.ndim != 1 or not entries:
+            raise Unsupported("a shape computed from symbolic sizes is used as tensor data")
+        expr = literal(entries[-1], value.dtype)
+        for i in range(len(entries) - 2, -1, -1):
+            expr = f"where(i == {i}, {literal(entries[i], value.dtype)}, {expr})"
+        name = self.names.fresh("shape")
+        self.lines.append(f"{name}[i < {len(entries)}] = cast({expr}, {value.dtype})")
+        return name
+
+    def constant(self, array: np.ndarray, dtype: str, hint: str = "c") -> str:
+        found = self._constant_names.get(id(array))
+        if found is not None:
+            return found
+        name = self.names.fresh(self._hints.get(id(array), hint))
+        self.constants[name] = (dtype, array)
+        self._constant_names[id(array)] = name
+        self._arrays.append(array)
+        return name
+
+    def hint_like(self, value: Value, origin: Value, suffix: str) -> None:
+        """Name the constant of `value` (computed from `origin` at import) after origin's name."""
+        if origin.known is not None and id(origin.known) in self._hints:
+            self.hint(value, self._hints[id(origin.known)] + suffix)
+
+    def hint(self, value: Value, onnx_name: str) -> None:
+        """Name the constant of a known value after `onnx_name`, should the body ever use it."""
+        if value.known is not None:
+            self._hints.setdefault(id(value.known), onnx_name)
+            self._arrays.append(value.known)
+
+    def require(self, constraint: str) -> None:
+        """A constraint on the symbols (`H + 2 >= 3`) the program needs, checked by the entry at run
+        time (CATENC_E_SHAPE when it fails) and usable by catenc's proofs."""
+        if constraint not in self.constraints:
+            self.constraints.append(constraint)
+
+    def out(self, expr: str, dtype: str, shape: Shape, k: int = 0) -> Value:
+        """`expr` as the node's k-th output (named after it)."""
+        name = self._output_name(k)
+        self.lines.append(f"{name} = {expr}")
+        return Value(dtype, shape, name)
+
+    def _output_name(self, k: int) -> str:
+        onnx_name = self.outputs[k] if k < len(self.outputs) and self.outputs[k] else "t"
+        return self.output_names.get(onnx_name) or self.names.fresh(onnx_name)
+
+    def temp(self, expr: str, dtype: str, shape: Shape, hint: str = "t") -> Value:
+        """`expr` as an intermediate of the node, named after its first output and `hint`."""
+        base = self.outputs[0] if self.outputs and self.outputs[0] else "t"
+        name = self.names.fresh(f"{sanitise(base)}_{hint}")
+        self.lines.append(f"{name} = {expr}")
+        return Value(dtype, shape, name)
+
+    def out_index(self, indices: list[str], expr: str, dtype: str, shape: Shape, k: int = 0) -> Value:
+        """An index-form statement `name[i < D0, j < D1, ...] = expr` as the node's k-th output."""
+        name = self._output_name(k)
+        lhs = ", ".join(f"{i} < {_dim_text(d)}" for i, d in zip(indices, shape, strict=True))
+        self.lines.append(f"{name}[{lhs}] = {expr}")
+        return Value(dtype, shape, name)
+
+    @staticmethod
+    def comment(text: str) -> str:
+        return "# " + re.sub(r"[^\x20-\x7e]", "?", text).replace("'''", "'' '")
+
+
+def _dim_text(d) -> str:
+    text = str(d)
+    return text if d.is_const or d.as_symbol() is not None else f"({text})"
