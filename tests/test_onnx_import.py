@@ -288,6 +288,18 @@ def test_gemm_forms(tmp_path, trans_a, trans_b, beta):
     check_against_reference(model, tmp_path, {"a": a}, rtol=1e-5, atol=1e-5)
 
 
+def test_gemm_of_one_row_keeps_the_weight_as_given(tmp_path):
+    """A classifier at batch 1 (transB=1, one row of A) reads its weight row by row: `a @ b.T`, no transposed copy."""
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((1, 6)).astype(np.float32)
+    b = numpy_helper.from_array(rng.standard_normal((5, 6)).astype(np.float32), "b")
+    node = helper.make_node("Gemm", ["a", "b"], ["y"], transB=1)
+    model = make_model([node], [tensor("a", F, [1, 6])], [tensor("y", F, [1, 5])], [b])
+    text = import_model(str(save(model, tmp_path))).text
+    assert "y = a @ b.T" in text and "b: f32[5, 6]" in text
+    check_against_reference(model, tmp_path, {"a": a}, rtol=1e-5, atol=1e-5)
+
+
 def test_a_shape_with_symbols_as_an_output(tmp_path):
     nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Size", ["x"], ["n"])]
     model = make_model(nodes, [tensor("x", F, ["N", 3])], [tensor("s", I64, [2]), tensor("n", I64, [])])
