@@ -9,9 +9,23 @@ from catenc.onnx import (
     nn,
     normalization,
     quantization,
+    recurrent,
     reduce,
     sequence,
     shape,
 )
 
-FAMILIES = (elementwise, linalg, shape, indexing, nn, normalization, reduce, quantization, einsum, losses, sequence)
+FAMILIES = (
+    elementwise,
+    linalg,
+    shape,
+    indexing,
+    nn,
+    normalization,
+    reduce,
+    quantization,
+    einsum,
+    losses,
+    sequence,
+    recurrent,
+)

@@ -1,0 +1,276 @@
+"""Recurrent layers: RNN, GRU and LSTM over a sequence whose length is known when compiling.
+
+The input projections of all time steps are one matrix product per direction; the recurrence is
+unrolled at import, a few statements per time step (the gates, their activations, the new state).
+Directions forward, reverse and bidirectional; layout 0 (time first) and 1 (batch first); the
+activations attributes with their alphas and betas; clip; GRU's linear_before_reset; LSTM's
+peepholes and input_forget. `sequence_lens` must be known and equal the sequence length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter, known_ints
+from catenc.onnx.shape import shape_text
+from catenc.onnx.values import Shape, Value
+from catenc.onnx.values import literal as lit
+from catenc.symbolic import Expr, const
+
+# activation -> (the defaults of the params it reads from activation_alpha, then _beta; body template)
+_ACTIVATIONS: dict[str, tuple[tuple[float, ...], str]] = {
+    "Tanh": ((), "tanh({x})"),
+    "Sigmoid": ((), "sigmoid({x})"),
+    "Relu": ((), "relu({x})"),
+    "Softsign": ((), "{x} / (1.0 + abs({x}))"),
+    "Softplus": ((), "softplus({x})"),
+    "Affine": ((1.0, 0.0), "{x} * {a} + {b}"),
+    "LeakyRelu": ((0.01,), "where({x} >= 0, {x}, {x} * {a})"),
+    "ThresholdedRelu": ((1.0,), "where({x} > {a}, {x}, 0)"),
+    "ScaledTanh": ((1.0, 1.0), "tanh({x} * {b}) * {a}"),
+    "HardSigmoid": ((0.2, 0.5), "clip({x} * {a} + {b}, 0, 1)"),
+    "Elu": ((1.0,), "where({x} >= 0, {x}, (exp({x}) - 1.0) * {a})"),
+}
+_DEFAULTS = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}
+_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+
+def _activations(node: OnnxNode, dtype: str, directions: int) -> list[list[Callable[[str], str]]]:
+    """Per direction, the activation functions (f, g, h) as body templates over a name."""
+    count = len(_DEFAULTS[node.op])
+    names = list(node.attr("activations") or _DEFAULTS[node.op] * directions)
+    if len(names) == count:
+        names *= directions
+    if len(names) != count * directions:
+        raise ModelError(f"{len(names)} activations for {directions} direction(s) of {node.op}")
+    alphas, betas = list(node.attr("activation_alpha") or []), list(node.attr("activation_beta") or [])
+    functions = []
+    for name in names:
+        key = next((k for k in _ACTIVATIONS if k.lower() == name.lower()), None)
+        if key is None:
+            raise Unsupported(f"activation '{name}'")
+        defaults, template = _ACTIVATIONS[key]
+        params = []
+        for k, default in enumerate(defaults):
+            given = alphas if k == 0 else betas
+            params.append(given.pop(0) if given else default)
+        a, b = (lit(p, dtype) for p in (*params, 0.0, 0.0)[:2])
+        functions.append(lambda x, t=template, a=a, b=b: t.format(x=x, a=a, b=b))
+    return [functions[d * count : (d + 1) * count] for d in range(directions)]
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """What every step of one node needs."""
+
+    node: OnnxNode
+    dtype: str
+    steps: int
+    batch: Expr
+    hidden: Expr
+    clip: float | None
+
+    @property
+    def state(self) -> Shape:
+        return (self.batch, self.hidden)
+
+    def gates(self, emit, expr: str, what: str) -> str:
+        """A gate's pre-activation as a name, clipped where the node says."""
+        if self.clip is not None:
+            c = lit(self.clip, self.dtype)
+            expr = f"clip({expr}, -{c}, {c})"
+        return emit.temp(expr, self.dtype, self.state, what).name
+
+    def cols(self, text: str, gate: int, count: int = 1) -> str:
+        """Columns gate..gate+count of a (..., G*H) tensor."""
+        h = self.hidden
+        first = "" if gate == 0 else lit(h * gate, "i64")
+        return f"{text}[..., {first}:{lit(h * (gate + count), 'i64')}]"
+
+
+def _inputs(node: OnnxNode, emit) -> tuple[_Layer, int, dict[str, str | None]]:
+    x, w, r = node.need(0), node.need(1), node.need(2)
+    if not x.is_float:
+        raise Unsupported(f"input of type {x.dtype}: {node.op} is computed on floating-point tensors only")
+    if x.rank != 3 or w.rank != 3 or r.rank != 3:
+        raise ModelError("X, W and R must be 3-D")
+    layout = node.attr("layout", 0)
+    steps, batch = (x.shape[0], x.shape[1]) if layout == 0 else (x.shape[1], x.shape[0])
+    if not steps.is_const:
+        raise Unsupported("a sequence length computed at run time (the recurrence is unrolled when compiling)")
+    direction = node.attr("direction", "forward")
+    directions = 2 if direction == "bidirectional" else 1
+    if direction not in ("forward", "reverse", "bidirectional") or w.shape[0] != const(directions):
+        raise ModelError(f"direction '{direction}' with W for {w.shape[0]} direction(s)")
+    hidden = r.shape[-1]
+    size = node.attr("hidden_size")
+    if size is not None and const(size) != hidden:
+        raise ModelError(f"hidden_size={size}, but R is for a hidden size of {hidden}")
+    if w.shape[1] != hidden * _GATES[node.op] or r.shape[1] != hidden * _GATES[node.op]:
+        raise ModelError(f"W and R must have {_GATES[node.op]} * hidden_size rows")
+    lens = node.input(4)
+    if lens is not None:
+        values = known_ints(lens, "the sequence lengths (input 4)")
+        if any(v != steps.value for v in values):
+            raise Unsupported("sequence lengths shorter than the sequence")
+    clip = node.attr("clip")
+    layer = _Layer(node, x.dtype, steps.value, batch, hidden, None if clip is None else float(clip))
+    texts: dict[str, str | None] = {"x": emit.text(x), "w": emit.text(w), "r": emit.text(r)}
+    extra = {3: "b", 5: "h0", 6: "c0", 7: "p"} if node.op == "LSTM" else {3: "b", 5: "h0"}
+    for k, name in extra.items():
+        value = node.input(k)
+        texts[name] = emit.text(value) if value is not None else None
+    if layout == 1:
+        texts["x"] = emit.temp(f"transpose({texts['x']}, [1, 0, 2])", x.dtype, (steps, batch, x.shape[2]), "x").name
+        for name in ("h0", "c0"):
+            if texts.get(name):
+                shape = (const(directions), batch, hidden)
+                texts[name] = emit.temp(f"transpose({texts[name]}, [1, 0, 2])", x.dtype, shape, name).name
+    return layer, directions, texts
+
+
+def _start(layer: _Layer, emit, texts: dict[str, str | None], name: str, d: int) -> str:
+    """The initial state (h or c) of direction d."""
+    given = texts.get(name)
+    if given:
+        return emit.temp(f"{given}[{d}]", layer.dtype, layer.state, f"{name}_{d}").name
+    return emit.temp(f"zeros({shape_text(layer.state)}, {layer.dtype})", layer.dtype, layer.state, f"{name}_{d}").name
+
+
+def _projection(layer: _Layer, emit, texts: dict[str, str | None], d: int, bias_gates: int) -> str:
+    """X @ W[d]^T for all steps (T, B, G*H), plus both biases of the first `bias_gates` gates and
+    the input bias of the rest."""
+    gh = layer.hidden * _GATES[layer.node.op]
+    expr = f"{texts['x']} @ transpose({texts['w']}[{d}])"
+    if texts["b"]:
+        b = f"{texts['b']}[{d}]"
+        rb = f"{b}[{lit(gh, 'i64')}:]"
+        if bias_gates < _GATES[layer.node.op]:
+            recurrent = layer.hidden * bias_gates
+            rb = f"pad({b}[{lit(gh, 'i64')}:{lit(gh + recurrent, 'i64')}], [[0, {lit(gh - recurrent, 'i64')}]])"
+        expr += f" + {b}[:{lit(gh, 'i64')}] + {rb}"
+    shape = (const(layer.steps), layer.batch, gh)
+    return emit.temp(expr, layer.dtype, shape, f"xw{d}").name
+
+
+def _outputs(node: OnnxNode, layer: _Layer, emit, ys: list[list[str]], finals: list[list[str]]) -> list[Value]:
+    """Y (T, D, B, H) and the final states (D, B, H), or batch first for layout 1."""
+    layout = node.attr("layout", 0)
+    directions = len(ys)
+    t, b, h, dd = const(layer.steps), layer.batch, layer.hidden, const(directions)
+    results: list[Value] = []
+    for k, name in enumerate(node.outputs):
+        if k == 0:
+            per = [f"stack([{', '.join(y)}], axis=0)" for y in ys]
+            expr, shape = (
+                (f"unsqueeze({per[0]}, 1)", (t, dd, b, h))
+                if directions == 1
+                else (
+                    f"stack([{', '.join(per)}], axis=1)",
+                    (t, dd, b, h),
+                )
+            )
+            if layout == 1:
+                expr, shape = f"transpose({expr}, [2, 0, 1, 3])", (b, t, dd, h)
+        else:
+            states = [f[k - 1] for f in finals]
+            expr, shape = f"stack([{', '.join(states)}], axis=0)", (dd, b, h)
+            if layout == 1:
+                expr, shape = f"transpose({expr}, [1, 0, 2])", (b, dd, h)
+        if name:
+            results.append(emit.out(expr, layer.dtype, shape, k))
+        else:
+            results.append(Value(layer.dtype, shape, "unused"))  # an omitted output: never read
+    return results
+
+
+def _times(layer: _Layer, d: int, node: OnnxNode) -> list[int]:
+    reverse = node.attr("direction", "forward") == "reverse" or d == 1
+    return list(reversed(range(layer.steps))) if reverse else list(range(layer.steps))
+
+
+@converter("RNN")
+def rnn(node: OnnxNode, emit) -> list[Value]:
+    layer, directions, texts = _inputs(node, emit)
+    acts = _activations(node, layer.dtype, directions)
+    ys, finals = [], []
+    for d in range(directions):
+        xw = _projection(layer, emit, texts, d, 1)
+        rt = emit.temp(f"transpose({texts['r']}[{d}])", layer.dtype, (layer.hidden, layer.hidden), f"rt{d}").name
+        h = _start(layer, emit, texts, "h0", d)
+        y = [""] * layer.steps
+        for t in _times(layer, d, node):
+            pre = layer.gates(emit, f"{xw}[{t}] + {h} @ {rt}", f"a{d}_{t}")
+            h = y[t] = emit.temp(acts[d][0](pre), layer.dtype, layer.state, f"h{d}_{t}").name
+        ys.append(y)
+        finals.append([h])
+    return _outputs(node, layer, emit, ys, finals)
+
+
+@converter("GRU")
+def gru(node: OnnxNode, emit) -> list[Value]:
+    layer, directions, texts = _inputs(node, emit)
+    acts = _activations(node, layer.dtype, directions)
+    linear = bool(node.attr("linear_before_reset", 0))
+    ys, finals = [], []
+    hh = (layer.hidden, layer.hidden)
+    for d in range(directions):
+        f, g = acts[d]
+        xw = _projection(layer, emit, texts, d, 2)
+        rt = emit.temp(f"transpose({texts['r']}[{d}])", layer.dtype, (layer.hidden, layer.hidden * 3), f"rt{d}").name
+        rzr, rh = layer.cols(rt, 0, 2), emit.temp(layer.cols(rt, 2), layer.dtype, hh, f"rh{d}").name
+        rbh = f"{layer.cols(texts['b'] + f'[{d}]', 5)}" if texts["b"] else None
+        h = _start(layer, emit, texts, "h0", d)
+        y = [""] * layer.steps
+        for t in _times(layer, d, node):
+            zr = emit.temp(
+                f"{layer.cols(f'{xw}[{t}]', 0, 2)} + {h} @ {rzr}",
+                layer.dtype,
+                (layer.batch, layer.hidden * 2),
+                f"zr{d}_{t}",
+            ).name
+            z = emit.temp(f(layer.gates(emit, layer.cols(zr, 0), f"z{d}_{t}")), layer.dtype, layer.state, "z").name
+            r = emit.temp(f(layer.gates(emit, layer.cols(zr, 1), f"r{d}_{t}")), layer.dtype, layer.state, "r").name
+            xh = layer.cols(f"{xw}[{t}]", 2)
+            bias = f" + {rbh}" if rbh else ""
+            pre = f"{xh} + {r} * ({h} @ {rh}{bias})" if linear else f"{xh} + ({r} * {h}) @ {rh}{bias}"
+            cand = emit.temp(g(layer.gates(emit, pre, f"n{d}_{t}")), layer.dtype, layer.state, f"cand{d}_{t}").name
+            h = y[t] = emit.temp(f"(1.0 - {z}) * {cand} + {z} * {h}", layer.dtype, layer.state, f"h{d}_{t}").name
+        ys.append(y)
+        finals.append([h])
+    return _outputs(node, layer, emit, ys, finals)
+
+
+@converter("LSTM")
+def lstm(node: OnnxNode, emit) -> list[Value]:
+    layer, directions, texts = _inputs(node, emit)
+    acts = _activations(node, layer.dtype, directions)
+    couple = bool(node.attr("input_forget", 0))
+    ys, finals = [], []
+    for d in range(directions):
+        f, g, hf = acts[d]
+        xw = _projection(layer, emit, texts, d, 4)
+        rt = emit.temp(f"transpose({texts['r']}[{d}])", layer.dtype, (layer.hidden, layer.hidden * 4), f"rt{d}").name
+        peep = [layer.cols(f"{texts['p']}[{d}]", k) for k in range(3)] if texts.get("p") else None
+        h, c = _start(layer, emit, texts, "h0", d), _start(layer, emit, texts, "c0", d)
+        y = [""] * layer.steps
+        for t in _times(layer, d, node):
+            gates = emit.temp(
+                f"{xw}[{t}] + {h} @ {rt}", layer.dtype, (layer.batch, layer.hidden * 4), f"gates{d}_{t}"
+            ).name
+            pre_i, pre_o, pre_f, pre_c = (layer.cols(gates, k) for k in range(4))
+            if peep:
+                pre_i, pre_f = f"{pre_i} + {peep[0]} * {c}", f"{pre_f} + {peep[2]} * {c}"
+            i = emit.temp(f(layer.gates(emit, pre_i, f"i{d}_{t}")), layer.dtype, layer.state, "in").name
+            forget = f"1.0 - {i}" if couple else f(layer.gates(emit, pre_f, f"f{d}_{t}"))
+            fg = emit.temp(forget, layer.dtype, layer.state, "forget").name
+            cand = g(layer.gates(emit, pre_c, f"g{d}_{t}"))
+            c = emit.temp(f"{fg} * {c} + {i} * {cand}", layer.dtype, layer.state, f"c{d}_{t}").name
+            if peep:
+                pre_o = f"{pre_o} + {peep[1]} * {c}"
+            o = emit.temp(f(layer.gates(emit, pre_o, f"o{d}_{t}")), layer.dtype, layer.state, "out").name
+            h = y[t] = emit.temp(f"{o} * {hf(c)}", layer.dtype, layer.state, f"h{d}_{t}").name
+        ys.append(y)
+        finals.append([h, c])
+    return _outputs(node, layer, emit, ys, finals)
