@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import tempfile
 from pathlib import Path
 
@@ -261,3 +262,10 @@ def test_freeze_shape_inputs():
         onnx_nodes.render_markdown(frozen)
     )
     assert onnx_nodes.summary_line(frozen).endswith("; 1 with inputs made constants")
+
+
+def test_without_the_onnx_package(monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnx", None)  # `import onnx` raises ImportError
+    result = CliRunner().invoke(main, ["test-runtime", "--suite", "onnx", "-k", "test_abs"])
+    assert result.exit_code == 1
+    assert "error: --suite onnx needs the onnx package: pip install 'catenc[onnx]'" in result.output

@@ -552,8 +552,10 @@ def run_node_tests(
 ) -> NodeReport:
     """Every selected node test through the runtime; `import_model` replaces the importer (tests);
     `freeze`: see `freeze_inputs`."""
-    import onnx
-
+    try:
+        import onnx
+    except ImportError:
+        raise CatencError("--suite onnx needs the onnx package: pip install 'catenc[onnx]'") from None
     if not runtime.runnable(config):
         raise CatencError(f"--suite onnx runs the tests on this machine; runtime '{runtime.name}' cannot run here")
     tests = collect_tests(node_dir, pattern)
