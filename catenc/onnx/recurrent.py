@@ -109,6 +109,18 @@ def _inputs(node: OnnxNode, emit) -> tuple[_Layer, int, dict[str, str | None]]:
         raise ModelError(f"hidden_size={size}, but R is for a hidden size of {hidden}")
     if w.shape[1] != hidden * _GATES[node.op] or r.shape[1] != hidden * _GATES[node.op]:
         raise ModelError(f"W and R must have {_GATES[node.op]} * hidden_size rows")
+    if w.shape[2] != x.shape[2] or r.shape[0] != w.shape[0]:
+        raise ModelError("W must be (directions, gates * hidden_size, input size) and R of as many directions")
+    expected = {
+        3: (const(directions), hidden * (2 * _GATES[node.op])),
+        5: (const(directions), batch, hidden) if layout == 0 else (batch, const(directions), hidden),
+        7: (const(directions), hidden * 3),
+    }
+    expected[6] = expected[5]
+    for k, shape in expected.items():
+        value = node.input(k)
+        if value is not None and (k != 6 or node.op == "LSTM") and (value.shape != shape or value.dtype != x.dtype):
+            raise ModelError(f"input {k} has shape {shape_text(value.shape)}, not {shape_text(shape)} of {x.dtype}")
     lens = node.input(4)
     if lens is not None:
         values = known_ints(lens, "the sequence lengths (input 4)")

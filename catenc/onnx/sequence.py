@@ -28,7 +28,10 @@ def cumprod(node: OnnxNode, emit) -> list[Value]:
         raise ModelError("the input is a scalar: it has no axis")
     if x.dtype == "bool":
         raise Unsupported("a product of bool values")
-    axis = axis_of(static_int(known_ints(node.need(1), "the axis (input 1)")[0], "the axis"), x.rank)
+    axis = known_ints(node.need(1), "the axis (input 1)")
+    if len(axis) != 1:
+        raise ModelError("the axis must be one value")
+    axis = axis_of(static_int(axis[0], "the axis"), x.rank)
     exclusive, reverse = bool(node.attr("exclusive", 0)), bool(node.attr("reverse", 0))
     text = emit.text(x)
     idx = index_names(emit, x.rank + 1)
@@ -59,8 +62,10 @@ def top_k(node: OnnxNode, emit) -> list[Value]:
     if x.dtype == "bool":
         raise Unsupported("bool input")
     axis = axis_of(node.attr("axis", -1), x.rank)
-    k = node.attr("k") if node.opset < 10 else known_ints(node.need(1), "k (input 1)")[0]
-    k = k if not isinstance(k, int) else const(k)
+    ks = [node.attr("k")] if node.opset < 10 else known_ints(node.need(1), "k (input 1)")
+    if len(ks) != 1 or ks[0] is None:
+        raise ModelError("k must be one value")
+    k = const(ks[0]) if isinstance(ks[0], int) else ks[0]
     n = x.shape[axis]
     if k.is_const and (k.value < 0 or (n.is_const and k.value > n.value)):
         raise ModelError(f"k={k} for an axis of size {n}")
@@ -109,6 +114,8 @@ def rotary_embedding(node: OnnxNode, emit) -> list[Value]:
     dim = const(dim) if isinstance(dim, int) else dim
     if not dim.is_const or dim.value % 2:
         raise Unsupported(f"a rotary dimension of {dim} (an even number known when compiling)")
+    if head_size.is_const and dim.value > head_size.value:
+        raise ModelError(f"rotary_embedding_dim={dim} is larger than the head size {head_size}")
     half = dim.value // 2
     caches = []
     for cache in (cos, sin):
