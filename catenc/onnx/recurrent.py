@@ -144,10 +144,10 @@ def _inputs(node: OnnxNode, emit) -> tuple[_Layer, int, dict[str, str | None]]:
 
 def _start(layer: _Layer, emit, texts: dict[str, str | None], name: str, d: int) -> str:
     """The initial state (h or c) of direction d."""
-    given = texts.get(name)
+    given, hint = texts.get(name), f"{name[0]}_init{d}"
     if given:
-        return emit.temp(f"{given}[{d}]", layer.dtype, layer.state, f"{name}_{d}").name
-    return emit.temp(f"zeros({shape_text(layer.state)}, {layer.dtype})", layer.dtype, layer.state, f"{name}_{d}").name
+        return emit.temp(f"{given}[{d}]", layer.dtype, layer.state, hint).name
+    return emit.temp(f"zeros({shape_text(layer.state)}, {layer.dtype})", layer.dtype, layer.state, hint).name
 
 
 def _projection(layer: _Layer, emit, texts: dict[str, str | None], d: int, bias_gates: int) -> str:
