@@ -92,7 +92,7 @@ def _recurrent_nodes(t: int, b: int, i: int, h: int) -> tuple[list, list]:
     inits = [weights("gw", (2, 3 * h, i)), weights("gr", (2, 3 * h, h)), weights("gb", (2, 6 * h))]
     inits += [weights("lw", (1, 4 * h, i)), weights("lr", (1, 4 * h, h)), weights("lb", (1, 8 * h))]
     inits += [weights("lp", (1, 3 * h)), weights("rw", (1, h, i)), weights("rr", (1, h, h))]
-    inits.append(init("lens", [t] * b, np.int32))
+    inits.append(init("lens", [t, 2, 3][:b], np.int32))  # shorter sequences: past the end, zeros and the state kept
     nodes = [
         # bidirectional, batch first, an initial state, the reset applied after the product
         node(
@@ -106,7 +106,7 @@ def _recurrent_nodes(t: int, b: int, i: int, h: int) -> tuple[list, list]:
         ),
         node(
             "LSTM",
-            ["x", "lw", "lr", "lb", "", "", "", "lp"],
+            ["x", "lw", "lr", "lb", "lens", "", "", "lp"],
             ["lstm_y", "lstm_h", "lstm_c"],
             hidden_size=h,
             clip=0.9,
@@ -118,7 +118,7 @@ def _recurrent_nodes(t: int, b: int, i: int, h: int) -> tuple[list, list]:
         node(
             "RNN",
             ["x", "rw", "rr", "", "lens"],
-            ["", "rnn_h"],
+            ["rnn_y", "rnn_h"],
             hidden_size=h,
             direction="reverse",
             activations=["LeakyRelu"],

@@ -4,7 +4,9 @@ The input projections of all time steps are one matrix product per direction; th
 unrolled at import, a few statements per time step (the gates, their activations, the new state).
 Directions forward, reverse and bidirectional; layout 0 (time first) and 1 (batch first); the
 activations attributes with their alphas and betas; clip; GRU's linear_before_reset; LSTM's
-peepholes and input_forget. `sequence_lens` must be known and equal the sequence length.
+peepholes and input_forget. `sequence_lens` must be known: where a sequence is shorter, a
+step past its end keeps the state and outputs zeros, and a reverse pass reads each sequence from its
+own end (the projections gathered in that order, the outputs gathered back).
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter, known_ints
 from catenc.onnx.shape import shape_text
-from catenc.onnx.values import Shape, Value
+from catenc.onnx.values import Shape, Value, known_value
 from catenc.onnx.values import literal as lit
 from catenc.symbolic import Expr, const
 
@@ -70,6 +74,7 @@ class _Layer:
     batch: Expr
     hidden: Expr
     clip: float | None
+    lengths: tuple[int, ...] | None  # of each sequence of the batch, where one is shorter than `steps`
 
     @property
     def state(self) -> Shape:
@@ -121,13 +126,14 @@ def _inputs(node: OnnxNode, emit) -> tuple[_Layer, int, dict[str, str | None]]:
         value = node.input(k)
         if value is not None and (k != 6 or node.op == "LSTM") and (value.shape != shape or value.dtype != x.dtype):
             raise ModelError(f"input {k} has shape {shape_text(value.shape)}, not {shape_text(shape)} of {x.dtype}")
-    lens = node.input(4)
-    if lens is not None:
-        values = known_ints(lens, "the sequence lengths (input 4)")
-        if any(v != steps.value for v in values):
-            raise Unsupported("sequence lengths shorter than the sequence")
+    lengths = None
+    if node.input(4) is not None:
+        values = known_ints(node.input(4), "the sequence lengths (input 4)")
+        if any(isinstance(v, Expr) or not 0 <= v <= steps.value for v in values) or const(len(values)) != batch:
+            raise ModelError(f"sequence lengths {values} for a batch of {batch} sequences of {steps}")
+        lengths = tuple(values) if any(v != steps.value for v in values) else None
     clip = node.attr("clip")
-    layer = _Layer(node, x.dtype, steps.value, batch, hidden, None if clip is None else float(clip))
+    layer = _Layer(node, x.dtype, steps.value, batch, hidden, None if clip is None else float(clip), lengths)
     texts: dict[str, str | None] = {"x": emit.text(x), "w": emit.text(w), "r": emit.text(r)}
     extra = {3: "b", 5: "h0", 6: "c0", 7: "p"} if node.op == "LSTM" else {3: "b", 5: "h0"}
     for k, name in extra.items():
@@ -166,58 +172,90 @@ def _projection(layer: _Layer, emit, texts: dict[str, str | None], d: int, bias_
     return emit.temp(expr, layer.dtype, shape, f"xw{d}").name
 
 
-def _outputs(node: OnnxNode, layer: _Layer, emit, ys: list[list[str]], finals: list[list[str]]) -> list[Value]:
+def _outputs(node: OnnxNode, layer: _Layer, emit, passes: list[_Pass], finals: list[list[str]]) -> list[Value]:
     """Y (T, D, B, H) and the final states (D, B, H), or batch first for layout 1."""
     layout = node.attr("layout", 0)
-    directions = len(ys)
+    directions = len(passes)
     t, b, h, dd = const(layer.steps), layer.batch, layer.hidden, const(directions)
     results: list[Value] = []
     for k, name in enumerate(node.outputs):
+        if not name:
+            results.append(Value(layer.dtype, (), "unused"))  # an omitted output: never read
+            continue
         if k == 0:
-            per = [f"stack([{', '.join(y)}], axis=0)" for y in ys]
+            per = [p.y_text(emit) for p in passes]
+            joined = f"unsqueeze({per[0]}, 1)" if directions == 1 else f"stack([{', '.join(per)}], axis=1)"
             expr, shape = (
-                (f"unsqueeze({per[0]}, 1)", (t, dd, b, h))
-                if directions == 1
-                else (
-                    f"stack([{', '.join(per)}], axis=1)",
-                    (t, dd, b, h),
-                )
+                (joined, (t, dd, b, h)) if layout == 0 else (f"transpose({joined}, [2, 0, 1, 3])", (b, t, dd, h))
             )
-            if layout == 1:
-                expr, shape = f"transpose({expr}, [2, 0, 1, 3])", (b, t, dd, h)
         else:
-            states = [f[k - 1] for f in finals]
-            expr, shape = f"stack([{', '.join(states)}], axis=0)", (dd, b, h)
-            if layout == 1:
-                expr, shape = f"transpose({expr}, [1, 0, 2])", (b, dd, h)
-        if name:
-            results.append(emit.out(expr, layer.dtype, shape, k))
-        else:
-            results.append(Value(layer.dtype, shape, "unused"))  # an omitted output: never read
+            joined = f"stack([{', '.join(f[k - 1] for f in finals)}], axis=0)"
+            expr, shape = (joined, (dd, b, h)) if layout == 0 else (f"transpose({joined}, [1, 0, 2])", (b, dd, h))
+        results.append(emit.out(expr, layer.dtype, shape, k))
     return results
 
 
-def _times(layer: _Layer, d: int, node: OnnxNode) -> list[int]:
-    reverse = node.attr("direction", "forward") == "reverse" or d == 1
-    return list(reversed(range(layer.steps))) if reverse else list(range(layer.steps))
+class _Pass:
+    """One direction's pass over the time steps: the projection each step reads, the state it keeps
+    where a sequence has ended, and its outputs in time order."""
+
+    def __init__(self, layer: _Layer, emit, xw: str, d: int) -> None:
+        self.layer, self.d = layer, d
+        reverse = layer.node.attr("direction", "forward") == "reverse" or d == 1
+        self.times = list(reversed(range(layer.steps))) if reverse else list(range(layer.steps))
+        self.xw, self.back = xw, None
+        self.ys = [""] * layer.steps
+        if reverse and layer.lengths is not None:  # step k reads time length - 1 - k of each sequence
+            order = [[n - 1 - k if k < n else k for n in layer.lengths] for k in range(layer.steps)]
+            positions = emit.text(known_value(np.array(order, dtype=np.int64), "i64"))
+            self.back = f"[{positions}, arange({len(layer.lengths)})[None, :]]"
+            shape = (const(layer.steps), layer.batch, layer.hidden * _GATES[layer.node.op])
+            self.xw = emit.temp(f"{xw}{self.back}", layer.dtype, shape, f"xw{d}_from_ends").name
+            self.times = list(range(layer.steps))
+
+    def kept(self, emit, new: str, old: str, t: int, what: str) -> str:
+        """The state after step t: `new`, or `old` for the sequences that ended before it."""
+        lengths = self.layer.lengths
+        if lengths is None or all(t < n for n in lengths):
+            return new
+        mask = emit.text(known_value(np.array([[t < n] for n in lengths]), "bool"))
+        return emit.temp(f"where({mask}, {new}, {old})", self.layer.dtype, self.layer.state, f"{what}_kept").name
+
+    def output(self, emit, h: str, t: int) -> None:
+        """Step t's output: h, or zeros for the sequences that ended before it."""
+        lengths = self.layer.lengths
+        if lengths is not None and not all(t < n for n in lengths):
+            mask = emit.text(known_value(np.array([[t < n] for n in lengths]), "bool"))
+            h = emit.temp(f"where({mask}, {h}, 0)", self.layer.dtype, self.layer.state, f"y{self.d}_{t}").name
+        self.ys[t] = h
+
+    def y_text(self, emit) -> str:
+        """The outputs of all steps, (T, B, H) in time order."""
+        stacked = f"stack([{', '.join(self.ys)}], axis=0)"
+        if self.back is None:
+            return stacked
+        shape = (const(self.layer.steps), self.layer.batch, self.layer.hidden)
+        return f"{emit.temp(stacked, self.layer.dtype, shape, f'y{self.d}_by_step').name}{self.back}"
 
 
 @converter("RNN")
 def rnn(node: OnnxNode, emit) -> list[Value]:
     layer, directions, texts = _inputs(node, emit)
     acts = _activations(node, layer.dtype, directions)
-    ys, finals = [], []
+    passes, finals = [], []
     for d in range(directions):
         xw = _projection(layer, emit, texts, d, 1)
         rt = emit.temp(f"transpose({texts['r']}[{d}])", layer.dtype, (layer.hidden, layer.hidden), f"rt{d}").name
         h = _start(layer, emit, texts, "h0", d)
-        y = [""] * layer.steps
-        for t in _times(layer, d, node):
-            pre = layer.gates(emit, f"{xw}[{t}] + {h} @ {rt}", f"a{d}_{t}")
-            h = y[t] = emit.temp(acts[d][0](pre), layer.dtype, layer.state, f"h{d}_{t}").name
-        ys.append(y)
+        run = _Pass(layer, emit, xw, d)
+        for t in run.times:
+            pre = layer.gates(emit, f"{run.xw}[{t}] + {h} @ {rt}", f"a{d}_{t}")
+            new = emit.temp(acts[d][0](pre), layer.dtype, layer.state, f"h{d}_{t}").name
+            run.output(emit, new, t)
+            h = run.kept(emit, new, h, t, f"h{d}_{t}")
+        passes.append(run)
         finals.append([h])
-    return _outputs(node, layer, emit, ys, finals)
+    return _outputs(node, layer, emit, passes, finals)
 
 
 @converter("GRU")
@@ -225,7 +263,7 @@ def gru(node: OnnxNode, emit) -> list[Value]:
     layer, directions, texts = _inputs(node, emit)
     acts = _activations(node, layer.dtype, directions)
     linear = bool(node.attr("linear_before_reset", 0))
-    ys, finals = [], []
+    passes, finals = [], []
     hh = (layer.hidden, layer.hidden)
     for d in range(directions):
         f, g = acts[d]
@@ -234,24 +272,26 @@ def gru(node: OnnxNode, emit) -> list[Value]:
         rzr, rh = layer.cols(rt, 0, 2), emit.temp(layer.cols(rt, 2), layer.dtype, hh, f"rh{d}").name
         rbh = f"{layer.cols(texts['b'] + f'[{d}]', 5)}" if texts["b"] else None
         h = _start(layer, emit, texts, "h0", d)
-        y = [""] * layer.steps
-        for t in _times(layer, d, node):
+        run = _Pass(layer, emit, xw, d)
+        for t in run.times:
             zr = emit.temp(
-                f"{layer.cols(f'{xw}[{t}]', 0, 2)} + {h} @ {rzr}",
+                f"{layer.cols(f'{run.xw}[{t}]', 0, 2)} + {h} @ {rzr}",
                 layer.dtype,
                 (layer.batch, layer.hidden * 2),
                 f"zr{d}_{t}",
             ).name
             z = emit.temp(f(layer.gates(emit, layer.cols(zr, 0), f"z{d}_{t}")), layer.dtype, layer.state, "z").name
             r = emit.temp(f(layer.gates(emit, layer.cols(zr, 1), f"r{d}_{t}")), layer.dtype, layer.state, "r").name
-            xh = layer.cols(f"{xw}[{t}]", 2)
+            xh = layer.cols(f"{run.xw}[{t}]", 2)
             bias = f" + {rbh}" if rbh else ""
             pre = f"{xh} + {r} * ({h} @ {rh}{bias})" if linear else f"{xh} + ({r} * {h}) @ {rh}{bias}"
             cand = emit.temp(g(layer.gates(emit, pre, f"n{d}_{t}")), layer.dtype, layer.state, f"cand{d}_{t}").name
-            h = y[t] = emit.temp(f"(1.0 - {z}) * {cand} + {z} * {h}", layer.dtype, layer.state, f"h{d}_{t}").name
-        ys.append(y)
+            new = emit.temp(f"(1.0 - {z}) * {cand} + {z} * {h}", layer.dtype, layer.state, f"h{d}_{t}").name
+            run.output(emit, new, t)
+            h = run.kept(emit, new, h, t, f"h{d}_{t}")
+        passes.append(run)
         finals.append([h])
-    return _outputs(node, layer, emit, ys, finals)
+    return _outputs(node, layer, emit, passes, finals)
 
 
 @converter("LSTM")
@@ -259,17 +299,17 @@ def lstm(node: OnnxNode, emit) -> list[Value]:
     layer, directions, texts = _inputs(node, emit)
     acts = _activations(node, layer.dtype, directions)
     couple = bool(node.attr("input_forget", 0))
-    ys, finals = [], []
+    passes, finals = [], []
     for d in range(directions):
         f, g, hf = acts[d]
         xw = _projection(layer, emit, texts, d, 4)
         rt = emit.temp(f"transpose({texts['r']}[{d}])", layer.dtype, (layer.hidden, layer.hidden * 4), f"rt{d}").name
         peep = [layer.cols(f"{texts['p']}[{d}]", k) for k in range(3)] if texts.get("p") else None
         h, c = _start(layer, emit, texts, "h0", d), _start(layer, emit, texts, "c0", d)
-        y = [""] * layer.steps
-        for t in _times(layer, d, node):
+        run = _Pass(layer, emit, xw, d)
+        for t in run.times:
             gates = emit.temp(
-                f"{xw}[{t}] + {h} @ {rt}", layer.dtype, (layer.batch, layer.hidden * 4), f"gates{d}_{t}"
+                f"{run.xw}[{t}] + {h} @ {rt}", layer.dtype, (layer.batch, layer.hidden * 4), f"gates{d}_{t}"
             ).name
             pre_i, pre_o, pre_f, pre_c = (layer.cols(gates, k) for k in range(4))
             if peep:
@@ -278,11 +318,13 @@ def lstm(node: OnnxNode, emit) -> list[Value]:
             forget = f"1.0 - {i}" if couple else f(layer.gates(emit, pre_f, f"f{d}_{t}"))
             fg = emit.temp(forget, layer.dtype, layer.state, "forget").name
             cand = g(layer.gates(emit, pre_c, f"g{d}_{t}"))
-            c = emit.temp(f"{fg} * {c} + {i} * {cand}", layer.dtype, layer.state, f"c{d}_{t}").name
+            new_c = emit.temp(f"{fg} * {c} + {i} * {cand}", layer.dtype, layer.state, f"c{d}_{t}").name
             if peep:
-                pre_o = f"{pre_o} + {peep[1]} * {c}"
+                pre_o = f"{pre_o} + {peep[1]} * {new_c}"
             o = emit.temp(f(layer.gates(emit, pre_o, f"o{d}_{t}")), layer.dtype, layer.state, "out").name
-            h = y[t] = emit.temp(f"{o} * {hf(c)}", layer.dtype, layer.state, f"h{d}_{t}").name
-        ys.append(y)
+            new = emit.temp(f"{o} * {hf(new_c)}", layer.dtype, layer.state, f"h{d}_{t}").name
+            run.output(emit, new, t)
+            h, c = run.kept(emit, new, h, t, f"h{d}_{t}"), run.kept(emit, new_c, c, t, f"c{d}_{t}")
+        passes.append(run)
         finals.append([h, c])
-    return _outputs(node, layer, emit, ys, finals)
+    return _outputs(node, layer, emit, passes, finals)
