@@ -1,5 +1,5 @@
 """Data-movement operators: Slice, Split, Tile, Pad, CenterCropPad, GatherElements, GatherND, the
-scatters (ScatterElements, ScatterND, TensorScatter), ReverseSequence, Trilu, OneHot, CumSum,
+scatters (ScatterElements, ScatterND, TensorScatter), ReverseSequence, Trilu, OneHot, CumSum, CumProd,
 DepthToSpace/SpaceToDepth, EyeLike, and Compress/NonZero with known inputs.
 
 Slices become numpy basic indexing (`x[1:-1, ::-2]`) with ONNX's clamped bounds worked out at
@@ -428,7 +428,7 @@ def gather_nd(node: OnnxNode, emit) -> list[Value]:
     return [emit.out(subscript(emit.text(x), items), x.dtype, shape)]
 
 
-# ---- Trilu, OneHot, CumSum, EyeLike ----------------------------------------------------------------
+# ---- Trilu, OneHot, CumSum and CumProd, EyeLike ----------------------------------------------------------------
 
 
 @converter("Trilu")
@@ -478,19 +478,27 @@ def one_hot(node: OnnxNode, emit) -> list[Value]:
     return [emit.out(f"cast(where({hit}, {on}, {off}), {dtype})", dtype, shape)]
 
 
-@converter("CumSum")
-def cumsum(node: OnnxNode, emit) -> list[Value]:
+@converter("CumSum", "CumProd")
+def cumulative(node: OnnxNode, emit) -> list[Value]:
+    """A running sum or product along an axis, in index form: out[.., i, ..] = sum over j of
+    where(j <= i, x[.., j, ..], 0) (< for exclusive, >= and > for reverse)."""
     x = node.need(0)
     if x.rank == 0:
         raise ModelError("the input is a scalar: it has no axis")
-    axis = axis_of(static_int(known_ints(node.need(1), "the axis (input 1)")[0], "the axis"), x.rank)
-    exclusive, reverse = node.attr("exclusive", 0), node.attr("reverse", 0)
+    reduction, identity = ("sum", 0) if node.op == "CumSum" else ("prod", 1)
+    if x.dtype == "bool" and reduction == "prod":
+        raise Unsupported("a product of bool values")
+    axis = known_ints(node.need(1), "the axis (input 1)")
+    if len(axis) != 1:
+        raise ModelError("the axis must be one value")
+    axis = axis_of(static_int(axis[0], "the axis"), x.rank)
+    exclusive, reverse = bool(node.attr("exclusive", 0)), bool(node.attr("reverse", 0))
     text = emit.text(x)
     idx = index_names(emit, x.rank + 1)
     i, j = idx[axis], idx[-1]
-    relation = {(0, 0): "<=", (1, 0): "<", (0, 1): ">=", (1, 1): ">"}[(bool(exclusive), bool(reverse))]
+    relation = {(False, False): "<=", (True, False): "<", (False, True): ">=", (True, True): ">"}[(exclusive, reverse)]
     read = f"{text}[{', '.join(j if k == axis else n for k, n in enumerate(idx[:-1]))}]"
-    expr = f"sum[{j} < {lit(x.shape[axis], 'i64')}](where({j} {relation} {i}, {read}, 0))"
+    expr = f"{reduction}[{j} < {lit(x.shape[axis], 'i64')}](where({j} {relation} {i}, {read}, {identity}))"
     return [emit.out_index(idx[:-1], expr, x.dtype, x.shape)]
 
 

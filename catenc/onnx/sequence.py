@@ -1,14 +1,14 @@
-"""Operators of sequence models: RotaryEmbedding, SwiGLU, CumProd, and TopK with k known at import.
+"""Operators of sequence models: RotaryEmbedding, SwiGLU, and TopK with k known at import.
 
 RotaryEmbedding is written in array form as the operator defines it (halves or interleaved pairs
 rotated by the cos and sin caches, picked by position ids where given). TopK ranks each element
 along the axis by comparisons in index form (the lower index first among equal values), then
-picks the element of each rank below k; CumProd is CumSum's index form with a product.
+picks the element of each rank below k.
 """
 
 from __future__ import annotations
 
-from catenc.onnx.indexing import index_names, index_temp, static_int
+from catenc.onnx.indexing import index_names, index_temp
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, known_ints
 from catenc.onnx.shape import shape_text
 from catenc.onnx.values import Value
@@ -19,27 +19,6 @@ from catenc.symbolic import const, floordiv
 def _float(node: OnnxNode, x: Value) -> None:
     if not x.is_float:
         raise Unsupported(f"input of type {x.dtype}: {node.op} is computed on floating-point tensors only")
-
-
-@converter("CumProd")
-def cumprod(node: OnnxNode, emit) -> list[Value]:
-    x = node.need(0)
-    if x.rank == 0:
-        raise ModelError("the input is a scalar: it has no axis")
-    if x.dtype == "bool":
-        raise Unsupported("a product of bool values")
-    axis = known_ints(node.need(1), "the axis (input 1)")
-    if len(axis) != 1:
-        raise ModelError("the axis must be one value")
-    axis = axis_of(static_int(axis[0], "the axis"), x.rank)
-    exclusive, reverse = bool(node.attr("exclusive", 0)), bool(node.attr("reverse", 0))
-    text = emit.text(x)
-    idx = index_names(emit, x.rank + 1)
-    i, j = idx[axis], idx[-1]
-    relation = {(False, False): "<=", (True, False): "<", (False, True): ">=", (True, True): ">"}[(exclusive, reverse)]
-    read = f"{text}[{', '.join(j if k == axis else n for k, n in enumerate(idx[:-1]))}]"
-    expr = f"prod[{j} < {lit(x.shape[axis], 'i64')}](where({j} {relation} {i}, {read}, 1))"
-    return [emit.out_index(idx[:-1], expr, x.dtype, x.shape)]
 
 
 @converter("SwiGLU")

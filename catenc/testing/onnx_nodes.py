@@ -337,7 +337,7 @@ def freeze_inputs(test: NodeTest, err: CatencError) -> NodeTest | None:
         for name in [n.input[index] for n in nodes if index < len(n.input)]:
             position = inputs.index(name) if name in inputs else len(test.inputs)
             value = test.inputs[position] if position < len(test.inputs) else None
-            if isinstance(value, np.ndarray) and value.dtype.kind in "iu" and name not in names:
+            if isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind in "iu" and name not in names:
                 names.append(name)
     if not names:
         return None
@@ -346,7 +346,7 @@ def freeze_inputs(test: NodeTest, err: CatencError) -> NodeTest | None:
     kept = [v for v in model.graph.input if v.name not in names]
     del model.graph.input[:]
     model.graph.input.extend(kept)
-    model.graph.initializer.extend(numpy_helper.from_array(test.inputs[inputs.index(n)], n) for n in names)
+    model.graph.initializer.extend(numpy_helper.from_array(np.asarray(test.inputs[inputs.index(n)]), n) for n in names)
     remaining = tuple(v for n, v in zip(inputs, test.inputs) if n not in names)
     return replace(test, model=model, inputs=remaining, frozen=test.frozen + tuple(names))
 
