@@ -409,7 +409,7 @@ def compile_command(**kw) -> int:
 @click.option(
     "--freeze-shape-inputs",
     is_flag=True,
-    help="--suite onnx: make an integer input the importer needs at compile time a constant of the test's model.",
+    help="--suite onnx: make an input the importer needs at compile time a constant of the test's model.",
 )
 @guarded(lambda kw: [kw["runtime_spec"]] if kw["runtime_spec"].endswith(".py") else [])
 def test_runtime_command(

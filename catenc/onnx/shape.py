@@ -227,9 +227,11 @@ def arange(node: OnnxNode, emit) -> list[Value]:
     dtype = start.dtype
     if all(v.is_known and v.known.dtype != object for v in (start, limit, delta)):
         return [known_value(np.arange(start.known, limit.known, delta.known).astype(NUMPY[dtype]), dtype)]
-    first, step = known_ints(start, "start"), known_ints(delta, "delta")
-    if not limit.is_known or dtype not in ("i32", "i64") or step != [1]:
-        raise Unsupported("a range whose bounds are computed at run time")
+    first, step = known_ints(start, "start (input 0)"), known_ints(delta, "delta (input 2)")
+    if not limit.is_known:
+        known_ints(limit, "limit (input 1)")  # raises: it must be known
+    if dtype not in ("i32", "i64") or step != [1]:
+        raise Unsupported("a range of symbolic length with a step other than 1, or of floats")
     n = symbolic_ints(limit)[0] - first[0]
     expr = f"arange({n}, dtype={dtype})" + (f" + {first[0]}" if first[0] else "")
     return [emit.out(expr, dtype, (n,))]

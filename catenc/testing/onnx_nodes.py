@@ -124,7 +124,7 @@ class NodeReport:
     onnx_version: str
     source: str  # where the tests came from
     results: tuple[Result, ...]
-    freeze: bool = False  # integer inputs needed at compile time were made constants (freeze_inputs)
+    freeze: bool = False  # inputs needed at compile time were made constants (freeze_inputs)
 
     def counts(self) -> dict[str, int]:
         counts = dict.fromkeys(STATUSES, 0)
@@ -283,7 +283,7 @@ def plan_test(
     test: NodeTest, options: Options, scratch: Path, import_model: Callable[..., Any], freeze: bool = False
 ) -> Planned | Result:
     """Import and plan one test; a Result (unsupported, error) when that fails. With `freeze`, an
-    integer input the importer needs at compile time becomes a constant of the model."""
+    input the importer needs at compile time becomes a constant of the model."""
     display = f"{test.name}/model.onnx"
     try:
         model_path = scratch / f"{test.name}.onnx"
@@ -321,7 +321,7 @@ def _composite_file(imported, text_path: Path) -> CompositeFile:
 def freeze_inputs(test: NodeTest, err: CatencError) -> NodeTest | None:
     """The test with each graph input the import's diagnostics say must be known at compile time
     (a node's axes, shape, pads...) made a constant of its model with the test's value, as an
-    exported model holds them; None when no such integer input is named."""
+    exported model holds them (Resize's scales too, which are floats); None when no such input is named."""
     from onnx import numpy_helper
 
     graph = test.model.graph
@@ -337,7 +337,7 @@ def freeze_inputs(test: NodeTest, err: CatencError) -> NodeTest | None:
         for name in [n.input[index] for n in nodes if index < len(n.input)]:
             position = inputs.index(name) if name in inputs else len(test.inputs)
             value = test.inputs[position] if position < len(test.inputs) else None
-            if isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind in "iu" and name not in names:
+            if isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind in "iuf" and name not in names:
                 names.append(name)
     if not names:
         return None
@@ -659,7 +659,7 @@ def render_markdown(report: NodeReport) -> str:
         f"- tests: {report.source}",
         *(
             [
-                "- an integer input the importer needs at compile time (axes, shape, pads...) is made a constant "
+                "- an input the importer needs at compile time (axes, shape, pads, scales...) is made a constant "
                 "with the test's value (--freeze-shape-inputs): such rows say `constant NAME`"
             ]
             if report.freeze
