@@ -226,7 +226,8 @@ def arange(node: OnnxNode, emit) -> list[Value]:
     start, limit, delta = node.need(0), node.need(1), node.need(2)
     dtype = start.dtype
     if all(v.is_known and v.known.dtype != object for v in (start, limit, delta)):
-        return [known_value(np.arange(start.known, limit.known, delta.known).astype(NUMPY[dtype]), dtype)]
+        first, last, step = (np.asarray(v.known).reshape(-1)[0] for v in (start, limit, delta))
+        return [known_value(np.arange(first, last, step).astype(NUMPY[dtype]), dtype)]
     first, step = known_ints(start, "start (input 0)"), known_ints(delta, "delta (input 2)")
     if not limit.is_known:
         known_ints(limit, "limit (input 1)")  # raises: it must be known
