@@ -23,6 +23,7 @@ import click
 
 from catenc import __version__, cache
 from catenc.diagnostics import CatencError, Loc, closest, format_diagnostic
+from catenc.onnx.model import with_import_note
 from catenc.outputs import EMIT_KINDS, BuildRequest, emit_kinds, restore, write_atomic
 from catenc.resources import bundled_runtime_names, find_runtime
 
@@ -190,7 +191,7 @@ def guarded(files_of: Callable[[dict], list[str]]):
                 click.echo(f"catenc: stopped by {signal.Signals(number).name}; no partial output left", err=True)
                 sys.exit(128 + number)
             except CatencError as err:
-                click.echo(format_diagnostic(err), err=True)
+                click.echo(format_diagnostic(with_import_note(err)), err=True)
                 sys.exit(EXIT_USER)
             except (click.ClickException, click.exceptions.Exit):
                 raise

@@ -355,3 +355,16 @@ def test_external_weights_are_inputs_that_the_loader_fills_from_the_weights_file
     tensors = read_weights(str(tmp_path / "out/model.safetensors"))
     zeros = [np.zeros_like(tensors[key].data) for key in library.entries["net"].weights.values()]
     np.testing.assert_array_equal(library.entries["net"](x, *zeros), np.zeros((3, 4), np.float32))  # given
+
+
+def test_an_error_in_the_imported_program_says_where_to_see_it(tmp_path):
+    save(mlp_model(), tmp_path)
+    result = catenc(tmp_path, "compile", "model.onnx", "--runtime", "cuda", "-S", "-o", "out")
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("model.onnx:3:12: error: 'net' has constants, which cannot be baked into cuda")
+    assert lines[-1] == (
+        "catenc: note: model.onnx:3:12 is a place in the composite file catenc imports the model as; "
+        "`catenc import model.onnx` writes that file"
+    )
+    assert catenc(tmp_path, "compile", "model.onnx", "--runtime", "cuda", "--weights", "external", "-S").returncode == 0

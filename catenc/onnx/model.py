@@ -74,3 +74,17 @@ def type_name(code: int) -> str:
         return onnx_module().TensorProto.DataType.Name(code)
     except ValueError:
         return f"number {code}"
+
+
+def with_import_note(error: CatencError) -> CatencError:
+    """An error placed at a line of an .onnx file is placed in the composite file catenc imported
+    the model as (the file has no lines): a note says so and how to see that file."""
+    loc = error.loc
+    if loc is None or not loc.line or not loc.path.lower().endswith(".onnx"):
+        return error
+    note = (
+        f"{loc.path}:{loc.line}:{loc.col} is a place in the composite file catenc imports the model as; "
+        f"`catenc import {loc.path}` writes that file",
+        None,
+    )
+    return CatencError(error.message, loc, (*error.notes, note), error.more)
