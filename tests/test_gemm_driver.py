@@ -9,12 +9,14 @@ Checked: every remainder of MR/NR/KC/MC/NC and empty dims, strided and transpose
 negative and rsc < csc strides: nothing outside the C pattern may be written), the workspace
 size (allocated exactly as `pack_elements` says, so AddressSanitizer sees any overrun), the
 panel ranges and alignment the driver passes to the packing functions, the threaded paths
-(forced on for small sizes) and a call from inside a parallel region. The rendered text must
+(forced on for small sizes), a call from inside a parallel region, and A read in place
+(`catenc_gemm_direct_a`, bit for bit the packed results). The rendered text must
 compile without warnings under -std=c99 -Wall -Wextra -pedantic with clang and gcc.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shutil
@@ -98,6 +100,12 @@ static void pack_b_##S(const void* vc, T* dst, int64_t first, int64_t panels, in
                 dst[(q - first) * kb * NR + k * NR + j] = jj < c->N ? c->B[(k0 + k) * c->sbk + jj * c->sbj] : 0; \
             }                                                                                             \
 }                                                                                                          \
+/* The product through catenc_gemm, or (flag 2 of h[15]) through catenc_gemm_direct_a reading A in place. */ \
+static void gemm_##S(const int64_t* h, const ctx_##S* c, T* C, T* W) {                                    \
+    if (h[15] & 2)                                                                                        \
+        catenc_gemm_direct_a_##S(h[1], h[2], h[3], c->A, h[4], pack_a_##S, pack_b_##S, c, C, h[10], h[11], W); \
+    else catenc_gemm_##S(h[1], h[2], h[3], pack_a_##S, pack_b_##S, c, C, h[10], h[11], W);               \
+}                                                                                                          \
 static void run_##S(FILE* in, FILE* out, const int64_t* h) {                                              \
     const int64_t M = h[1], N = h[2], K = h[3], c_off = h[12], c_len = h[13], ws_n = h[16];              \
     T* A = (T*)alloc(sizeof(T) * (size_t)h[6]);                                                           \
@@ -120,14 +128,14 @@ static void run_##S(FILE* in, FILE* out, const int64_t* h) {                    
         for (i = 0; i < c_len; ++i) C2[i] = (T)NAN;                                                       \
         PARALLEL2                                                                                         \
         {                                                                                                 \
-            if (THREAD_NUM == 0) catenc_gemm_##S(M, N, K, pack_a_##S, pack_b_##S, &c, C + c_off, h[10], h[11], W); \
-            else catenc_gemm_##S(M, N, K, pack_a_##S, pack_b_##S, &c2, C2 + c_off, h[10], h[11], W2);     \
+            if (THREAD_NUM == 0) gemm_##S(h, &c, C + c_off, W);                                           \
+            else gemm_##S(h, &c2, C2 + c_off, W2);                                                        \
         }                                                                                                 \
         mismatch = memcmp(C, C2, sizeof(T) * (size_t)c_len) != 0;                                         \
         free(C2);                                                                                         \
         free(W2);                                                                                         \
     } else {                                                                                              \
-        catenc_gemm_##S(M, N, K, pack_a_##S, pack_b_##S, &c, C + c_off, h[10], h[11], W);                 \
+        gemm_##S(h, &c, C + c_off, W);                                                                    \
     }                                                                                                     \
     fwrite(&helper, sizeof helper, 1, out);                                                               \
     fwrite(&mismatch, sizeof mismatch, 1, out);                                                           \
@@ -181,6 +189,7 @@ class Case:
     c_layout: str = "row"  # row, pad, col, strided, neg
     threads: int = 1
     nested: bool = False
+    direct: bool = False  # catenc_gemm_direct_a, A (row-major) read in place
 
     def c_strides(self) -> tuple[int, int, int, int]:
         """(rsc, csc, offset of C(0,0), buffer length)."""
@@ -208,13 +217,13 @@ class Case:
 
 def run_cases(exe: Path, tiles: dict[str, GemmTiles], cases: list[Case], workdir: Path, seed: int = 0):
     """Run `cases` through the harness; returns [(case, C buffer, expected, mask, tolerance, helper, mismatch)]."""
-    rng = np.random.default_rng(seed)
     payload = bytearray()
     prepared = []
     msym, nsym, ksym = parse_expr("M"), parse_expr("N"), parse_expr("K")
     for case in cases:
         dt = DTYPES[case.dtype]
         M, N, K = case.M, case.N, case.K
+        rng = np.random.default_rng([seed, M, N, K])  # a case and its direct twin: the same operands
         a = rng.standard_normal((M, K)).astype(dt)
         b = rng.standard_normal((K, N)).astype(dt)
         a_store = a if case.a_layout == "row" else np.ascontiguousarray(a.T)
@@ -225,7 +234,7 @@ def run_cases(exe: Path, tiles: dict[str, GemmTiles], cases: list[Case], workdir
         ws = pack_elements(tiles[case.dtype], msym, nsym, ksym).evaluate({"M": M, "N": N, "K": K})
         assert ws == pack_elements(tiles[case.dtype], M, N, K).value
         header = [0 if case.dtype == "f32" else 1, M, N, K, sai, sak, a.size, sbk, sbj, b.size]
-        header += [rsc, csc, c_off, c_len, case.threads, int(case.nested), ws]
+        header += [rsc, csc, c_off, c_len, case.threads, int(case.nested) | 2 * int(case.direct), ws]
         payload += struct.pack(f"<{len(header)}q", *header)
         payload += a_store.tobytes() + b_store.tobytes()
         prepared.append((case, a, b, rsc, csc, c_off, c_len))
@@ -319,6 +328,8 @@ def cases_for(tiles: dict[str, GemmTiles], threads: tuple[int, ...], big: bool) 
                     a, b, c = layouts[(n + t + 3) % len(layouts)]
                     cases.append(Case(dtype, M, N, K, a, b, c, t))
         cases.append(Case(dtype, 40, 70, 30, "row", "row", "pad", 2, nested=True))
+    # A read in place: every case with a row-major A again
+    cases += [dataclasses.replace(c, direct=True) for c in cases if c.a_layout == "row"]
     return cases
 
 
@@ -402,7 +413,15 @@ def test_gemm_matches_numpy(config: Config, tmp_path: Path) -> None:
     cases = cases_for(config.tiles, config.threads, config.big)
     if not any("-fopenmp" in f for f in config.flags):
         cases = [c for c in cases if not c.nested]
-    check_results(run_cases(exe, config.tiles, cases, tmp_path), config.tiles)
+    results = run_cases(exe, config.tiles, cases, tmp_path)
+    check_results(results, config.tiles)
+    packed = {dataclasses.replace(case, direct=False): buf for case, buf, *_ in results if not case.direct}
+    differ = [
+        case
+        for case, buf, *_ in results
+        if case.direct and not np.array_equal(buf, packed[dataclasses.replace(case, direct=False)], equal_nan=True)
+    ]
+    assert not differ, f"A read in place gives other bits than A packed: {differ[:5]}"
 
 
 # ------------------------------------------------------------------ the C text itself

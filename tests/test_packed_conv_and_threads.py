@@ -184,3 +184,31 @@ def test_threading_decisions(tmp_path: Path, vector_bytes: int):
         "apart 0",  # 1.5 kflop in all: no threads
         "apart 0",  # one product
     ]
+
+
+STATIC_WEIGHTS = """
+[composite.conv_static]
+inputs = ["x: f32[2, 5, 9, 9]", "w: f32[13, 5, 3, 3]"]
+outputs = ["y: f32[2, 13, 9, 9]"]
+body = "y = conv2d(x, w, stride=1, padding=1, dilation=1)"
+
+[composite.bmm_static]
+inputs = ["a: f32[3, 13, 40]", "b: f32[3, 40, 70]"]
+outputs = ["y: f32[3, 13, 70]"]
+body = "y = a @ b"
+"""
+
+
+@pytest.mark.parametrize("threads", ["serial", "threads-forced"])
+def test_a_stored_rows_by_depth_is_read_in_place(tmp_path: Path, threads: str):
+    """A weight stored [rows, depth] (a convolution's [K, C, R, S], a batch of row-major A) is not packed:
+    the driver reads it in place from its offset, packing only the last partial panel (13 rows)."""
+    config = {"CFLAGS": FORCE_THREADS.split("=", 1)[1]} if threads == "threads-forced" else None
+    lib = compile_text(tmp_path, STATIC_WEIGHTS, name="static", config=config)
+    source = (lib.path.parent / "static.c").read_text()
+    assert "catenc_gemm_direct_a_f32(13LL, 81LL, 45LL, w, 45LL," in source
+    assert "catenc_gemm_direct_a_f32(13LL, 70LL, 40LL, a + (520LL*i" in source
+    x, w = randn((2, 5, 9, 9), seed=1), randn((13, 5, 3, 3), seed=2)
+    assert_close(lib["conv_static"](x, w), np_conv(x, w, 1, 1, 1), rtol=1e-5, atol=1e-5)
+    a, b = randn((3, 13, 40), seed=3), randn((3, 40, 70), seed=4)
+    assert_close(lib["bmm_static"](a, b), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)

@@ -31,7 +31,7 @@ from catenc.lower.gemm import (
 from catenc.lower.lanes import BASE, FULL, LANE, LANES, WIDTH, expand_lanes, lane
 from catenc.lower.loops import Assign, Declare, For, Gemm, If, LaneReduce, LoopKernel, Stmt, Store
 from catenc.schedule.contractions import ACC
-from catenc.symbolic import Expr, product
+from catenc.symbolic import ZERO, Expr, product
 
 
 @dataclass(frozen=True)
@@ -386,6 +386,12 @@ class CRenderer:
         slot = f"((catenc_gemm_pack_elements_{t}({rows}, {cols}, {depth}) + {per - 1}) / {per} * {per})"
         pack = f"{call.pack} + catenc_slot * {slot}"
         args = [rows, cols, depth, f"{name}_pack_a", f"{name}_pack_b", "&catenc_ctx", out]
+        driver = f"catenc_gemm_{t}"
+        if call.direct_a is not None:  # A read in place: its buffer and row stride come first
+            direct = call.direct_a
+            at = direct.buffer if direct.offset == ZERO else f"{direct.buffer} + ({direct.offset.to_c()})"
+            args[3:3] = [at, f"{direct.lda}LL"]
+            driver = f"catenc_gemm_direct_a_{t}"
         args += [c.row_stride.to_c(), c.col_stride.to_c(), pack]
         lines += [f"{pad}{{", f"{pad}{i}const int64_t catenc_count = {call.count.to_c()};"]
         if call.batch_parallel:
@@ -399,7 +405,7 @@ class CRenderer:
             *[f"{pad}{i * 2}{line}" for line in self.indices(call.batch, "catenc_b", const=True)],
             f"{pad}{i * 2}const int catenc_slot = {self.thread_index if call.batch_parallel else '0'};",
             f"{pad}{i * 2}const struct {name}_ctx catenc_ctx = {{{init}}};",
-            f"{pad}{i * 2}catenc_gemm_{t}({', '.join(args)});",
+            f"{pad}{i * 2}{driver}({', '.join(args)});",
         ]
         if call.epilogue is not None:
             if call.epilogue_parallel:

@@ -79,6 +79,16 @@ class PackSide:
 
 
 @dataclass(frozen=True)
+class DirectA:
+    """Operand A read in place by the driver (catenc_gemm_direct_a_<T>), not packed: row i, depth k
+    (both flattened) at buffer[offset + i*lda + k] (a weight stored rows by depth)."""
+
+    buffer: str
+    offset: Expr  # of row 0, depth 0: reads no row or depth index
+    lda: int
+
+
+@dataclass(frozen=True)
 class GemmCall:
     """One gemm call: its context fields, its two packing sides, its epilogue (None: none),
     the batch loop, and which of them run on threads."""
@@ -100,6 +110,7 @@ class GemmCall:
     batch_parallel: bool  # one product per thread
     epilogue_parallel: bool
     epilogue_rows: int = EPILOGUE_ROWS
+    direct_a: DirectA | None = None
 
 
 def odometer(axes: Axes, value: Value, buffers: Mapping[str, Storage] | None = None) -> Odometer:
@@ -176,6 +187,32 @@ def _unit_stride(value: Value, last: str, buffers: Mapping[str, Storage]) -> boo
     return step.is_const and step.value == 1 and last not in (flat - sym(last)).free_symbols()
 
 
+def direct_a(c: Contraction, buffers: Mapping[str, Storage]) -> DirectA | None:
+    """A as a DirectA when it is a plain load of its buffer as stored at a position that steps by 1 along
+    the flattened depth and by a constant along the flattened rows (all extents constant); else None."""
+    a = c.a
+    if type(a) is not Load or buffers[a.buffer].dtype != a.dtype or a.dtype.name not in GEMM_DTYPES:
+        return None
+    if not c.rows or not c.depth:
+        return None
+    flat = flatten(list(a.index), list(buffers[a.buffer].shape))
+    lda = flat.coefficient(c.rows[-1][0])
+    if not lda.is_const:
+        return None
+    rest = flat
+    for axes, unit in ((c.rows, lda.value), (c.depth, 1)):
+        stride = unit  # of the axis within the flattened axes, times unit
+        for name, extent in reversed(axes):
+            coefficient = flat.coefficient(name)
+            if not (coefficient.is_const and coefficient.value == stride and extent.is_const):
+                return None
+            rest = rest - coefficient * sym(name)
+            stride *= extent.value
+    if rest.free_symbols() & {name for name, _ in (*c.rows, *c.depth)}:
+        return None
+    return DirectA(a.buffer, rest, lda.value)
+
+
 def output_position(c: Contraction) -> Expr:
     """The flat position of the contraction's output element at the current indices."""
     rows = flatten([sym(n) for n, _ in c.rows], [e for _, e in c.rows])
@@ -239,4 +276,5 @@ def gemm_call(stmt: Gemm, kernel: LoopKernel, buffers: Mapping[str, Storage], pa
         PANEL_ALIGN // c.dtype.itemsize,
         parallel and bool(c.batch),
         parallel,
+        direct_a=direct_a(c, buffers),
     )
