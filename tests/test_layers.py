@@ -20,12 +20,22 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Leaves: diagnostics, dtypes and the symbolic integers every stage uses; they know no stage.
     (
         "leaves",
-        ("catenc", "catenc.diagnostics", "catenc.dtypes", "catenc.symbolic", "catenc.resources", "catenc.pyparse"),
+        (
+            "catenc",
+            "catenc.diagnostics",
+            "catenc.dtypes",
+            "catenc.symbolic",
+            "catenc.resources",
+            "catenc.pyparse",
+            "catenc.weights",  # the safetensors reader and writer
+        ),
     ),
     # One declaration per primitive op, read by the checker, the IR builder, renderers and the reference.
     ("registry", ("catenc.registry",)),
     # Files to the typed program: knows no IR, schedule or backend.
     ("frontend", ("catenc.frontend.",)),
+    # The second frontend: an ONNX model to a composite file of the first (docs/onnx.md).
+    ("onnx", ("catenc.onnx.",)),
     # The typed program lowered to a graph of primitive ops.
     ("ir", ("catenc.ir.",)),
     # Kernel boundaries, tiles and the workspace: decisions recorded over the IR.

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from catenc.onnx.values import Value
-
-if TYPE_CHECKING:
-    from catenc.onnx.emitter import Emitter
 
 
 class Unsupported(Exception):
@@ -52,7 +49,7 @@ class OnnxNode:
         return value
 
 
-Converter = Callable[[OnnxNode, "Emitter"], Sequence[Value]]
+Converter = Callable[[OnnxNode, Any], Sequence[Value]]  # (node, the importer's Emitter: catenc/onnx/emitter.py)
 CONVERTERS: dict[str, Converter] = {}
 
 
