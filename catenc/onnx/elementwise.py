@@ -12,7 +12,7 @@ import numpy as np
 
 from catenc.dtypes import DTYPES
 from catenc.onnx.model import type_name
-from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter
+from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter, need_float
 from catenc.onnx.values import FLOATS, NUMPY, ONNX_DTYPES, Value, broadcast, known_value
 from catenc.onnx.values import literal as lit
 
@@ -98,8 +98,8 @@ _FLOAT_ONLY = frozenset(_UNARY) - {"Abs", "Neg", "Sign", "Relu", "Not", "Bitwise
 def unary(node: OnnxNode, emit) -> list[Value]:
     x = node.need(0)
     template, fn = _UNARY[node.op]
-    if node.op in _FLOAT_ONLY and node.op != "IsNaN" and not x.is_float:
-        raise Unsupported(f"input of type {x.dtype}: {node.op} is computed on floating-point tensors only")
+    if node.op in _FLOAT_ONLY and node.op != "IsNaN":
+        need_float(node, x)
     dtype = "bool" if node.op == "IsNaN" else x.dtype
     if fn is not None and (folded := fold(node, [x], fn, dtype)):
         return [folded]
@@ -254,8 +254,7 @@ def variadic(node: OnnxNode, emit) -> list[Value]:
 @converter("LeakyRelu", "Elu", "Selu", "Celu", "ThresholdedRelu", "HardSigmoid", "HardSwish", "Shrink", "Gelu")
 def activation(node: OnnxNode, emit) -> list[Value]:
     x = node.need(0)
-    if not x.is_float:
-        raise Unsupported(f"input of type {x.dtype}: {node.op} is computed on floating-point tensors only")
+    need_float(node, x)
     t = emit.text(x)
     a = node.attr
     if node.op == "LeakyRelu":

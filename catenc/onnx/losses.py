@@ -8,15 +8,14 @@ so a target equal to `ignore_index`, wherever it lies, reads nothing; such a pos
 from __future__ import annotations
 
 from catenc.onnx.indexing import index_names, index_temp
-from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter
+from catenc.onnx.registry import ModelError, OnnxNode, converter, need_float
 from catenc.onnx.values import Value
 from catenc.onnx.values import literal as lit
 
 
 def _check(node: OnnxNode, x: Value, target: Value, weight: Value | None) -> str:
     """The reduction, once the shapes and dtypes agree."""
-    if not x.is_float:
-        raise Unsupported(f"input of type {x.dtype}: {node.op} is computed on floating-point tensors only")
+    need_float(node, x)
     if target.dtype not in ("i32", "i64"):
         raise ModelError(f"the target has type {target.dtype}, not an integer type")
     if x.rank < 2 or target.shape != (x.shape[0], *x.shape[2:]):

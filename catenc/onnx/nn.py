@@ -23,7 +23,7 @@ from weakref import WeakKeyDictionary
 
 import numpy as np
 
-from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter
+from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter, need_float
 from catenc.onnx.shape import shape_text
 from catenc.onnx.values import NUMPY, Shape, Value, dims, static
 from catenc.onnx.values import literal as lit
@@ -209,13 +209,6 @@ def _static_dim(d: Expr, what: str) -> int:
     return d.value
 
 
-def _float_input(node: OnnxNode, x: Value) -> None:
-    if not x.is_float:
-        raise Unsupported(f"input of type {x.dtype}: {node.op} is computed on floating-point tensors only")
-    if x.rank < 3:
-        raise ModelError(f"the input has rank {x.rank}; {node.op} needs (N, C, spatial...)")
-
-
 def _kernel(node: OnnxNode, w: Value) -> tuple[int, ...]:
     kernel = tuple(_static_dim(d, "the kernel size") for d in w.shape[2:])
     given = node.attr("kernel_shape")
@@ -250,7 +243,7 @@ def _grouped(
 @converter("Conv")
 def conv(node: OnnxNode, emit) -> list[Value]:
     x, w, b = node.need(0), node.need(1), node.input(2)
-    _float_input(node, x)
+    need_float(node, x)
     if w.rank != x.rank:
         raise ModelError(f"the weight has rank {w.rank}, the input {x.rank}")
     kernel = _kernel(node, w)
@@ -308,7 +301,7 @@ def conv(node: OnnxNode, emit) -> list[Value]:
 @converter("ConvTranspose")
 def conv_transpose(node: OnnxNode, emit) -> list[Value]:
     x, w, b = node.need(0), node.need(1), node.input(2)
-    _float_input(node, x)
+    need_float(node, x)
     if w.rank != x.rank:
         raise ModelError(f"the weight has rank {w.rank}, the input {x.rank}")
     kernel = _kernel(node, w)
@@ -460,8 +453,7 @@ def _counts(win: Window, spatial: Shape, include_pad: bool) -> np.ndarray | None
 @converter("AveragePool", "LpPool")
 def sum_pool(node: OnnxNode, emit) -> list[Value]:
     x = node.need(0)
-    if not x.is_float:
-        raise Unsupported(f"input of type {x.dtype}: {node.op} is computed on floating-point tensors only")
+    need_float(node, x)
     win, access, outs, xt = _pool_setup(node, emit, x)
     at = f"{xt}[{', '.join(outs[:2] + list(access.index))}]"
     shape = (x.shape[0], x.shape[1], *win.out)
@@ -491,8 +483,8 @@ def global_pool(node: OnnxNode, emit) -> list[Value]:
     x = node.need(0)
     if x.rank < 3:
         raise ModelError(f"the input has rank {x.rank}; {node.op} needs (N, C, spatial...)")
-    if node.op != "GlobalMaxPool" and not x.is_float:
-        raise Unsupported(f"input of type {x.dtype}: {node.op} is computed on floating-point tensors only")
+    if node.op != "GlobalMaxPool":
+        need_float(node, x)
     axes = tuple(range(2, x.rank))
     xt = emit.text(x)
     shape = (*x.shape[:2], *(const(1) for _ in axes))

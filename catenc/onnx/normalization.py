@@ -11,15 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from catenc.onnx.nn import Indices
-from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter
+from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, need_float
 from catenc.onnx.shape import reshaped, shape_text
 from catenc.onnx.values import NUMPY, Value, known_value
 from catenc.symbolic import const, product
-
-
-def _float(node: OnnxNode, x: Value) -> None:
-    if not x.is_float:
-        raise Unsupported(f"input of type {x.dtype}: {node.op} is computed on floating-point tensors only")
 
 
 def _no_extra_outputs(node: OnnxNode, what: str) -> None:
@@ -40,7 +35,7 @@ def _per_channel(node: OnnxNode, v: Value, channels) -> None:
 @converter("BatchNormalization")
 def batch_norm(node: OnnxNode, emit) -> list[Value]:
     x, scale, bias, mean, var = (node.need(i) for i in range(5))
-    _float(node, x)
+    need_float(node, x)
     if x.rank < 2:
         raise ModelError(f"the input has rank {x.rank}; BatchNormalization needs (N, C, ...)")
     for v in (scale, bias, mean, var):
@@ -109,7 +104,7 @@ def _stats_dtype(node: OnnxNode, x: Value) -> str:
 @converter("LayerNormalization", "RMSNormalization")
 def layer_norm(node: OnnxNode, emit) -> list[Value]:
     x, scale, bias = node.need(0), node.need(1), node.input(2)
-    _float(node, x)
+    need_float(node, x)
     axis = axis_of(node.attr("axis", -1), x.rank)
     eps = float(node.attr("epsilon", 1e-5))
     axes = tuple(range(axis, x.rank))
@@ -153,7 +148,7 @@ def _wanted(node: OnnxNode, k: int) -> bool:
 @converter("GroupNormalization", "InstanceNormalization")
 def group_norm(node: OnnxNode, emit) -> list[Value]:
     x, scale, bias = node.need(0), node.need(1), node.need(2)
-    _float(node, x)
+    need_float(node, x)
     if x.rank < 3:
         raise ModelError(f"the input has rank {x.rank}; {node.op} needs (N, C, spatial...)")
     channels = x.shape[1]
@@ -209,7 +204,7 @@ def _flattened(node: OnnxNode, x: Value, emit) -> tuple[Value, int]:
 @converter("Softmax", "LogSoftmax")
 def softmax(node: OnnxNode, emit) -> list[Value]:
     x = node.need(0)
-    _float(node, x)
+    need_float(node, x)
     if x.rank == 0:
         raise ModelError("the input is a scalar")
     v, axis = _flattened(node, x, emit)
@@ -259,7 +254,7 @@ def hardmax(node: OnnxNode, emit) -> list[Value]:
 @converter("LpNormalization")
 def lp_normalization(node: OnnxNode, emit) -> list[Value]:
     x = node.need(0)
-    _float(node, x)
+    need_float(node, x)
     axis = axis_of(node.attr("axis", -1), x.rank)
     p = int(node.attr("p", 2))
     xt = emit.text(x)
@@ -278,7 +273,7 @@ def lp_normalization(node: OnnxNode, emit) -> list[Value]:
 @converter("MeanVarianceNormalization")
 def mean_variance_normalization(node: OnnxNode, emit) -> list[Value]:
     x = node.need(0)
-    _float(node, x)
+    need_float(node, x)
     axes = tuple(sorted({axis_of(a, x.rank) for a in node.attr("axes", [0, 2, 3])}))
     xt = emit.text(x)
     red = f"axis={axes}, keepdims=True"

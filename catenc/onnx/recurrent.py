@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter, known_ints
+from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter, known_ints, need_float
 from catenc.onnx.shape import shape_text
 from catenc.onnx.values import Shape, Value, known_value
 from catenc.onnx.values import literal as lit
@@ -96,8 +96,7 @@ class _Layer:
 
 def _inputs(node: OnnxNode, emit) -> tuple[_Layer, int, dict[str, str | None]]:
     x, w, r = node.need(0), node.need(1), node.need(2)
-    if not x.is_float:
-        raise Unsupported(f"input of type {x.dtype}: {node.op} is computed on floating-point tensors only")
+    need_float(node, x)
     if x.rank != 3 or w.rank != 3 or r.rank != 3:
         raise ModelError("X, W and R must be 3-D")
     layout = node.attr("layout", 0)

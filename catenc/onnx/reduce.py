@@ -10,7 +10,7 @@ import numpy as np
 
 from catenc.onnx.elementwise import FOLD_LIMIT
 from catenc.onnx.nn import Indices
-from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter
+from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, need_float
 from catenc.onnx.shape import axes_input
 from catenc.onnx.values import Value, known_value
 from catenc.symbolic import const
@@ -59,8 +59,7 @@ def reduce(node: OnnxNode, emit) -> list[Value]:
         op = node.op[-3:].lower()
         return [emit.out(f"cast({op}(cast({emit.text(x)}, u8), {args}), bool)", "bool", shape)]
     if node.op == "ReduceLogSumExp":
-        if not x.is_float:
-            raise Unsupported(f"input of type {x.dtype}: ReduceLogSumExp is computed on floating-point tensors only")
+        need_float(node, x)
         xt = emit.text(x)
         m = emit.temp(f"max({xt}, axis={tuple(axes)}, keepdims=True)", x.dtype, reduced_shape(x, axes, True), "max")
         # an all -inf slice (or an empty one) has max -inf: shift by 0 there, so the result is log(0) = -inf

@@ -87,6 +87,13 @@ def decode_attribute(attribute, onnx) -> Any:
     return attribute
 
 
+def need_float(node: OnnxNode, x: Value) -> Value:
+    """x, an input the node computes on in floating point; Unsupported for another element type."""
+    if not x.is_float:
+        raise Unsupported(f"input of type {x.dtype}: {node.op} is computed on floating-point tensors only")
+    return x
+
+
 def axis_of(axis: int, rank: int, what: str = "axis") -> int:
     """A possibly negative axis as 0..rank-1."""
     if not -rank <= axis < max(rank, 1):

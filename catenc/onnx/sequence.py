@@ -9,22 +9,17 @@ picks the element of each rank below k.
 from __future__ import annotations
 
 from catenc.onnx.indexing import index_names, index_temp
-from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, known_ints
+from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, known_ints, need_float
 from catenc.onnx.shape import shape_text
 from catenc.onnx.values import Value
 from catenc.onnx.values import literal as lit
 from catenc.symbolic import const, floordiv
 
 
-def _float(node: OnnxNode, x: Value) -> None:
-    if not x.is_float:
-        raise Unsupported(f"input of type {x.dtype}: {node.op} is computed on floating-point tensors only")
-
-
 @converter("SwiGLU")
 def swiglu(node: OnnxNode, emit) -> list[Value]:
     a, b = node.need(0), node.need(1)
-    _float(node, a)
+    need_float(node, a)
     if a.shape != b.shape or a.dtype != b.dtype:
         raise ModelError("A and B must have one shape and one type")
     alpha = float(node.attr("alpha", 1.0))
@@ -74,7 +69,7 @@ def top_k(node: OnnxNode, emit) -> list[Value]:
 @converter("RotaryEmbedding")
 def rotary_embedding(node: OnnxNode, emit) -> list[Value]:
     x, cos, sin, positions = node.need(0), node.need(1), node.need(2), node.input(3)
-    _float(node, x)
+    need_float(node, x)
     if x.rank not in (3, 4):
         raise ModelError("the input must be (batch, heads, sequence, head size) or (batch, sequence, hidden)")
     heads = node.attr("num_heads", 0)

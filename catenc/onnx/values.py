@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from catenc.dtypes import DTYPES
 from catenc.symbolic import Expr, const
 
 # ONNX TensorProto.DataType -> catenc dtype name
@@ -32,21 +33,7 @@ ONNX_DTYPES = {
     16: "bf16",
 }
 # The numpy dtype a known value of each catenc dtype is held in (bf16 as float32 values).
-NUMPY = {
-    "bool": np.bool_,
-    "i8": np.int8,
-    "i16": np.int16,
-    "i32": np.int32,
-    "i64": np.int64,
-    "u8": np.uint8,
-    "u16": np.uint16,
-    "u32": np.uint32,
-    "u64": np.uint64,
-    "f16": np.float16,
-    "bf16": np.float32,
-    "f32": np.float32,
-    "f64": np.float64,
-}
+NUMPY = {name: dtype.numpy.type for name, dtype in DTYPES.items()} | {"bf16": np.float32}
 FLOATS = ("f16", "bf16", "f32", "f64")
 Dim = Expr
 Shape = tuple[Expr, ...]
