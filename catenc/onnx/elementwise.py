@@ -12,7 +12,7 @@ import numpy as np
 
 from catenc.dtypes import DTYPES
 from catenc.onnx.model import type_name
-from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter, need_float
+from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter, known_ints, need_float
 from catenc.onnx.values import FLOATS, NUMPY, ONNX_DTYPES, Value, broadcast, known_value
 from catenc.onnx.values import literal as lit
 
@@ -363,8 +363,8 @@ def dropout(node: OnnxNode, emit) -> list[Value]:
     """Inference: the input unchanged, and a mask of all True where one is asked for."""
     x = node.need(0)
     training, ratio = node.input(2), node.input(1)
-    drops = ratio is None or not ratio.is_known or float(np.asarray(ratio.known)) != 0.0
-    if training is not None and (not training.is_known or bool(np.asarray(training.known).any())) and drops:
+    trains = training is not None and any(known_ints(training, "the training_mode (input 2)"))
+    if trains and (ratio is None or float(known_ints(ratio, "the ratio (input 1)")[0]) != 0.0):  # 0 keeps all
         raise Unsupported("training_mode (random dropout) is not supported; export the model in eval mode")
     if len(node.outputs) > 1 and node.outputs[1]:
         return [x, emit.out(f"isnan({emit.text(x)}) | True", "bool", x.shape, k=1)]

@@ -456,7 +456,7 @@ def trilu(node: OnnxNode, emit) -> list[Value]:
 def one_hot(node: OnnxNode, emit) -> list[Value]:
     indices, depth_value, values = node.need(0), node.need(1), node.need(2)
     if not depth_value.is_known:
-        raise Unsupported("a depth computed at run time")
+        known_ints(depth_value, "the depth (input 1)")  # raises: the depth decides the output's shape
     if depth_value.known.size != 1 or values.shape != (const(2),):
         raise ModelError("depth must be one value and values two: [off, on]")
     depth = _int(np.asarray(depth_value.known).reshape(-1)[0])

@@ -337,7 +337,7 @@ def freeze_inputs(test: NodeTest, err: CatencError) -> NodeTest | None:
         for name in [n.input[index] for n in nodes if index < len(n.input)]:
             position = inputs.index(name) if name in inputs else len(test.inputs)
             value = test.inputs[position] if position < len(test.inputs) else None
-            if isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind in "iuf" and name not in names:
+            if isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind in "biuf" and name not in names:
                 names.append(name)
     if not names:
         return None
