@@ -186,7 +186,7 @@ def inline_decision(producer: Compute, sites: list[Site], element_bytes: int, re
         return False, f"an expression {producer.body.summary.depth} deep (inlining stops at {MAX_INLINED_DEPTH})"
     if is_cheap(producer.body):
         return True, "cheap elementwise"
-    if _has_contraction(producer.body) and any(enclosing for _, _, enclosing in sites):
+    if any(enclosing for _, _, enclosing in sites) and _has_contraction(producer.body):
         # a sum of products is a packed gemm kernel of its own (schedule/contractions.py); inside
         # another reduction (a convolution under a global average pool) it would be plain loops
         return False, "a contraction read inside a reduction (it keeps its gemm kernel)"
