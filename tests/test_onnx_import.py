@@ -368,3 +368,32 @@ def test_an_error_in_the_imported_program_says_where_to_see_it(tmp_path):
         "`catenc import model.onnx` writes that file"
     )
     assert catenc(tmp_path, "compile", "model.onnx", "--runtime", "cuda", "--weights", "external", "-S").returncode == 0
+
+
+def test_attention_heads_merged_by_a_reshape_keep_their_gemm(tmp_path):
+    """The exporter's `(p @ v).transpose(1, 2).reshape(B, T, C)`: the product stays a packed gemm
+    (its output written transposed); read through the reshape it was a division-indexed loop."""
+    from catenc.driver import plan_file
+    from catenc.plan import Options
+    from tests.conftest import runtime
+
+    text = """
+[composite.heads]
+inputs = ["p: f32[1, 4, 32, 32]", "v: f32[1, 4, 32, 16]", "w: f32[64, 64]"]
+outputs = ["y: f32[1, 32, 64]"]
+body = '''
+o = p @ v
+merged = reshape(transpose(o, [0, 2, 1, 3]), [1, 32, 64])
+y = merged @ w
+'''
+"""
+    (tmp_path / "heads.toml").write_text(text)
+    entry = plan_file(str(tmp_path / "heads.toml"), Options(runtime())).entries[0]
+    gemms = [note for note in entry.schedule.notes if "a packed gemm kernel" in note]
+    assert len(gemms) == 2, entry.schedule.notes
+    assert any("1*4 x [32 x 32] @ [32 x 16]" in note for note in gemms)
+    library = compile_file(tmp_path / "heads.toml", tmp_path / "out")
+    rng = np.random.default_rng(0)
+    p, v, w = (rng.standard_normal(s).astype(np.float32) for s in ((1, 4, 32, 32), (1, 4, 32, 16), (64, 64)))
+    want = (p @ v).transpose(0, 2, 1, 3).reshape(1, 32, 64) @ w
+    np.testing.assert_allclose(library.entries["heads"](p, v, w), want, rtol=1e-4, atol=1e-4)
