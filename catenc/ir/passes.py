@@ -190,10 +190,6 @@ def inline_decision(producer: Compute, sites: list[Site], element_bytes: int, re
         # a sum of products is a packed gemm kernel of its own (schedule/contractions.py); inside
         # another reduction (a convolution under a global average pool) it would be plain loops
         return False, "a contraction read inside a reduction (it keeps its gemm kernel)"
-    if any(not _plain(load) for _, load, _ in sites) and _has_contraction(producer.body):
-        # read through a reshape that splits or merges axes (attention's heads merged back,
-        # h*D + d), its output index would be a division: plain loops instead of a gemm
-        return False, "a contraction read through a reshape (it keeps its gemm kernel)"
     per_read = _evaluations(sites)
     evaluations = sum(per_read.values(), ZERO)
     made = elements(producer)
@@ -213,6 +209,10 @@ def inline_decision(producer: Compute, sites: list[Site], element_bytes: int, re
         return False, f"{kind} read at {len(per_read)} places: recomputing it costs more than storing it"
     if len(per_read) > rereads:
         return False, f"{kind} read at {len(per_read)} places (recomputed at up to {rereads})"
+    if any(not _plain(load) for _, load, _ in sites) and _has_contraction(producer.body):
+        # read through a reshape that splits or merges axes (attention's heads merged back,
+        # h*D + d), its output index would be a division: plain loops instead of a gemm
+        return False, "a contraction read through a reshape (it keeps its gemm kernel)"
     return True, f"{kind} whose recomputation at {len(per_read)} place(s) costs less than storing it"
 
 
