@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from catenc import __version__
 from catenc.codegen.c import CRenderer, buffer_args, prelude_tables
 from catenc.codegen.constants import constant_array
-from catenc.codegen.gemm import render_gemm_support
+from catenc.codegen.gemm import called_drivers, render_gemm_support
 from catenc.codegen.gpu import GpuRenderer, launch_plan, status_offsets, temp_offsets
 from catenc.codegen.jinja import environment
 from catenc.codegen.names import Renamer, Reserved, collect_names, fresh_names
@@ -168,8 +168,9 @@ def render_source(
     prelude = _ENV.get_template("prelude.c.j2").render(**prelude_tables())
     prelude += "\n" + _ENV.get_template("vecmath.c.j2").render()
     tiles = gemm_tiles(entries)
-    if tiles:
-        prelude += "\n" + render_gemm_support(tiles)
+    if tiles:  # only the drivers a kernel calls: the rest would be compiled for nothing
+        calls = ((k, buffer_args(e.schedule.graph.buffers)) for e in entries for k in e.kernels)
+        prelude += "\n" + render_gemm_support(tiles, called_drivers(calls))
     context = [_entry_context(e, renderer, profile) for e, _ in renamed_entries(entries, renderer)]
     return _ENV.get_template("model.c.j2").render(
         source_name=f"{stem}{suffix}",

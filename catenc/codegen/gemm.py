@@ -2,13 +2,19 @@
 
 The compiler generates, per contraction, two packing functions that evaluate the operand
 expressions into the packed panel layouts documented in ``templates/gemm.c.j2`` and calls
-``catenc_gemm_<dtype>``; this module renders that support code from the tiles the schedule chose
-(catenc/schedule/tiles.py).
+``catenc_gemm_<dtype>`` (or ``catenc_gemm_direct_a_<dtype>``); this module renders that support
+code from the tiles the schedule chose (catenc/schedule/tiles.py), for the drivers a file calls.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from enum import Enum
+
 from catenc.codegen.jinja import environment
+from catenc.lower.gemm import direct_a
+from catenc.lower.lanes import Storage
+from catenc.lower.loops import Gemm, LoopKernel, iter_stmts
 from catenc.schedule.tiles import (
     BATCH_FLOPS,
     CTYPES,
@@ -47,12 +53,35 @@ def _kernels(mr: int, nv: int) -> list[tuple[int, int]]:
     return [(rows, nv) for rows in _row_variants(mr)] + [(mr, v) for v in range(1, nv)]
 
 
-def render_gemm_support(tiles: dict[str, GemmTiles]) -> str:
-    """C text defining the packing typedef, tile macros, micro-kernel and driver for each dtype in `tiles`."""
+class Driver(Enum):
+    """An entry point of the support code: both operands packed, or A read in place."""
+
+    PACKED = "catenc_gemm"
+    DIRECT_A = "catenc_gemm_direct_a"
+
+
+def called_drivers(kernels: Iterable[tuple[LoopKernel, Mapping[str, Storage]]]) -> dict[str, frozenset[Driver]]:
+    """The drivers the Gemm statements of these kernels (each with its buffers) call, by dtype."""
+    called: dict[str, set[Driver]] = {}
+    for kernel, buffers in kernels:
+        for stmt in iter_stmts(kernel.body):
+            if isinstance(stmt, Gemm):
+                c = stmt.contraction
+                driver = Driver.PACKED if direct_a(c, buffers) is None else Driver.DIRECT_A
+                called.setdefault(c.dtype.name, set()).add(driver)
+    return {dtype: frozenset(drivers) for dtype, drivers in called.items()}
+
+
+def render_gemm_support(tiles: dict[str, GemmTiles], drivers: Mapping[str, frozenset[Driver]] | None = None) -> str:
+    """C text defining the packing typedef, tile macros, micro-kernels and drivers for each dtype in
+    `tiles`: only the `drivers` called of each (None: all of every dtype; a dtype without any: none)."""
     dtypes = []
     for dtype in sorted(tiles):
         t = tiles[dtype]
         t.check(dtype)
+        called = frozenset(Driver) if drivers is None else drivers.get(dtype, frozenset())
+        if not called:
+            continue
         ctype, size = CTYPES[dtype]
         lanes = t.vector_bytes // size
         nv = t.nr // lanes
@@ -74,8 +103,12 @@ def render_gemm_support(tiles: dict[str, GemmTiles]) -> str:
                 "kernels": _kernels(t.mr, nv),
                 "unroll": UNROLL,
                 "pack_elements": pack_elements(t, sym("M"), sym("N"), sym("K")).render(_NONNEGATIVE_C),
+                "packed": Driver.PACKED in called,
+                "direct": Driver.DIRECT_A in called,
             }
         )
+    if not dtypes:
+        return ""
     return _ENV.get_template("gemm.c.j2").render(
         dtypes=dtypes, parallel_flops=PARALLEL_FLOPS, flops_per_thread=FLOPS_PER_THREAD, batch_flops=BATCH_FLOPS
     )
