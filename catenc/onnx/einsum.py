@@ -14,7 +14,6 @@ import math
 
 import numpy as np
 
-from catenc.onnx.indexing import index_names, index_temp
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter
 from catenc.onnx.values import ONNX_DTYPES, Shape, Value, broadcast
 from catenc.onnx.values import literal as lit
@@ -79,7 +78,7 @@ def einsum(node: OnnxNode, emit) -> list[Value]:
         if output == "".join(terms) and len(terms) == 1:
             return [operands[0]]
         return [emit.out(f'einsum("{",".join(terms)}->{output}", {", ".join(texts)})', dtype, shape)]
-    names = dict(zip(sorted(sizes), index_names(emit, len(sizes)), strict=True))
+    names = dict(zip(sorted(sizes), [i.name for i in emit.index_names().numbered(len(sizes))], strict=True))
     reads = []
     for term, text, value in zip(terms, texts, operands, strict=True):
         subs = [names[c] if dim == sizes[c] else "0" for c, dim in zip(term, value.shape, strict=True)]
@@ -92,8 +91,8 @@ def einsum(node: OnnxNode, emit) -> list[Value]:
     if not output:  # a scalar: index form needs an axis, so one of length 1, then its element
         if not summed:
             return [emit.out(expr, dtype, ())]
-        (one,) = index_names(emit, len(sizes) + 1)[-1:]
-        total = index_temp(emit, [one], expr, dtype, (const(1),), "total")
+        one = emit.index_names().numbered(len(sizes) + 1)[-1].name
+        total = emit.index_temp([one], expr, dtype, (const(1),), "total")
         return [emit.out(f"{total.name}[0]", dtype, ())]
     return [emit.out_index([names[c] for c in output], expr, dtype, shape)]
 
@@ -145,12 +144,12 @@ def _structure(node: OnnxNode, q: Value, total: Expr, past: Expr | None, emit) -
         lengths = emit.text(nonpad)
         if nonpad.rank != 1:
             raise ModelError("nonpad_kv_seqlen must be 1-D")
-        idx = index_names(emit, 4)
+        idx = [i.name for i in emit.index_names().numbered(4)]
         bi, i, j = idx[0], idx[2], idx[3]
         conditions.append(f"({j} < {lengths}[{bi}])")
         offset = f"{lengths}[{bi}] - {lit(s, 'i64')}"
     else:
-        idx = index_names(emit, 2)
+        idx = [i.name for i in emit.index_names().numbered(2)]
         i, j = idx
         offset = lit(past or const(0), "i64")
     front = f"{i} + {offset}"
@@ -162,7 +161,7 @@ def _structure(node: OnnxNode, q: Value, total: Expr, past: Expr | None, emit) -
         conditions.append(f"({j} - ({front}) <= {right})")
     expr = f"cast(where({' & '.join(conditions)}, 0.0, -inf), {q.dtype})"
     shape: Shape = (s, total) if nonpad is None else (b, const(1), s, total)
-    return index_temp(emit, idx, expr, q.dtype, shape, "structure")
+    return emit.index_temp(idx, expr, q.dtype, shape, "structure")
 
 
 def _mask_bias(mask: Value, q: Value, total: Expr, emit) -> Value:
@@ -291,10 +290,10 @@ def attention(node: OnnxNode, emit) -> list[Value]:
 
 def _repeat_heads(value: Value, heads: Expr, group: int, emit, hint: str) -> Value:
     text = emit.text(value)
-    idx = index_names(emit, 4)
+    idx = [i.name for i in emit.index_names().numbered(4)]
     read = f"{text}[{idx[0]}, {idx[1]} // {group}, {idx[2]}, {idx[3]}]"
     shape = (value.shape[0], heads) + value.shape[2:]
-    return index_temp(emit, idx, read, value.dtype, shape, hint)
+    return emit.index_temp(idx, read, value.dtype, shape, hint)
 
 
 def _softmax(node: OnnxNode, logits: Value, bias: Value | None, emit) -> Value:

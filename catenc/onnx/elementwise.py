@@ -11,10 +11,12 @@ from collections.abc import Callable
 import numpy as np
 
 from catenc.dtypes import DTYPES
+from catenc.onnx import builder as B
+from catenc.onnx.builder import Group, Lit, Node, call, cast, lit, num, where
+from catenc.onnx.emitter import Emitter
 from catenc.onnx.model import type_name
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter, known_ints, need_float
 from catenc.onnx.values import FLOATS, NUMPY, ONNX_DTYPES, Value, broadcast, known_value
-from catenc.onnx.values import literal as lit
 
 FOLD_LIMIT = 1 << 20  # elements: larger results are computed by the library, not at import
 
@@ -57,127 +59,127 @@ def _int_div(a, b):
     return np.where(b == 0, 0, q).astype(a.dtype)
 
 
-# ONNX op -> (body template over {0}, {1}, ...; numpy folding function)
-_UNARY = {
-    "Abs": ("abs({0})", np.abs),
-    "Neg": ("-{0}", symbolic(np.negative)),
-    "Exp": ("exp({0})", np.exp),
-    "Log": ("log({0})", np.log),
-    "Sqrt": ("sqrt({0})", np.sqrt),
-    "Reciprocal": ("reciprocal({0})", np.reciprocal),
-    "Sin": ("sin({0})", np.sin),
-    "Cos": ("cos({0})", np.cos),
-    "Tan": ("tan({0})", np.tan),
-    "Tanh": ("tanh({0})", np.tanh),
-    "Sinh": ("sinh({0})", np.sinh),
-    "Cosh": ("cosh({0})", np.cosh),
-    "Asin": ("asin({0})", np.arcsin),
-    "Acos": ("acos({0})", np.arccos),
-    "Atan": ("atan({0})", np.arctan),
-    "Asinh": ("log({0} + sqrt({0} * {0} + 1.0))", np.arcsinh),
-    "Acosh": ("log({0} + sqrt({0} * {0} - 1.0))", np.arccosh),
-    "Atanh": ("0.5 * log((1.0 + {0}) / (1.0 - {0}))", np.arctanh),
-    "Erf": ("erf({0})", None),
-    "Floor": ("floor({0})", np.floor),
-    "Ceil": ("ceil({0})", np.ceil),
-    "Round": ("round({0})", np.round),
-    "Sign": ("sign({0})", np.sign),
-    "Relu": ("relu({0})", lambda x: np.maximum(x, 0)),
-    "Sigmoid": ("sigmoid({0})", None),
-    "Softplus": ("softplus({0})", None),
-    "Softsign": ("{0} / (1.0 + abs({0}))", None),
-    "Mish": ("{0} * tanh(softplus({0}))", None),
-    "IsNaN": ("isnan({0})", np.isnan),
-    "Not": ("~{0}", np.logical_not),
-    "BitwiseNot": ("~{0}", np.invert),
+# ONNX op -> (the body expression of x; numpy folding function)
+_UNARY: dict[str, tuple[Callable[[Node], Node], Callable | None]] = {
+    "Abs": (lambda x: call("abs", x), np.abs),
+    "Neg": (lambda x: -x, symbolic(np.negative)),
+    "Exp": (lambda x: call("exp", x), np.exp),
+    "Log": (lambda x: call("log", x), np.log),
+    "Sqrt": (lambda x: call("sqrt", x), np.sqrt),
+    "Reciprocal": (lambda x: call("reciprocal", x), np.reciprocal),
+    "Sin": (lambda x: call("sin", x), np.sin),
+    "Cos": (lambda x: call("cos", x), np.cos),
+    "Tan": (lambda x: call("tan", x), np.tan),
+    "Tanh": (lambda x: call("tanh", x), np.tanh),
+    "Sinh": (lambda x: call("sinh", x), np.sinh),
+    "Cosh": (lambda x: call("cosh", x), np.cosh),
+    "Asin": (lambda x: call("asin", x), np.arcsin),
+    "Acos": (lambda x: call("acos", x), np.arccos),
+    "Atan": (lambda x: call("atan", x), np.arctan),
+    "Asinh": (lambda x: call("log", x + call("sqrt", x * x + 1.0)), np.arcsinh),
+    "Acosh": (lambda x: call("log", x + call("sqrt", x * x - 1.0)), np.arccosh),
+    "Atanh": (lambda x: 0.5 * call("log", (1.0 + x) / (1.0 - x)), np.arctanh),
+    "Erf": (lambda x: call("erf", x), None),
+    "Floor": (lambda x: call("floor", x), np.floor),
+    "Ceil": (lambda x: call("ceil", x), np.ceil),
+    "Round": (lambda x: call("round", x), np.round),
+    "Sign": (lambda x: call("sign", x), np.sign),
+    "Relu": (lambda x: call("relu", x), lambda x: np.maximum(x, 0)),
+    "Sigmoid": (lambda x: call("sigmoid", x), None),
+    "Softplus": (lambda x: call("softplus", x), None),
+    "Softsign": (lambda x: x / (1.0 + call("abs", x)), None),
+    "Mish": (lambda x: x * call("tanh", call("softplus", x)), None),
+    "IsNaN": (lambda x: call("isnan", x), np.isnan),
+    "Not": (lambda x: ~x, np.logical_not),
+    "BitwiseNot": (lambda x: ~x, np.invert),
 }
 _FLOAT_ONLY = frozenset(_UNARY) - {"Abs", "Neg", "Sign", "Relu", "Not", "BitwiseNot"}
 
 
 @converter(*_UNARY)
-def unary(node: OnnxNode, emit) -> list[Value]:
+def unary(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
-    template, fn = _UNARY[node.op]
+    build, fn = _UNARY[node.op]
     if node.op in _FLOAT_ONLY and node.op != "IsNaN":
         need_float(node, x)
     dtype = "bool" if node.op == "IsNaN" else x.dtype
     if fn is not None and (folded := fold(node, [x], fn, dtype)):
         return [folded]
-    return [emit.out(template.format(emit.text(x)), dtype, x.shape)]
+    return [emit.out(build(emit.ref(x)), dtype, x.shape)]
 
 
 @converter("Identity")
-def identity(node: OnnxNode, emit) -> list[Value]:
+def identity(node: OnnxNode, emit: Emitter) -> list[Value]:
     return [node.need(0)]
 
 
-# ONNX op -> (body operator or function, numpy folding function)
+# ONNX op -> (body operator, numpy folding function)
 _BINARY = {
-    "Add": ("{0} + {1}", symbolic(np.add)),
-    "Sub": ("{0} - {1}", symbolic(np.subtract)),
-    "Mul": ("{0} * {1}", symbolic(np.multiply)),
-    "Equal": ("{0} == {1}", symbolic(np.equal)),
-    "Less": ("{0} < {1}", np.less),
-    "LessOrEqual": ("{0} <= {1}", np.less_equal),
-    "Greater": ("{0} > {1}", np.greater),
-    "GreaterOrEqual": ("{0} >= {1}", np.greater_equal),
-    "And": ("{0} & {1}", np.logical_and),
-    "Or": ("{0} | {1}", np.logical_or),
-    "Xor": ("{0} ^ {1}", np.logical_xor),
-    "BitwiseAnd": ("{0} & {1}", np.bitwise_and),
-    "BitwiseOr": ("{0} | {1}", np.bitwise_or),
-    "BitwiseXor": ("{0} ^ {1}", np.bitwise_xor),
+    "Add": ("+", symbolic(np.add)),
+    "Sub": ("-", symbolic(np.subtract)),
+    "Mul": ("*", symbolic(np.multiply)),
+    "Equal": ("==", symbolic(np.equal)),
+    "Less": ("<", np.less),
+    "LessOrEqual": ("<=", np.less_equal),
+    "Greater": (">", np.greater),
+    "GreaterOrEqual": (">=", np.greater_equal),
+    "And": ("&", np.logical_and),
+    "Or": ("|", np.logical_or),
+    "Xor": ("^", np.logical_xor),
+    "BitwiseAnd": ("&", np.bitwise_and),
+    "BitwiseOr": ("|", np.bitwise_or),
+    "BitwiseXor": ("^", np.bitwise_xor),
 }
 _COMPARISONS = frozenset(("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"))
 
 
 @converter(*_BINARY)
-def binary(node: OnnxNode, emit) -> list[Value]:
+def binary(node: OnnxNode, emit: Emitter) -> list[Value]:
     a, b = node.need(0), node.need(1)
-    template, fn = _BINARY[node.op]
+    op, fn = _BINARY[node.op]
     dtype = "bool" if node.op in _COMPARISONS else a.dtype
     shape = result_shape(node, [a, b])
     if folded := fold(node, [a, b], fn, dtype):
         return [folded]
-    return [emit.out(template.format(emit.text(a), emit.text(b)), dtype, shape)]
+    return [emit.out(B.binary(op, emit.ref(a), emit.ref(b)), dtype, shape)]
 
 
 @converter("Div")
-def div(node: OnnxNode, emit) -> list[Value]:
+def div(node: OnnxNode, emit: Emitter) -> list[Value]:
     a, b = node.need(0), node.need(1)
     shape = result_shape(node, [a, b])
     if a.is_float:
         if folded := fold(node, [a, b], np.true_divide, a.dtype):
             return [folded]
-        return [emit.out(f"{emit.text(a)} / {emit.text(b)}", a.dtype, shape)]
+        return [emit.out(emit.ref(a) / emit.ref(b), a.dtype, shape)]
     if folded := fold(node, [a, b], symbolic(_int_div), a.dtype):
         return [folded]
     # integer division truncates toward zero in ONNX; the body's // floors (docs/language.md)
-    ta, tb = emit.text(a), emit.text(b)
-    q = f"{ta} // {tb}"
+    ta, tb = emit.ref(a), emit.ref(b)
+    q = ta // tb
     if a.dtype.startswith("u"):
         return [emit.out(q, a.dtype, shape)]
-    fix = f"where(({ta} % {tb} != 0) & (({ta} < 0) != ({tb} < 0)), {q} + 1, {q})"
+    fix = where((ta % tb).ne(0) & (ta < 0).ne(tb < 0), q + 1, q)
     return [emit.out(fix, a.dtype, shape)]
 
 
 @converter("Mod")
-def mod(node: OnnxNode, emit) -> list[Value]:
+def mod(node: OnnxNode, emit: Emitter) -> list[Value]:
     a, b = node.need(0), node.need(1)
     shape = result_shape(node, [a, b])
-    ta, tb = emit.text(a), emit.text(b)
+    ta, tb = emit.ref(a), emit.ref(b)
     if node.attr("fmod", 0):  # the sign of the dividend, as C's fmod
         if a.is_float:
-            return [emit.out(f"{ta} - {tb} * trunc({ta} / {tb})", a.dtype, shape)]
-        r = f"{ta} % {tb}"
-        return [emit.out(f"where(({r} != 0) & (({ta} < 0) != ({tb} < 0)), {r} - {tb}, {r})", a.dtype, shape)]
+            return [emit.out(ta - tb * call("trunc", ta / tb), a.dtype, shape)]
+        r = ta % tb
+        return [emit.out(where(r.ne(0) & (ta < 0).ne(tb < 0), r - tb, r), a.dtype, shape)]
     if folded := fold(node, [a, b], symbolic(lambda x, y: x % y), a.dtype):
         return [folded]
-    return [emit.out(f"{ta} % {tb}", a.dtype, shape)]
+    return [emit.out(ta % tb, a.dtype, shape)]
 
 
 @converter("BitShift")
-def bit_shift(node: OnnxNode, emit) -> list[Value]:
+def bit_shift(node: OnnxNode, emit: Emitter) -> list[Value]:
     """x << y as x * 2**y in the unsigned type of x's width (wrapping), x >> y as x // 2**y
     (floor: an arithmetic shift); a shift below 0 or not below the width gives 0, or -1 for a
     negative x shifted right, as ONNX's node tests define."""
@@ -189,39 +191,40 @@ def bit_shift(node: OnnxNode, emit) -> list[Value]:
     direction = node.attr("direction", "")
     if direction not in ("LEFT", "RIGHT"):
         raise ModelError(f"direction '{direction}' (LEFT or RIGHT)")
-    x, y = emit.text(a), emit.text(b)
+    x, y = emit.ref(a), emit.ref(b)
     bits = DTYPES[dtype].bits
-    valid = f"({y} >= 0) & ({y} < {bits})"
+    valid = (y >= 0) & (y < bits)
     unsigned = "u" + str(bits)
 
-    def power(of: str) -> str:
-        return f"cast(exp2(cast(where({valid}, {y}, 0), f64)), {of})"
+    def power(of: str) -> Node:
+        return cast(call("exp2", cast(where(valid, y, 0), "f64")), of)
 
     if direction == "LEFT":
-        shifted = f"cast(cast({x}, {unsigned}) * {power(unsigned)}, {dtype})"
-        return [emit.out(f"where({valid}, {shifted}, 0)", dtype, shape)]
+        shifted = cast(cast(x, unsigned) * power(unsigned), dtype)
+        return [emit.out(where(valid, shifted, 0), dtype, shape)]
     if dtype.startswith("u"):
-        return [emit.out(f"where({valid}, {x} // {power(dtype)}, 0)", dtype, shape)]
-    shifted = f"cast(cast({x}, i64) // {power('i64')}, {dtype})"
-    return [emit.out(f"where({valid}, {shifted}, where({x} < 0, -1, 0))", dtype, shape)]
+        return [emit.out(where(valid, x // power(dtype), 0), dtype, shape)]
+    shifted = cast(cast(x, "i64") // power("i64"), dtype)
+    return [emit.out(where(valid, shifted, where(x < 0, -1, 0)), dtype, shape)]
 
 
 @converter("Pow")
-def power(node: OnnxNode, emit) -> list[Value]:
+def power(node: OnnxNode, emit: Emitter) -> list[Value]:
     a, b = node.need(0), node.need(1)
     shape = result_shape(node, [a, b])
     if folded := fold(node, [a, b], np.power, a.dtype):
         return [folded]
+    base = emit.ref(a)
     if b.is_known and b.known.ndim == 0 and b.known.dtype != object and float(b.known) == 2.0:
-        return [emit.out(f"{emit.text(a)} * {emit.text(a)}", a.dtype, shape)]
-    exponent = emit.text(b)
+        return [emit.out(base * base, a.dtype, shape)]
+    exponent = emit.ref(b)
     if b.dtype != a.dtype and not (b.is_known and b.known.ndim == 0):
-        exponent = f"cast({exponent}, {a.dtype})"
-    return [emit.out(f"pow({emit.text(a)}, {exponent})", a.dtype, shape)]
+        exponent = cast(exponent, a.dtype)
+    return [emit.out(call("pow", base, exponent), a.dtype, shape)]
 
 
 @converter("Max", "Min", "Sum", "Mean")
-def variadic(node: OnnxNode, emit) -> list[Value]:
+def variadic(node: OnnxNode, emit: Emitter) -> list[Value]:
     values = [v for v in node.inputs if v is not None]
     if not values:
         raise ModelError("needs at least one input")
@@ -238,100 +241,97 @@ def variadic(node: OnnxNode, emit) -> list[Value]:
                 break
         if folded is not None:
             return [folded]
-    texts = [emit.text(v) for v in values]
-    if node.op in ("Max", "Min"):
-        fn = "maximum" if node.op == "Max" else "minimum"
-        expr = texts[0]
-        for t in texts[1:]:
-            expr = f"{fn}({expr}, {t})"
-    else:
-        expr = " + ".join(texts)
-        if node.op == "Mean":
-            expr = f"({expr}) / {float(len(texts))!r}"
+    first, *rest = (emit.ref(v) for v in values)
+    expr = first
+    pick = {"Max": "maximum", "Min": "minimum"}.get(node.op)
+    for term in rest:
+        expr = call(pick, expr, term) if pick else expr + term
+    if node.op == "Mean":
+        expr = Group(expr) / float(len(values))
     return [emit.out(expr, dtype, shape)]
 
 
-@converter("LeakyRelu", "Elu", "Selu", "Celu", "ThresholdedRelu", "HardSigmoid", "HardSwish", "Shrink", "Gelu")
-def activation(node: OnnxNode, emit) -> list[Value]:
+# ONNX op -> (its attributes' defaults, the body expression of x and the attributes)
+_ACTIVATIONS: dict[str, tuple[dict[str, object], Callable[[Node, dict], Node]]] = {
+    "LeakyRelu": ({"alpha": 0.01}, lambda x, a: where(x >= 0.0, x, a["alpha"] * x)),
+    "Elu": ({"alpha": 1.0}, lambda x, a: where(x > 0.0, x, a["alpha"] * call("expm1", x))),
+    "Selu": (
+        {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875},
+        lambda x, a: a["gamma"] * where(x > 0.0, x, a["alpha"] * call("expm1", x)),
+    ),
+    "Celu": (
+        {"alpha": 1.0},
+        lambda x, a: call("maximum", x, 0.0) + call("minimum", 0.0, a["alpha"] * call("expm1", x / a["alpha"])),
+    ),
+    "ThresholdedRelu": ({"alpha": 1.0}, lambda x, a: where(x > a["alpha"], x, 0.0)),
+    "HardSigmoid": ({"alpha": 0.2, "beta": 0.5}, lambda x, a: call("clip", a["alpha"] * x + a["beta"], 0.0, 1.0)),
+    "HardSwish": ({}, lambda x, a: x * call("clip", x / 6.0 + 0.5, 0.0, 1.0)),
+    "Shrink": (
+        {"bias": 0.0, "lambd": 0.5},
+        lambda x, a: where(x < -num(a["lambd"]), x + a["bias"], where(x > a["lambd"], x - a["bias"], 0.0)),
+    ),
+    "Gelu": ({"approximate": "none"}, lambda x, a: call(_GELU[a["approximate"]], x)),
+}
+_GELU = {"none": "gelu", "tanh": "gelu_tanh"}
+
+
+@converter(*_ACTIVATIONS)
+def activation(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
     need_float(node, x)
-    t = emit.text(x)
-    a = node.attr
-    if node.op == "LeakyRelu":
-        expr = f"where({t} >= 0.0, {t}, {a('alpha', 0.01)!r} * {t})"
-    elif node.op == "Elu":
-        expr = f"where({t} > 0.0, {t}, {a('alpha', 1.0)!r} * expm1({t}))"
-    elif node.op == "Selu":
-        alpha, gamma = a("alpha", 1.67326319217681884765625), a("gamma", 1.05070102214813232421875)
-        expr = f"{gamma!r} * where({t} > 0.0, {t}, {alpha!r} * expm1({t}))"
-    elif node.op == "Celu":
-        alpha = a("alpha", 1.0)
-        expr = f"maximum({t}, 0.0) + minimum(0.0, {alpha!r} * expm1({t} / {alpha!r}))"
-    elif node.op == "ThresholdedRelu":
-        expr = f"where({t} > {a('alpha', 1.0)!r}, {t}, 0.0)"
-    elif node.op == "HardSigmoid":
-        expr = f"clip({a('alpha', 0.2)!r} * {t} + {a('beta', 0.5)!r}, 0.0, 1.0)"
-    elif node.op == "HardSwish":
-        expr = f"{t} * clip({t} / 6.0 + 0.5, 0.0, 1.0)"
-    elif node.op == "Shrink":
-        bias, lambd = a("bias", 0.0), a("lambd", 0.5)
-        expr = f"where({t} < -{lambd!r}, {t} + {bias!r}, where({t} > {lambd!r}, {t} - {bias!r}, 0.0))"
-    else:
-        approximate = a("approximate", "none")
-        if approximate not in ("none", "tanh"):
-            raise Unsupported(f"approximate='{approximate}'")
-        expr = f"gelu({t})" if approximate == "none" else f"gelu_tanh({t})"
-    return [emit.out(expr, x.dtype, x.shape)]
+    defaults, build = _ACTIVATIONS[node.op]
+    attrs = {name: node.attr(name, default) for name, default in defaults.items()}
+    if attrs.get("approximate", "none") not in _GELU:
+        raise Unsupported(f"approximate='{attrs['approximate']}'")
+    return [emit.out(build(emit.ref(x), attrs), x.dtype, x.shape)]
 
 
 @converter("PRelu")
-def prelu(node: OnnxNode, emit) -> list[Value]:
+def prelu(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, slope = node.need(0), node.need(1)
     shape = result_shape(node, [x, slope])
-    t = emit.text(x)
-    return [emit.out(f"where({t} < 0.0, {emit.text(slope)} * {t}, {t})", x.dtype, shape)]
+    t = emit.ref(x)
+    return [emit.out(where(t < 0.0, emit.ref(slope) * t, t), x.dtype, shape)]
 
 
 @converter("Clip")
-def clip(node: OnnxNode, emit) -> list[Value]:
+def clip(node: OnnxNode, emit: Emitter) -> list[Value]:
+    """min and max are inputs (registry.py turns opset 6's attributes into them)."""
     x = node.need(0)
-    if node.opset < 11:
-        low, high = node.attr("min"), node.attr("max")
-        bounds = [None if b is None else lit(b, x.dtype) for b in (low, high)]
-    else:
-        bounds = [None if v is None else emit.text(v) for v in (node.input(1), node.input(2))]
-    expr = emit.text(x)
-    if bounds[0] is not None:
-        expr = f"maximum({expr}, {bounds[0]})"
-    if bounds[1] is not None:
-        expr = f"minimum({expr}, {bounds[1]})"
-    if bounds == [None, None]:
+    low, high = node.input(1), node.input(2)
+    if low is None and high is None:
         return [x]
+    expr = emit.ref(x)
+    if low is not None:
+        expr = call("maximum", expr, emit.ref(low))
+    if high is not None:
+        expr = call("minimum", expr, emit.ref(high))
     return [emit.out(expr, x.dtype, x.shape)]
 
 
 @converter("IsInf")
-def isinf(node: OnnxNode, emit) -> list[Value]:
+def isinf(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
-    t = emit.text(x)
+    t = emit.ref(x)
     negative, positive = node.attr("detect_negative", 1), node.attr("detect_positive", 1)
-    expr = {(1, 1): f"isinf({t})", (1, 0): f"{t} == -inf", (0, 1): f"{t} == inf"}.get((negative, positive))
-    return [emit.out(expr or f"isinf({t}) & False", "bool", x.shape)]
+    tests = {(1, 1): call("isinf", t), (1, 0): t.eq(Lit("-inf", x.dtype)), (0, 1): t.eq(Lit("inf", x.dtype))}
+    expr = tests.get((negative, positive), call("isinf", t) & Lit("False", "bool"))
+    return [emit.out(expr, "bool", x.shape)]
 
 
 @converter("Where")
-def where(node: OnnxNode, emit) -> list[Value]:
+def where_op(node: OnnxNode, emit: Emitter) -> list[Value]:
     c, a, b = node.need(0), node.need(1), node.need(2)
     shape = result_shape(node, [c, a, b])
     if folded := fold(node, [c, a, b], symbolic(np.where), a.dtype):
         return [folded]
-    ta, tb = emit.text(a), emit.text(b)
+    ta, tb = emit.ref(a), emit.ref(b)
     if a.name is None and b.name is None and a.rank == 0 and b.rank == 0:
-        ta = f"cast({ta}, {a.dtype})"
-    return [emit.out(f"where({emit.text(c)}, {ta}, {tb})", a.dtype, shape)]
+        ta = cast(ta, a.dtype)
+    return [emit.out(where(emit.ref(c), ta, tb), a.dtype, shape)]
 
 
-def cast_to(node: OnnxNode, x: Value, dtype: str, emit) -> Value:
+def cast_to(node: OnnxNode, x: Value, dtype: str, emit: Emitter) -> Value:
     if dtype == x.dtype:
         return x
     if x.is_known:
@@ -341,11 +341,11 @@ def cast_to(node: OnnxNode, x: Value, dtype: str, emit) -> Value:
         elif dtype != "bf16":
             with np.errstate(all="ignore"):
                 return known_value(x.known.astype(NUMPY[dtype]), dtype)
-    return emit.out(f"cast({emit.text(x)}, {dtype})", dtype, x.shape)
+    return emit.out(cast(emit.ref(x), dtype), dtype, x.shape)
 
 
 @converter("Cast")
-def cast(node: OnnxNode, emit) -> list[Value]:
+def cast_op(node: OnnxNode, emit: Emitter) -> list[Value]:
     to = node.attr("to")
     dtype = ONNX_DTYPES.get(to)
     if dtype is None:
@@ -354,27 +354,28 @@ def cast(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("CastLike")
-def cast_like(node: OnnxNode, emit) -> list[Value]:
+def cast_like(node: OnnxNode, emit: Emitter) -> list[Value]:
     return [cast_to(node, node.need(0), node.need(1).dtype, emit)]
 
 
 @converter("Dropout")
-def dropout(node: OnnxNode, emit) -> list[Value]:
-    """Inference: the input unchanged, and a mask of all True where one is asked for."""
+def dropout(node: OnnxNode, emit: Emitter) -> list[Value]:
+    """Inference: the input unchanged, and a mask of all True where one is asked for (the ratio
+    and training_mode are inputs: registry.py turns older opsets' attributes into them)."""
     x = node.need(0)
     training, ratio = node.input(2), node.input(1)
     trains = training is not None and any(known_ints(training, "the training_mode (input 2)"))
     if trains and (ratio is None or float(known_ints(ratio, "the ratio (input 1)")[0]) != 0.0):  # 0 keeps all
         raise Unsupported("training_mode (random dropout) is not supported; export the model in eval mode")
     if len(node.outputs) > 1 and node.outputs[1]:
-        return [x, emit.out(f"isnan({emit.text(x)}) | True", "bool", x.shape, k=1)]
+        return [x, emit.out(call("isnan", emit.ref(x)) | Lit("True", "bool"), "bool", x.shape, k=1)]
     return [x]
 
 
 @converter("Swish")
-def swish(node: OnnxNode, emit) -> list[Value]:
+def swish(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
-    t = emit.text(x)
+    t = emit.ref(x)
     alpha = float(node.attr("alpha", 1.0))
-    expr = f"silu({t})" if alpha == 1.0 else f"{t} * sigmoid({lit(alpha, x.dtype)} * {t})"
+    expr = call("silu", t) if alpha == 1.0 else t * call("sigmoid", lit(alpha, x.dtype) * t)
     return [emit.out(expr, x.dtype, x.shape)]

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import keyword
 import re
+from collections.abc import Sequence
 
 import numpy as np
 
 from catenc.diagnostics import CatencError
 from catenc.frontend.composites import check_name
 from catenc.frontend.shapes import SHAPE_FUNCS
+from catenc.onnx.builder import Index, Lit, Node, Ref, check_scope, dim_text, render
 from catenc.onnx.model import file_loc
 from catenc.onnx.registry import Unsupported
 from catenc.onnx.values import ONNX_DTYPES, Shape, Value, literal
@@ -60,12 +62,36 @@ def usable(name: str, what: str) -> bool:
     return True
 
 
+class IndexNames:
+    """Index names for one index-form statement: each clashes with no tensor, symbol or function
+    of the body, now or later (it is reserved in the body's names; indices of other statements
+    may reuse it), nor with the statement's other indices."""
+
+    def __init__(self, names: Names, ours: set[str]) -> None:
+        self.names = names
+        self.ours = ours  # every index name of the body so far
+        self.local: set[str] = set()
+
+    def __call__(self, name: str) -> Index:
+        while name in self.local or (name in self.names.taken and name not in self.ours):
+            name += "_"
+        self.names.taken.add(name)
+        self.ours.add(name)
+        self.local.add(name)
+        return Index(name)
+
+    def numbered(self, count: int) -> list[Index]:
+        """`count` indices i0, i1, ...: call it after the statement's operands have their names."""
+        return [self(f"i{n}") for n in range(count)]
+
+
 class Emitter:
     """The body being written: converters add statements and constants through it."""
 
     def __init__(self, names: Names) -> None:
         self.names = names
         self.lines: list[str] = []
+        self._index_names: set[str] = set()  # every index name given out (IndexNames)
         self.constants: dict[str, tuple[str, np.ndarray]] = {}  # name -> (dtype, value)
         self._constant_names: dict[int, str] = {}  # id of a known array -> its constant
         self._hints: dict[int, str] = {}  # id of a known array -> the ONNX name it came with
@@ -84,6 +110,17 @@ class Emitter:
         if array.dtype == object:
             return self.symbolic_vector(value)
         return self.constant(array, value.dtype)
+
+    def ref(self, value: Value) -> Node:
+        """The value as an expression: its tensor, a literal, or a constant (as `text`)."""
+        text = self.text(value)
+        if value.name is None and value.known.ndim == 0:
+            return Lit(text, value.dtype)
+        return Ref(text, value.dtype, value.shape)
+
+    def index_names(self) -> IndexNames:
+        """Fresh index names for one index-form statement."""
+        return IndexNames(self.names, self._index_names)
 
     def symbolic_vector(self, value: Value) -> str:
         """A known vector with symbolic entries (a shape) as data: `v[i < n] = where(i == 0, N, ...)`."""
@@ -124,28 +161,48 @@ class Emitter:
         if constraint not in self.constraints:
             self.constraints.append(constraint)
 
-    def out(self, expr: str, dtype: str, shape: Shape, k: int = 0) -> Value:
+    def out(self, expr: str | Node, dtype: str, shape: Shape, k: int = 0) -> Value:
         """`expr` as the node's k-th output (named after it)."""
         name = self._output_name(k)
-        self.lines.append(f"{name} = {expr}")
+        self.lines.append(f"{name} = {_array_text(expr)}")
         return Value(dtype, shape, name)
+
+    def result(self, expr: Node, k: int = 0, shape: Shape | None = None) -> Value:
+        """A built expression as the node's k-th output, of its dtype and (unless given) its shape."""
+        return self.out(expr, expr.dtype, expr.shape if shape is None else shape, k)
+
+    def intermediate(self, expr: Node, hint: str = "t", shape: Shape | None = None) -> Value:
+        """A built expression as an intermediate of the node (see `temp`)."""
+        return self.temp(expr, expr.dtype, expr.shape if shape is None else shape, hint)
 
     def _output_name(self, k: int) -> str:
         onnx_name = self.outputs[k] if k < len(self.outputs) and self.outputs[k] else "t"
         return self.output_names.get(onnx_name) or self.names.fresh(onnx_name)
 
-    def temp(self, expr: str, dtype: str, shape: Shape, hint: str = "t") -> Value:
+    def temp(self, expr: str | Node, dtype: str, shape: Shape, hint: str = "t") -> Value:
         """`expr` as an intermediate of the node, named after its first output and `hint`."""
-        base = self.outputs[0] if self.outputs and self.outputs[0] else "t"
-        name = self.names.fresh(f"{sanitise(base)}_{hint}")
-        self.lines.append(f"{name} = {expr}")
+        name = self._temp_name(hint)
+        self.lines.append(f"{name} = {_array_text(expr)}")
         return Value(dtype, shape, name)
 
-    def out_index(self, indices: list[str], expr: str, dtype: str, shape: Shape, k: int = 0) -> Value:
+    def _temp_name(self, hint: str) -> str:
+        base = self.outputs[0] if self.outputs and self.outputs[0] else "t"
+        return self.names.fresh(f"{sanitise(base)}_{hint}")
+
+    def out_index(
+        self, indices: Sequence[str | Index], expr: str | Node, dtype: str, shape: Shape, k: int = 0
+    ) -> Value:
         """An index-form statement `name[i < D0, j < D1, ...] = expr` as the node's k-th output."""
         name = self._output_name(k)
-        lhs = ", ".join(f"{i} < {_dim_text(d)}" for i, d in zip(indices, shape, strict=True))
-        self.lines.append(f"{name}[{lhs}] = {expr}")
+        self.lines.append(f"{name}[{_ranges(indices, shape)}] = {_index_text(indices, expr)}")
+        return Value(dtype, shape, name)
+
+    def index_temp(
+        self, indices: Sequence[str | Index], expr: str | Node, dtype: str, shape: Shape, hint: str = "t"
+    ) -> Value:
+        """An intermediate in index form, `name[i < D0, ...] = expr`."""
+        name = self._temp_name(hint)
+        self.lines.append(f"{name}[{_ranges(indices, shape)}] = {_index_text(indices, expr)}")
         return Value(dtype, shape, name)
 
     @staticmethod
@@ -153,6 +210,25 @@ class Emitter:
         return "# " + re.sub(r"[^\x20-\x7e]", "?", text).replace("'''", "'' '")
 
 
-def _dim_text(d) -> str:
-    text = str(d)
-    return text if d.is_const or d.as_symbol() is not None else f"({text})"
+def _name(index: str | Index) -> str:
+    return index.name if isinstance(index, Index) else index
+
+
+def _ranges(indices: Sequence[str | Index], shape: Shape) -> str:
+    return ", ".join(f"{_name(i)} < {dim_text(d)}" for i, d in zip(indices, shape, strict=True))
+
+
+def _array_text(expr: str | Node) -> str:
+    """An array-form statement's right side: a built one may use no index."""
+    if isinstance(expr, str):
+        return expr
+    check_scope(expr, frozenset())
+    return render(expr)
+
+
+def _index_text(indices: Sequence[str | Index], expr: str | Node) -> str:
+    """An index-form statement's right side: a built one may use the statement's indices only."""
+    if isinstance(expr, str):
+        return expr
+    check_scope(expr, frozenset(_name(i) for i in indices))
+    return render(expr)

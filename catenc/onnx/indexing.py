@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from catenc.onnx.elementwise import FOLD_LIMIT
+from catenc.onnx.emitter import Emitter
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, known_ints
 from catenc.onnx.shape import reshaped, shape_text
 from catenc.onnx.values import NUMPY, ONNX_DTYPES, Shape, Value, dims, known_value, static
@@ -30,18 +31,6 @@ def small(x: Value) -> bool:
     return x.is_known and x.known.size <= FOLD_LIMIT
 
 
-def index_names(emit, count: int) -> list[str]:
-    """`count` index names for an index-form statement, none equal to a name of the body so far (a tensor,
-    constant or symbol the statement may read); call it after the statement's operands have their names."""
-    names, n = [], 0
-    while len(names) < count:
-        name = f"i{n}"
-        if name not in emit.names.taken:
-            names.append(name)
-        n += 1
-    return names
-
-
 def subscript(x_text: str, items: list[str]) -> str:
     """`x[items]` without the trailing full slices (or x itself when nothing is indexed)."""
     while items and items[-1] == ":":
@@ -49,12 +38,9 @@ def subscript(x_text: str, items: list[str]) -> str:
     return f"{x_text}[{', '.join(items)}]" if items else x_text
 
 
-def index_temp(emit, indices: list[str], expr: str, dtype: str, shape: Shape, hint: str) -> Value:
-    """An intermediate in index form, `name[i < D0, ...] = expr`."""
-    value = emit.temp("", dtype, shape, hint)
-    ranges = ", ".join(f"{i} < {lit(d, 'i64')}" for i, d in zip(indices, shape, strict=True))
-    emit.lines[-1] = f"{value.name}[{ranges}] = {expr}"
-    return value
+def _numbered(emit: Emitter, count: int) -> list[str]:
+    """`count` index names i0, i1, ... for one index-form statement, after its operands have their names."""
+    return [index.name for index in emit.index_names().numbered(count)]
 
 
 def _int(v) -> Expr:
@@ -151,16 +137,12 @@ def _at_most(value: Expr, high: Expr) -> Expr:
 
 
 @converter("Slice")
-def slice_op(node: OnnxNode, emit) -> list[Value]:
+def slice_op(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
-    if node.opset < 10:
-        starts, ends = list(node.attr("starts", [])), list(node.attr("ends", []))
-        axes, steps = node.attr("axes"), None
-    else:
-        starts = known_ints(node.need(1), "the starts (input 1)")
-        ends = known_ints(node.need(2), "the ends (input 2)")
-        axes = None if node.input(3) is None else known_ints(node.input(3), "the axes (input 3)")
-        steps = None if node.input(4) is None else known_ints(node.input(4), "the steps (input 4)")
+    starts = known_ints(node.need(1), "the starts (input 1)")
+    ends = known_ints(node.need(2), "the ends (input 2)")
+    axes = None if node.input(3) is None else known_ints(node.input(3), "the axes (input 3)")
+    steps = None if node.input(4) is None else known_ints(node.input(4), "the steps (input 4)")
     if not axes and len(starts) > x.rank:
         raise ModelError(f"{len(starts)} starts for an input of rank {x.rank}")
     axes = list(range(len(starts))) if not axes else [axis_of(static_int(a, "an axis"), x.rank) for a in axes]
@@ -195,15 +177,12 @@ def slice_op(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("Split")
-def split(node: OnnxNode, emit) -> list[Value]:
+def split(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
     axis = axis_in(node, x, 0)
     dim = x.shape[axis]
     count = len(node.outputs)
-    if node.opset >= 13:
-        sizes = None if node.input(1) is None else known_ints(node.input(1), "the split (input 1)")
-    else:
-        sizes = node.attr("split") or None
+    sizes = None if node.input(1) is None else known_ints(node.input(1), "the split (input 1)")
     if sizes is None:
         parts = node.attr("num_outputs", count)
         if parts < 1:
@@ -240,7 +219,7 @@ def split(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("Tile")
-def tile(node: OnnxNode, emit) -> list[Value]:
+def tile(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
     repeats = [_int(r) for r in known_ints(node.need(1), "the repeats (input 1)")]
     if len(repeats) != x.rank or any(r.is_const and r.value < 0 for r in repeats):
@@ -254,7 +233,7 @@ def tile(node: OnnxNode, emit) -> list[Value]:
     text = emit.text(x)
     if all(d == const(1) for d, r in zip(x.shape, repeats, strict=True) if r != const(1)):
         return [emit.out(f"expand({text}, {shape_text(shape)})", x.dtype, shape)]  # only size-1 axes repeat
-    idx = index_names(emit, x.rank)
+    idx = _numbered(emit, x.rank)
     subs = [
         i if r == const(1) else "0" if d == const(1) else f"{i} % {lit(d, 'i64')}"
         for i, d, r in zip(idx, x.shape, repeats, strict=True)
@@ -264,16 +243,10 @@ def tile(node: OnnxNode, emit) -> list[Value]:
 
 def _pad_amounts(node: OnnxNode, rank: int) -> list[tuple[int, int]]:
     """(before, after) per axis."""
-    if node.opset < 11:
-        pads = node.attr("paddings" if node.opset < 2 else "pads")
-        if pads is None:
-            raise ModelError("the pads are required")
-        axes = list(range(rank))
-    else:
-        pads = known_ints(node.need(1), "the pads (input 1)")
-        axes = list(range(rank))
-        if node.opset >= 18 and node.input(3) is not None:
-            axes = [axis_of(static_int(a, "an axis"), rank) for a in known_ints(node.input(3), "the axes (input 3)")]
+    pads = known_ints(node.need(1), "the pads (input 1)")
+    axes = list(range(rank))
+    if node.opset >= 18 and node.input(3) is not None:
+        axes = [axis_of(static_int(a, "an axis"), rank) for a in known_ints(node.input(3), "the axes (input 3)")]
     if any(isinstance(p, Expr) for p in pads):
         raise Unsupported("pads computed from symbolic sizes")
     if len(pads) != 2 * len(axes):
@@ -295,19 +268,16 @@ def _pad_source(mode: str, j: Expr, lo: int, hi: int, n: Expr) -> tuple[Expr | N
 
 
 @converter("Pad")
-def pad(node: OnnxNode, emit) -> list[Value]:
+def pad(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
     mode = node.attr("mode", "constant")
     if mode not in ("constant", "reflect", "edge", "wrap"):
         raise ModelError(f"mode '{mode}'")
     amounts = _pad_amounts(node, x.rank)
-    if node.opset < 11:
-        value = node.attr("value", 0.0)
-    else:
-        fill = node.input(2)
-        value = 0 if fill is None or (fill.is_known and fill.known.size == 0) else fill
-        if isinstance(value, Value) and value.is_known:
-            value = value.known.reshape(-1)[0]
+    fill = node.input(2)
+    value = 0 if fill is None or (fill.is_known and fill.known.size == 0) else fill
+    if isinstance(value, Value) and value.is_known:
+        value = value.known.reshape(-1)[0]
     # negative pads remove elements: a slice first
     crop = [(max(-lo, 0), max(-hi, 0)) for lo, hi in amounts]
     if any(c != (0, 0) for c in crop):
@@ -341,7 +311,7 @@ def _pad_with(x: Value, amounts: list[tuple[int, int]], value: Value, shape: Sha
     widths = ", ".join(f"[{lo}, {hi}]" for lo, hi in amounts)
     padded = emit.temp(f"pad({emit.text(x)}, [{widths}], value={lit(0, x.dtype)})", x.dtype, shape, "padded")
     fill = emit.text(value) if value.rank == 0 else f"{emit.text(value)}[0]"
-    idx = index_names(emit, x.rank)
+    idx = _numbered(emit, x.rank)
     inside = []
     for i, n, (lo, hi) in zip(idx, x.shape, amounts, strict=True):
         if lo:
@@ -359,7 +329,7 @@ def _pad_axis(x: Value, a: int, amount: tuple[int, int], mode: str, emit, last: 
     if mode == "reflect" and n.is_const and max(lo, hi) >= n.value:
         raise Unsupported(f"reflect padding of {max(lo, hi)} on an axis of size {n.value}")
     text = emit.text(x)
-    idx = index_names(emit, x.rank)
+    idx = _numbered(emit, x.rank)
     before, inside, after = _pad_source(mode, sym(idx[a]), lo, hi, n)
 
     def at(pos: Expr) -> str:
@@ -373,7 +343,7 @@ def _pad_axis(x: Value, a: int, amount: tuple[int, int], mode: str, emit, last: 
     shape = x.shape[:a] + (n + lo + hi,) + x.shape[a + 1 :]
     if last:
         return emit.out_index(idx, expr, x.dtype, shape)
-    return index_temp(emit, idx, expr, x.dtype, shape, f"pad{a}")
+    return emit.index_temp(idx, expr, x.dtype, shape, f"pad{a}")
 
 
 # ---- gathers -------------------------------------------------------------------------------------
@@ -392,7 +362,7 @@ def _check_indices(indices: Value) -> None:
 
 
 @converter("GatherElements")
-def gather_elements(node: OnnxNode, emit) -> list[Value]:
+def gather_elements(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, indices = node.need(0), node.need(1)
     _check_indices(indices)
     if indices.rank != x.rank:
@@ -408,7 +378,7 @@ def gather_elements(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("GatherND")
-def gather_nd(node: OnnxNode, emit) -> list[Value]:
+def gather_nd(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, indices = node.need(0), node.need(1)
     _check_indices(indices)
     batch = node.attr("batch_dims", 0)
@@ -432,7 +402,7 @@ def gather_nd(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("Trilu")
-def trilu(node: OnnxNode, emit) -> list[Value]:
+def trilu(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, diagonal = node.need(0), node.input(1)
     upper = bool(node.attr("upper", 1))
     if x.rank < 2:
@@ -440,7 +410,7 @@ def trilu(node: OnnxNode, emit) -> list[Value]:
     if diagonal is not None and not diagonal.is_known:  # k at run time: the mask in index form
         text = emit.text(x)
         k = emit.text(diagonal) if diagonal.rank == 0 else f"{emit.text(diagonal)}[0]"
-        idx = index_names(emit, x.rank)
+        idx = _numbered(emit, x.rank)
         i, j = idx[-2:]
         keep = f"{j} - {i} >= {k}" if upper else f"{j} - {i} <= {k}"
         return [emit.out_index(idx, f"where({keep}, {text}[{', '.join(idx)}], 0)", x.dtype, x.shape)]
@@ -453,7 +423,7 @@ def trilu(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("OneHot")
-def one_hot(node: OnnxNode, emit) -> list[Value]:
+def one_hot(node: OnnxNode, emit: Emitter) -> list[Value]:
     indices, depth_value, values = node.need(0), node.need(1), node.need(2)
     if not depth_value.is_known:
         known_ints(depth_value, "the depth (input 1)")  # raises: the depth decides the output's shape
@@ -479,7 +449,7 @@ def one_hot(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("CumSum", "CumProd")
-def cumulative(node: OnnxNode, emit) -> list[Value]:
+def cumulative(node: OnnxNode, emit: Emitter) -> list[Value]:
     """A running sum or product along an axis, in index form: out[.., i, ..] = sum over j of
     where(j <= i, x[.., j, ..], 0) (< for exclusive, >= and > for reverse)."""
     x = node.need(0)
@@ -494,7 +464,7 @@ def cumulative(node: OnnxNode, emit) -> list[Value]:
     axis = axis_of(static_int(axis[0], "the axis"), x.rank)
     exclusive, reverse = bool(node.attr("exclusive", 0)), bool(node.attr("reverse", 0))
     text = emit.text(x)
-    idx = index_names(emit, x.rank + 1)
+    idx = _numbered(emit, x.rank + 1)
     i, j = idx[axis], idx[-1]
     relation = {(False, False): "<=", (True, False): "<", (False, True): ">=", (True, True): ">"}[(exclusive, reverse)]
     read = f"{text}[{', '.join(j if k == axis else n for k, n in enumerate(idx[:-1]))}]"
@@ -503,7 +473,7 @@ def cumulative(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("EyeLike")
-def eye_like(node: OnnxNode, emit) -> list[Value]:
+def eye_like(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
     if x.rank != 2:
         raise ModelError("the input must be 2-D")
@@ -540,7 +510,7 @@ def _rearranged(x: Value, split: Shape, perm: list[int], final: Shape, emit) -> 
 
 
 @converter("DepthToSpace")
-def depth_to_space(node: OnnxNode, emit) -> list[Value]:
+def depth_to_space(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
     if x.rank != 4:
         raise ModelError("the input must be 4-D")
@@ -554,7 +524,7 @@ def depth_to_space(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("SpaceToDepth")
-def space_to_depth(node: OnnxNode, emit) -> list[Value]:
+def space_to_depth(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
     if x.rank != 4:
         raise ModelError("the input must be 4-D")
@@ -570,7 +540,7 @@ def space_to_depth(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("Compress")
-def compress(node: OnnxNode, emit) -> list[Value]:
+def compress(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, condition = node.need(0), node.need(1)
     if not condition.is_known:
         raise Unsupported("a condition computed at run time (the result's shape would depend on the data)")
@@ -593,7 +563,7 @@ def compress(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("NonZero")
-def nonzero(node: OnnxNode, emit) -> list[Value]:
+def nonzero(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
     if not x.is_known or x.known.dtype == object:
         raise Unsupported("an input computed at run time (the result's shape would depend on the data)")
@@ -621,14 +591,14 @@ def _scattered(node: OnnxNode, x: Value, idx: list[str], found: str, reads: tupl
         return emit.out_index(idx, expr, x.dtype, x.shape)
     if reduction != "none":
         raise ModelError(f"reduction '{reduction}'")
-    last = index_temp(emit, idx, f"max[{ranges}](where({found}, {position}, -1))", "i64", x.shape, "last")
+    last = emit.index_temp(idx, f"max[{ranges}](where({found}, {position}, -1))", "i64", x.shape, "last")
     at = f"{last.name}[{', '.join(idx)}]"
     picked = f"sum[{ranges}](where({position} == {at}, {update}, 0))"
     return emit.out_index(idx, f"where({at} >= 0, {picked}, {here})", x.dtype, x.shape)
 
 
 @converter("ScatterElements", "Scatter")
-def scatter_elements(node: OnnxNode, emit) -> list[Value]:
+def scatter_elements(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, indices, updates = node.need(0), node.need(1), node.need(2)
     _check_indices(indices)
     axis = axis_in(node, x, 0)
@@ -640,7 +610,7 @@ def scatter_elements(node: OnnxNode, emit) -> list[Value]:
         raise Unsupported("a scatter into bool data")
     t_idx, t_upd = emit.text(indices), emit.text(updates)
     emit.text(x)  # named before the indices are
-    names = index_names(emit, x.rank + 1)
+    names = _numbered(emit, x.rank + 1)
     idx, u = names[:-1], names[-1]
     at = ", ".join(u if k == axis else n for k, n in enumerate(idx))
     p, size = idx[axis], lit(x.shape[axis], "i64")
@@ -650,7 +620,7 @@ def scatter_elements(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("ScatterND")
-def scatter_nd(node: OnnxNode, emit) -> list[Value]:
+def scatter_nd(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, indices, updates = node.need(0), node.need(1), node.need(2)
     _check_indices(indices)
     depth = indices.shape[-1] if indices.rank else const(0)
@@ -664,7 +634,7 @@ def scatter_nd(node: OnnxNode, emit) -> list[Value]:
         raise Unsupported("a scatter into bool data")
     t_idx, t_upd = emit.text(indices), emit.text(updates)
     emit.text(x)  # named before the indices are
-    names = index_names(emit, x.rank + len(lead))
+    names = _numbered(emit, x.rank + len(lead))
     idx, us = names[: x.rank], names[x.rank :]
     tests = []
     for k in range(m):
@@ -678,24 +648,24 @@ def scatter_nd(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("ReverseSequence")
-def reverse_sequence(node: OnnxNode, emit) -> list[Value]:
+def reverse_sequence(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, lengths = node.need(0), node.need(1)
     batch_axis, time_axis = node.attr("batch_axis", 1), node.attr("time_axis", 0)
     if x.rank < 2 or {batch_axis, time_axis} != {0, 1}:
         raise ModelError(f"batch_axis {batch_axis} and time_axis {time_axis} must be 0 and 1 of a rank >= 2 input")
     text, lens = emit.text(x), emit.text(lengths)
-    i, j = index_names(emit, 2)
+    i, j = _numbered(emit, 2)
     t, b = (i, j) if time_axis == 0 else (j, i)
     # each sequence reversed within its length: the source position of each (time, batch) pair
     source = f"where({t} < {lens}[{b}], {lens}[{b}] - 1 - {t}, {t})"
-    positions = index_temp(emit, [i, j], source, "i64", x.shape[:2], "source")
+    positions = emit.index_temp([i, j], source, "i64", x.shape[:2], "source")
     items = [positions.name, positions.name]
     items[batch_axis] = _arange_along(x.shape[batch_axis], batch_axis, 2)
     return [emit.out(f"{text}[{', '.join(items)}]", x.dtype, x.shape)]
 
 
 @converter("TensorScatter")
-def tensor_scatter(node: OnnxNode, emit) -> list[Value]:
+def tensor_scatter(node: OnnxNode, emit: Emitter) -> list[Value]:
     cache, update, writes = node.need(0), node.need(1), node.input(2)
     axis = axis_in(node, cache, -2)
     mode = node.attr("mode", "linear")
@@ -711,7 +681,7 @@ def tensor_scatter(node: OnnxNode, emit) -> list[Value]:
         raise Unsupported("a bool cache")
     t_upd, _ = emit.text(update), emit.text(cache)  # named before the indices are
     t_writes = emit.text(writes) if writes is not None else None
-    names = index_names(emit, cache.rank + 1)
+    names = _numbered(emit, cache.rank + 1)
     idx, step = names[:-1], names[-1]
     start = f"{t_writes}[{idx[0]}] + {step}" if t_writes else step
     if mode == "circular":
@@ -722,7 +692,7 @@ def tensor_scatter(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("CenterCropPad")
-def center_crop_pad(node: OnnxNode, emit) -> list[Value]:
+def center_crop_pad(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
     sizes = [static_int(s, "a target size") for s in known_ints(node.need(1), "the shape (input 1)")]
     axes = node.attr("axes") or list(range(x.rank))

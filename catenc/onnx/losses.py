@@ -7,7 +7,6 @@ so a target equal to `ignore_index`, wherever it lies, reads nothing; such a pos
 
 from __future__ import annotations
 
-from catenc.onnx.indexing import index_names, index_temp
 from catenc.onnx.registry import ModelError, OnnxNode, converter, need_float
 from catenc.onnx.values import Value
 from catenc.onnx.values import literal as lit
@@ -36,7 +35,7 @@ def _nll(node: OnnxNode, emit, log_p: str, x: Value, target: Value, weight: Valu
     if target.dtype != "i64":
         t = emit.temp(f"cast({t}, i64)", "i64", target.shape, "target").name
     w = emit.text(weight) if weight is not None else None
-    names = index_names(emit, target.rank + 1)
+    names = [i.name for i in emit.index_names().numbered(target.rank + 1)]
     idx, c = names[:-1], names[-1]
     at = f"{t}[{', '.join(idx)}]"
     read = f"{log_p}[{', '.join([idx[0], c, *idx[1:]])}]"
@@ -51,12 +50,12 @@ def _nll(node: OnnxNode, emit, log_p: str, x: Value, target: Value, weight: Valu
     shape = target.shape
     if reduction == "none":
         return emit.out_index(idx, loss, x.dtype, shape)
-    losses = index_temp(emit, idx, loss, x.dtype, shape, "losses")
+    losses = emit.index_temp(idx, loss, x.dtype, shape, "losses")
     if reduction == "sum":
         return emit.out(f"sum({losses.name})", x.dtype, ())
     if w is None and kept is None:
         return emit.out(f"mean({losses.name})", x.dtype, ())
-    weights = index_temp(emit, idx, picked(f"{w}[{c}]") if w else f"cast({kept}, {x.dtype})", x.dtype, shape, "weights")
+    weights = emit.index_temp(idx, picked(f"{w}[{c}]") if w else f"cast({kept}, {x.dtype})", x.dtype, shape, "weights")
     return emit.out(f"sum({losses.name}) / sum({weights.name})", x.dtype, ())
 
 

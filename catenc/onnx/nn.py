@@ -17,21 +17,18 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-from weakref import WeakKeyDictionary
 
 import numpy as np
 
+from catenc.onnx.builder import dim_text
+from catenc.onnx.emitter import Emitter
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter, need_float
 from catenc.onnx.shape import shape_text
 from catenc.onnx.values import NUMPY, Shape, Value, dims, static
 from catenc.onnx.values import literal as lit
 from catenc.symbolic import Expr, const, floordiv
-
-if TYPE_CHECKING:
-    from catenc.onnx.emitter import Names
-
 
 UNROLL_TAPS = 25  # a depthwise kernel of up to this many taps (5x5) is written tap by tap
 
@@ -66,29 +63,22 @@ def window(node: OnnxNode, x: Value, kernel: tuple[int, ...], ceil_mode: bool = 
     spatial = x.shape[2:]
     auto_pad = node.attr("auto_pad", "NOTSET")
     if auto_pad in ("NOTSET", "VALID"):
-        pads = node.attr("pads") if auto_pad == "NOTSET" else None
-        pads = [0] * (2 * nd) if pads is None else [int(p) for p in pads]
-        if len(pads) != 2 * nd:
-            raise ModelError(f"pads has {len(pads)} entries for {nd} spatial dims")
-        if min(pads, default=0) < 0:
-            raise Unsupported(f"negative pads {pads}")
-        begin, end = tuple(pads[:nd]), tuple(pads[nd:])
+        begin, end = _explicit_pads(node, nd, auto_pad == "VALID")
+        if min(begin + end, default=0) < 0:
+            raise Unsupported(f"negative pads {list(begin + end)}")
     elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         if ceil_mode:
             raise ModelError(f"auto_pad={auto_pad} with ceil_mode=1")
-        begin_list, end_list = [], []
+        totals = []
         for size, k, s, d in zip(spatial, kernel, strides, dilations, strict=True):
             if s == 1:
-                total = d * (k - 1)
+                totals.append(d * (k - 1))
             elif size.is_const:
                 out = -(-size.value // s)
-                total = max(0, (out - 1) * s + d * (k - 1) + 1 - size.value)
+                totals.append(max(0, (out - 1) * s + d * (k - 1) + 1 - size.value))
             else:
                 raise Unsupported(f"auto_pad={auto_pad} with stride {s} over a dynamic dimension {size}")
-            small = total // 2
-            begin_list.append(small if auto_pad == "SAME_UPPER" else total - small)
-            end_list.append(total - small if auto_pad == "SAME_UPPER" else small)
-        begin, end = tuple(begin_list), tuple(end_list)
+        begin, end = _same_pads(auto_pad, totals)
     else:
         raise ModelError(f"auto_pad={auto_pad!r} is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID")
     out = []
@@ -111,6 +101,24 @@ def window(node: OnnxNode, x: Value, kernel: tuple[int, ...], ceil_mode: bool = 
     return Window(kernel, strides, dilations, begin, end, tuple(out))
 
 
+def _explicit_pads(node: OnnxNode, nd: int, valid: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The `pads` attribute as (begin, end) per spatial dim: none for auto_pad=VALID or when absent."""
+    pads = None if valid else node.attr("pads")
+    pads = [0] * (2 * nd) if pads is None else [int(p) for p in pads]
+    if len(pads) != 2 * nd:
+        raise ModelError(f"pads has {len(pads)} entries for {nd} spatial dims")
+    return tuple(pads[:nd]), tuple(pads[nd:])
+
+
+def _same_pads(auto_pad: str, totals: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """auto_pad=SAME_UPPER or SAME_LOWER: each total pad split in halves, the odd one at the end
+    (UPPER) or the beginning (LOWER)."""
+    smalls = [total // 2 for total in totals]
+    if auto_pad == "SAME_UPPER":
+        return tuple(smalls), tuple(t - small for t, small in zip(totals, smalls, strict=True))
+    return tuple(t - small for t, small in zip(totals, smalls, strict=True)), tuple(smalls)
+
+
 def _affine(terms: list[tuple[int, str]], offset: Expr | int = 0) -> str:
     """`2*oh + r - 1` from (coefficient, index) terms and an offset."""
     out = ""
@@ -124,7 +132,7 @@ def _affine(terms: list[tuple[int, str]], offset: Expr | int = 0) -> str:
     if offset.is_const:
         v = offset.value
         return str(v) if not out else f"{out} {'+' if v > 0 else '-'} {abs(v)}"
-    return f"{out} + {_bound(offset)}" if out else _bound(offset)
+    return f"{out} + {dim_text(offset)}" if out else dim_text(offset)
 
 
 @dataclass(frozen=True)
@@ -153,7 +161,7 @@ def forward_access(win: Window, spatial: Shape, outs: list[str], taps: list[str]
         if shift > 0:
             guards.append(f"{_affine(terms)} >= {shift}")
         if not (last.is_const and size.is_const and last.value < size.value):
-            guards.append(f"{_affine(terms)} < {_bound(size + shift)}")
+            guards.append(f"{_affine(terms)} < {dim_text(size + shift)}")
     return Access(tuple(index), tuple(guards), tuple(reduce))
 
 
@@ -163,10 +171,6 @@ def _not_alone(subscript: str, index: str, differ: bool) -> str:
     return f"{index} + 0" if subscript == index and differ else subscript
 
 
-def _bound(e: Expr) -> str:
-    return str(e) if e.is_const or e.as_symbol() is not None else f"({e})"
-
-
 def guarded(guards: tuple[str, ...] | list[str], value: str, fill: str) -> str:
     if not guards:
         return value
@@ -174,29 +178,13 @@ def guarded(guards: tuple[str, ...] | list[str], value: str, fill: str) -> str:
     return f"where({cond}, {value}, {fill})"
 
 
-_INDEX_NAMES: WeakKeyDictionary[Names, set[str]] = WeakKeyDictionary()
+def index_names(emit: Emitter) -> Callable[[str], str]:
+    """Fresh index names for one index-form statement (the emitter's IndexNames), as text."""
+    names = emit.index_names()
+    return lambda name: names(name).name
 
 
-class Indices:
-    """Index names for one index-form statement: each clashes with no tensor, symbol or function
-    of the body, now or later (it is reserved in the body's names; indices of other statements
-    may reuse it), nor with the statement's other indices."""
-
-    def __init__(self, emit) -> None:
-        self.names: Names = emit.names
-        self.ours = _INDEX_NAMES.setdefault(self.names, set())
-        self.local: set[str] = set()
-
-    def __call__(self, name: str) -> str:
-        while name in self.local or (name in self.names.taken and name not in self.ours):
-            name += "_"
-        self.names.taken.add(name)
-        self.ours.add(name)
-        self.local.add(name)
-        return name
-
-
-def _names(nd: int, ix: Indices) -> tuple[list[str], list[str]]:
+def _names(nd: int, ix: Callable[[str], str]) -> tuple[list[str], list[str]]:
     """Index names of the output's spatial dims and of the window (oh, ow / r, s for 2-D)."""
     outs = {1: ["ol"], 2: ["oh", "ow"], 3: ["od", "oh", "ow"]}.get(nd, [f"o{i}" for i in range(nd)])
     taps = {1: ["r"], 2: ["r", "s"], 3: ["q", "r", "s"]}.get(nd, [f"r{i}" for i in range(nd)])
@@ -217,16 +205,17 @@ def _kernel(node: OnnxNode, w: Value) -> tuple[int, ...]:
     return kernel
 
 
-def _index_temp(emit, indices: list[str], expr: str, dtype: str, shape: Shape, hint: str) -> Value:
-    value = emit.temp("", dtype, shape, hint)
-    lhs = ", ".join(f"{i} < {_bound(d)}" for i, d in zip(indices, shape, strict=True))
-    emit.lines[-1] = f"{value.name}[{lhs}] = {expr}"
-    return value
-
-
 def _grouped(
-    emit, expr_of, dtype: str, batch: Expr, groups: int, per_group: int, outs: list[str], out: Shape, ix: Indices
-):
+    emit: Emitter,
+    expr_of: Callable[[str, str | None, str | None], str],
+    dtype: str,
+    batch: Expr,
+    groups: int,
+    per_group: int,
+    outs: list[str],
+    out: Shape,
+    ix: Callable[[str], str],
+) -> Value:
     """A grouped result: [N, G, K/G, spatial...] computed by `expr_of(channel, g, j)` and reshaped to
     [N, K, ...]; `outs` names the batch index, then the spatial ones."""
     if groups == 1:
@@ -235,13 +224,14 @@ def _grouped(
         return emit.out_index([outs[0], k, *outs[1:]], expr, dtype, (batch, const(per_group), *out))
     g, j = ix("g"), ix("j")
     t_shape = (batch, const(groups), const(per_group), *out)
-    t = _index_temp(emit, [outs[0], g, j, *outs[1:]], expr_of(f"{g}*{per_group} + {j}", g, j), dtype, t_shape, "groups")
+    indices = [outs[0], g, j, *outs[1:]]
+    t = emit.index_temp(indices, expr_of(f"{g}*{per_group} + {j}", g, j), dtype, t_shape, "groups")
     shape = (batch, const(groups * per_group), *out)
     return emit.out(f"reshape({t.name}, {shape_text(shape)})", dtype, shape)
 
 
 @converter("Conv")
-def conv(node: OnnxNode, emit) -> list[Value]:
+def conv(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, w, b = node.need(0), node.need(1), node.input(2)
     need_float(node, x)
     if w.rank != x.rank:
@@ -255,7 +245,7 @@ def conv(node: OnnxNode, emit) -> list[Value]:
     win = window(node, x, kernel)
     xt, wt = emit.text(x), emit.text(w)
     bt = emit.text(b) if b is not None else None
-    ix = Indices(emit)
+    ix = index_names(emit)
     n = ix("n")
     outs, taps = _names(len(kernel), ix)
     access = forward_access(win, x.shape[2:], outs, taps)
@@ -299,7 +289,7 @@ def conv(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("ConvTranspose")
-def conv_transpose(node: OnnxNode, emit) -> list[Value]:
+def conv_transpose(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, w, b = node.need(0), node.need(1), node.input(2)
     need_float(node, x)
     if w.rank != x.rank:
@@ -322,28 +312,20 @@ def conv_transpose(node: OnnxNode, emit) -> list[Value]:
     if requested is not None:
         requested = [int(v) for v in requested][-nd:]
     auto_pad = node.attr("auto_pad", "NOTSET")
-    pads = node.attr("pads")
-    if pads is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+    if node.attr("pads") is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         target = requested or [size * s for size, s in zip(spatial, strides)]
-        begin, end = [], []
-        for f, t in zip(full, dims(target)):
-            total = f - t
-            if not total.is_const:
-                raise Unsupported(f"auto_pad={auto_pad} over a dynamic dimension")
-            small = total.value // 2
-            begin.append(small if auto_pad == "SAME_UPPER" else total.value - small)
-            end.append(total.value - small if auto_pad == "SAME_UPPER" else small)
+        totals = [f - t for f, t in zip(full, dims(target))]
+        if not all(total.is_const for total in totals):
+            raise Unsupported(f"auto_pad={auto_pad} over a dynamic dimension")
+        begin, end = _same_pads(auto_pad, [total.value for total in totals])
     else:
-        pads = [0] * (2 * nd) if pads is None or auto_pad == "VALID" else [int(p) for p in pads]
-        if len(pads) != 2 * nd:
-            raise ModelError(f"pads has {len(pads)} entries for {nd} spatial dims")
-        begin, end = pads[:nd], pads[nd:]
+        begin, end = _explicit_pads(node, nd, auto_pad == "VALID")
     out = tuple(dims(requested)) if requested is not None else tuple(f - bb - e for f, bb, e in zip(full, begin, end))
     if any(o.is_const and o.value < 1 for o in out):
         raise ModelError(f"the output would have size {shape_text(out)}")
     xt, wt = emit.text(x), emit.text(w)
     bt = emit.text(b) if b is not None else None
-    ix = Indices(emit)
+    ix = index_names(emit)
     n = ix("n")
     outs, taps = _names(nd, ix)
     c = ix("c")
@@ -354,11 +336,11 @@ def conv_transpose(node: OnnxNode, emit) -> list[Value]:
             reduce.append(f"{r} < {k}")
         if s == 1:
             index.append(_not_alone(pos, o, o_size != size))
-            guards += [f"{pos} >= 0", f"{pos} < {_bound(size)}"]
+            guards += [f"{pos} >= 0", f"{pos} < {dim_text(size)}"]
         else:  # the prover does not derive a // s >= 0 from a >= 0: say it of the quotient
             q = f"({pos}) // {s}"
             index.append(q)
-            guards += [f"({pos}) % {s} == 0", f"{q} >= 0", f"{q} < {_bound(size)}"]
+            guards += [f"({pos}) % {s} == 0", f"{q} >= 0", f"{q} < {dim_text(size)}"]
     wtaps = ", ".join(taps[i] if k > 1 else "0" for i, k in enumerate(kernel))
 
     def expr_of(channel: str, g: str | None, j: str | None) -> str:
@@ -386,7 +368,7 @@ def _pool_setup(node: OnnxNode, emit, x: Value) -> tuple[Window, Access, list[st
         raise ModelError(f"kernel_shape has {len(kernel)} entries for {x.rank - 2} spatial dims")
     win = window(node, x, kernel, bool(node.attr("ceil_mode", 0)))
     xt = emit.text(x)
-    ix = Indices(emit)
+    ix = index_names(emit)
     n, c = ix("n"), ix("c")
     outs, taps = _names(len(kernel), ix)
     return win, forward_access(win, x.shape[2:], outs, taps), [n, c, *outs], xt
@@ -397,7 +379,7 @@ def _reduce(op: str, access: Access, body: str) -> str:
 
 
 @converter("MaxPool")
-def max_pool(node: OnnxNode, emit) -> list[Value]:
+def max_pool(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
     if x.dtype == "bool":
         raise Unsupported("input of type bool")
@@ -451,7 +433,7 @@ def _counts(win: Window, spatial: Shape, include_pad: bool) -> np.ndarray | None
 
 
 @converter("AveragePool", "LpPool")
-def sum_pool(node: OnnxNode, emit) -> list[Value]:
+def sum_pool(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
     need_float(node, x)
     win, access, outs, xt = _pool_setup(node, emit, x)
@@ -479,7 +461,7 @@ def sum_pool(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
-def global_pool(node: OnnxNode, emit) -> list[Value]:
+def global_pool(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
     if x.rank < 3:
         raise ModelError(f"the input has rank {x.rank}; {node.op} needs (N, C, spatial...)")
@@ -579,19 +561,11 @@ def _resize_request(node: OnnxNode, x: Value) -> tuple[list[int], list[int], lis
     sizes = static(x.shape)
     if sizes is None:
         raise Unsupported("resizing a tensor of dynamic shape")
-    if node.op == "Upsample":
-        scales = node.attr("scales") if node.opset < 9 else known_numbers(node.input(1), "the scales (input 1)")
-        mode_inputs = (list(scales), None)
-    elif node.opset < 11:
-        mode_inputs = (known_numbers(node.input(1), "the scales (input 1)"), None)
+    given = node.input(2)
+    if given is not None and given.shape != (const(0),):
+        scales, wanted = known_numbers(given, f"the scales ({node.label(2)})"), None
     else:
-        scales, wanted = node.input(2), node.input(3)
-        has_scales = scales is not None and scales.shape != (const(0),)
-        mode_inputs = (
-            known_numbers(scales, "the scales (input 2)") if has_scales else None,
-            [int(v) for v in known_numbers(wanted, "the sizes (input 3)")] if not has_scales else None,
-        )
-    scales, wanted = mode_inputs
+        scales, wanted = None, [int(v) for v in known_numbers(node.input(3), f"the sizes ({node.label(3)})")]
     axes = [a % x.rank for a in node.attr("axes", range(x.rank))]
     if len(scales or wanted) != len(axes):
         raise ModelError(f"{len(scales or wanted)} scales or sizes for {len(axes)} axes")
@@ -617,17 +591,12 @@ def known_numbers(value: Value | None, what: str) -> list[float]:
 
 
 @converter("Resize", "Upsample")
-def resize(node: OnnxNode, emit) -> list[Value]:
+def resize(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
     mode = node.attr("mode", "nearest")
     if node.attr("antialias", 0) and mode == "nearest":
         raise ModelError("antialias=1 with mode='nearest'")
-    legacy = node.op == "Upsample" or node.opset < 11
-    coordinates = "asymmetric" if legacy else node.attr("coordinate_transformation_mode", "half_pixel")
-    if legacy and mode == "nearest":
-        node = OnnxNode(
-            node.op, node.name, node.opset, node.inputs, node.outputs, {**node.attrs, "nearest_mode": "floor"}
-        )
+    coordinates = node.attr("coordinate_transformation_mode", "half_pixel")
     if mode not in ("nearest", "linear", "cubic"):
         raise Unsupported(f"mode='{mode}'")
     if mode != "nearest" and not x.is_float:
@@ -635,7 +604,7 @@ def resize(node: OnnxNode, emit) -> list[Value]:
     axes, wanted, scales = _resize_request(node, x)
     sizes = list(static(x.shape))
     crop = coordinates == "tf_crop_and_resize"
-    roi = known_numbers(node.input(1), "the roi (input 1)") if crop else [0.0] * len(axes) + [1.0] * len(axes)
+    roi = known_numbers(node.input(1), f"the roi ({node.label(1)})") if crop else [0.0] * len(axes) + [1.0] * len(axes)
     if len(roi) != 2 * len(axes):
         raise ModelError(f"the roi has {len(roi)} entries for {len(axes)} axes")
     plan, outside = [], {}
@@ -663,7 +632,7 @@ def resize(node: OnnxNode, emit) -> list[Value]:
                     factors[axis] = k
                     break
         if len(factors) == len(picks):  # every axis repeats its elements k times: one affine read
-            ix = Indices(emit)
+            ix = index_names(emit)
             names = [ix(f"i{d}") for d in range(x.rank)]
             read = [f"{n} // {factors[d]}" if factors.get(d, 1) > 1 else n for d, n in enumerate(names)]
             return [emit.out_index(names, f"{emit.text(x)}[{', '.join(read)}]", x.dtype, shape)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from catenc.onnx.nn import Indices
+from catenc.onnx.nn import index_names
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, need_float
 from catenc.onnx.shape import reshaped, shape_text
 from catenc.onnx.values import NUMPY, Value, known_value
@@ -23,7 +23,7 @@ def _no_extra_outputs(node: OnnxNode, what: str) -> None:
 
 
 def _channel_index(x: Value, emit) -> list[str]:
-    ix = Indices(emit)
+    ix = index_names(emit)
     return [ix(name) for name in ["n", "c"] + [f"i{d}" for d in range(2, x.rank)]]
 
 
@@ -237,7 +237,7 @@ def hardmax(node: OnnxNode, emit) -> list[Value]:
         raise ModelError("the input is a scalar")
     v, axis = _flattened(node, x, emit)
     vt = emit.text(v)
-    ix = Indices(emit)
+    ix = index_names(emit)
     index = [ix(f"i{d}") for d in range(v.rank)]
     kept = v.shape[:axis] + (const(1),) + v.shape[axis + 1 :]
     am = emit.temp(f"argmax({vt}, axis={axis}, keepdims=True)", "i64", kept, "argmax")
@@ -246,8 +246,7 @@ def hardmax(node: OnnxNode, emit) -> list[Value]:
     expr = f"where({index[axis]} == {am.name}[{at}], {one}, {zero})"
     if v is x:
         return [emit.out_index(index, expr, x.dtype, x.shape)]
-    value = emit.temp("", x.dtype, v.shape, "2d")
-    emit.lines[-1] = f"{value.name}[{', '.join(f'{i} < {d}' for i, d in zip(index, v.shape))}] = {expr}"
+    value = emit.index_temp(index, expr, x.dtype, v.shape, "2d")
     return [emit.out(f"reshape({value.name}, {shape_text(x.shape)})", x.dtype, x.shape)]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from catenc.onnx import nn
-from catenc.onnx.indexing import index_names, index_temp, small
+from catenc.onnx.indexing import small
 from catenc.onnx.linalg import matmul_shape
 from catenc.onnx.model import type_name
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter
@@ -59,9 +59,9 @@ def broadcast_param(node: OnnxNode, param: Value, x: Value, emit) -> str:
     axis, block = layout
     text = emit.text(param)
     if block:
-        idx = index_names(emit, x.rank)
+        idx = [i.name for i in emit.index_names().numbered(x.rank)]
         subs = ", ".join(f"{i} // {block}" if k == axis else i for k, i in enumerate(idx))
-        return index_temp(emit, idx, f"{text}[{subs}]", param.dtype, x.shape, "blocks").name
+        return emit.index_temp(idx, f"{text}[{subs}]", param.dtype, x.shape, "blocks").name
     trailing = x.rank - 1 - axis
     return f"{text}[:{', None' * trailing}]" if trailing else text
 

@@ -1,38 +1,42 @@
 """Reductions: ReduceSum/Mean/Max/Min/Prod/L1/L2/LogSum/LogSumExp/SumSquare, ArgMax, ArgMin.
 
-The axes are an attribute before opset 18 (13 for ReduceSum) and an optional input from then on;
-no axes reduce every axis unless `noop_with_empty_axes` makes the node an identity.
+The axes are an optional input (before opset 18, 13 for ReduceSum, an attribute, which registry.py
+makes the input); no axes reduce every axis unless `noop_with_empty_axes` makes the node an identity.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import numpy as np
 
+from catenc.onnx.builder import Lit, Node, call, cast, num, seq, shape_list, size, where
 from catenc.onnx.elementwise import FOLD_LIMIT
-from catenc.onnx.nn import Indices
-from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, need_float
-from catenc.onnx.shape import axes_input
-from catenc.onnx.values import Value, known_value
+from catenc.onnx.emitter import Emitter
+from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, known_ints, need_float
+from catenc.onnx.values import Shape, Value, known_value
 from catenc.symbolic import const
 
-# ONNX op -> (the body's reduction, the term reduced over {0}, the final function of the result {0})
-_REDUCTIONS = {
-    "ReduceSum": ("sum", "{0}", "{0}"),
-    "ReduceMean": ("mean", "{0}", "{0}"),
-    "ReduceMax": ("max", "{0}", "{0}"),
-    "ReduceMin": ("min", "{0}", "{0}"),
-    "ReduceProd": ("prod", "{0}", "{0}"),
-    "ReduceL1": ("sum", "abs({0})", "{0}"),
-    "ReduceL2": ("sum", "{0} * {0}", "sqrt({0})"),
-    "ReduceSumSquare": ("sum", "{0} * {0}", "{0}"),
-    "ReduceLogSum": ("sum", "{0}", "log({0})"),
+# ONNX op -> (the body's reduction, the term reduced, the final function of the result; None: itself)
+_REDUCTIONS: dict[str, tuple[str, Callable[[Node], Node] | None, Callable[[Node], Node] | None]] = {
+    "ReduceSum": ("sum", None, None),
+    "ReduceMean": ("mean", None, None),
+    "ReduceMax": ("max", None, None),
+    "ReduceMin": ("min", None, None),
+    "ReduceProd": ("prod", None, None),
+    "ReduceL1": ("sum", lambda x: call("abs", x), None),
+    "ReduceL2": ("sum", lambda x: x * x, lambda r: call("sqrt", r)),
+    "ReduceSumSquare": ("sum", lambda x: x * x, None),
+    "ReduceLogSum": ("sum", None, lambda r: call("log", r)),
 }
 _NUMPY = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min, "prod": np.prod}
 
 
 def reduce_axes(node: OnnxNode, x: Value) -> list[int] | None:
-    """The axes reduced, sorted; None when the node is an identity (empty axes, noop_with_empty_axes)."""
-    axes = axes_input(node, 13 if node.op == "ReduceSum" else 18)
+    """The axes reduced (input 1: registry.py makes older opsets' attribute one), sorted; None when
+    the node is an identity (empty axes, noop_with_empty_axes)."""
+    given = node.input(1)
+    axes = None if given is None else [int(a) for a in known_ints(given, "the axes (input 1)")]
     if not axes:
         if node.attr("noop_with_empty_axes", 0):
             return None
@@ -40,48 +44,56 @@ def reduce_axes(node: OnnxNode, x: Value) -> list[int] | None:
     return sorted({axis_of(a, x.rank) for a in axes})
 
 
-def reduced_shape(x: Value, axes: list[int], keepdims: bool):
+def reduced_shape(x: Value, axes: list[int], keepdims: bool) -> Shape:
     return tuple(const(1) if i in axes else d for i, d in enumerate(x.shape) if keepdims or i not in axes)
 
 
+def reduction(op: str, x: Node, axes: Sequence[int] | int, keepdims: bool, shape: Shape, dtype: str = "") -> Node:
+    """`op(x, axis=..., keepdims=True)`: an array-form reduction (or argmax/argmin) with its result's shape."""
+    axis = seq(axes, tuple_form=True) if not isinstance(axes, int) else num(axes)
+    flags = {"keepdims": Lit("True", "bool")} if keepdims else {}
+    return call(op, x, dtype=dtype or x.dtype, shape=shape, axis=axis, **flags)
+
+
 @converter(*_REDUCTIONS, "ReduceLogSumExp")
-def reduce(node: OnnxNode, emit) -> list[Value]:
+def reduce(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
     axes = reduce_axes(node, x)
     if axes is None or x.rank == 0:
         return [x]
     keepdims = bool(node.attr("keepdims", 1))
     shape = reduced_shape(x, axes, keepdims)
-    args = f"axis={tuple(axes)}" + (", keepdims=True" if keepdims else "")
     if x.dtype == "bool":
         if node.op not in ("ReduceMax", "ReduceMin"):
             raise Unsupported(f"input of type bool: {node.op}")
         op = node.op[-3:].lower()
-        return [emit.out(f"cast({op}(cast({emit.text(x)}, u8), {args}), bool)", "bool", shape)]
+        return [emit.out(cast(reduction(op, cast(emit.ref(x), "u8"), axes, keepdims, shape), "bool"), "bool", shape)]
     if node.op == "ReduceLogSumExp":
         need_float(node, x)
-        xt = emit.text(x)
-        m = emit.temp(f"max({xt}, axis={tuple(axes)}, keepdims=True)", x.dtype, reduced_shape(x, axes, True), "max")
+        xt = emit.ref(x)
+        kept = reduced_shape(x, axes, True)
+        m = emit.ref(emit.intermediate(reduction("max", xt, axes, True, kept), "max"))
         # an all -inf slice (or an empty one) has max -inf: shift by 0 there, so the result is log(0) = -inf
-        shift = emit.temp(f"where(isinf({m.name}), 0.0, {m.name})", x.dtype, m.shape, "shift")
-        total = f"log(sum(exp({xt} - {shift.name}), {args}))"
-        tail = shift.name if keepdims else f"reshape({shift.name}, [{', '.join(str(d) for d in shape)}])"
-        return [emit.out(f"{total} + {tail}", x.dtype, shape)]
+        shift = emit.ref(emit.intermediate(where(call("isinf", m), 0.0, m), "shift"))
+        total = call("log", reduction("sum", call("exp", xt - shift), axes, keepdims, shape))
+        tail = shift if keepdims else call("reshape", shift, shape_list(shape), dtype=x.dtype, shape=shape)
+        return [emit.out(total + tail, x.dtype, shape)]
     op, term, final = _REDUCTIONS[node.op]
-    if x.is_known and x.known.dtype != object and x.known.size <= FOLD_LIMIT and term == final == "{0}":
+    if x.is_known and x.known.dtype != object and x.known.size <= FOLD_LIMIT and term is final is None:
         with np.errstate(all="ignore"):
             folded = _NUMPY[op](x.known, axis=tuple(axes), keepdims=keepdims)
         return [known_value(np.asarray(folded), x.dtype)]
-    xt = emit.text(x)
-    if not x.is_float and (op == "mean" or final != "{0}"):
+    xt = emit.ref(x)
+    term, final = term or (lambda v: v), final or (lambda v: v)
+    if not x.is_float and (op == "mean" or _REDUCTIONS[node.op][2] is not None):
         # ONNX computes in the input's type; numpy's mean of integers, truncated, is the reference
-        expr = final.format(f"{op}({term.format(f'cast({xt}, f64)')}, {args})")
-        return [emit.out(f"cast({expr}, {x.dtype})", x.dtype, shape)]
-    return [emit.out(final.format(f"{op}({term.format(xt)}, {args})"), x.dtype, shape)]
+        wide = cast(xt, "f64")
+        return [emit.out(cast(final(reduction(op, term(wide), axes, keepdims, shape)), x.dtype), x.dtype, shape)]
+    return [emit.out(final(reduction(op, term(xt), axes, keepdims, shape)), x.dtype, shape)]
 
 
 @converter("ArgMax", "ArgMin")
-def arg_extreme(node: OnnxNode, emit) -> list[Value]:
+def arg_extreme(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
     if x.rank == 0:
         raise ModelError("the input is a scalar")
@@ -89,20 +101,14 @@ def arg_extreme(node: OnnxNode, emit) -> list[Value]:
     keepdims = bool(node.attr("keepdims", 1))
     shape = reduced_shape(x, [axis], keepdims)
     fn = "argmax" if node.op == "ArgMax" else "argmin"
-    args = f"axis={axis}" + (", keepdims=True" if keepdims else "")
-    xt = emit.text(x)
+    xt = emit.ref(x)
     if x.dtype == "bool":
-        xt = f"cast({xt}, u8)"
+        xt = cast(xt, "u8")
     if not node.attr("select_last_index", 0):
-        return [emit.out(f"{fn}({xt}, {args})", "i64", shape)]
+        return [emit.out(reduction(fn, xt, axis, keepdims, shape, "i64"), "i64", shape)]
     # the last extreme is the first one of the reversed axis
-    ix = Indices(emit)
-    names = [ix(f"i{d}") for d in range(x.rank)]
-    size = x.shape[axis]
-    read = list(names)
-    read[axis] = f"{size} - 1 - {names[axis]}" if size.is_const or size.as_symbol() else f"({size}) - 1 - {names[axis]}"
-    lhs = ", ".join(f"{i} < {d}" if d.is_const or d.as_symbol() else f"{i} < ({d})" for i, d in zip(names, x.shape))
-    rev = emit.temp("", x.dtype if x.dtype != "bool" else "u8", x.shape, "reversed")
-    emit.lines[-1] = f"{rev.name}[{lhs}] = {xt}[{', '.join(read)}]"
-    last = f"{size} - 1" if size.is_const or size.as_symbol() else f"({size}) - 1"
-    return [emit.out(f"{last} - {fn}({rev.name}, {args})", "i64", shape)]
+    names = emit.index_names().numbered(x.rank)
+    last = size(x.shape[axis]) - 1
+    at = [last - i if d == axis else i for d, i in enumerate(names)]
+    rev = emit.ref(emit.index_temp(names, xt[tuple(at)], xt.dtype, x.shape, "reversed"))
+    return [emit.out(last - reduction(fn, rev, axis, keepdims, shape, "i64"), "i64", shape)]

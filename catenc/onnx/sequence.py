@@ -8,7 +8,6 @@ picks the element of each rank below k.
 
 from __future__ import annotations
 
-from catenc.onnx.indexing import index_names, index_temp
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, known_ints, need_float
 from catenc.onnx.shape import shape_text
 from catenc.onnx.values import Value
@@ -45,7 +44,7 @@ def top_k(node: OnnxNode, emit) -> list[Value]:
         raise ModelError(f"k={k} for an axis of size {n}")
     largest = bool(node.attr("largest", 1))
     text = emit.text(x)
-    idx = index_names(emit, x.rank + 1)
+    idx = [i.name for i in emit.index_names().numbered(x.rank + 1)]
     p, q = idx[axis], idx[-1]
 
     def at(position: str) -> str:
@@ -54,7 +53,7 @@ def top_k(node: OnnxNode, emit) -> list[Value]:
     before = ">" if largest else "<"
     ahead = f"({at(q)} {before} {at(p)}) | (({at(q)} == {at(p)}) & ({q} < {p}))"
     size = lit(n, "i64")
-    rank = index_temp(emit, idx[:-1], f"sum[{q} < {size}](where({ahead}, 1, 0))", "i64", x.shape, "rank")
+    rank = emit.index_temp(idx[:-1], f"sum[{q} < {size}](where({ahead}, 1, 0))", "i64", x.shape, "rank")
     shape = x.shape[:axis] + (k,) + x.shape[axis + 1 :]
     # output position r (the index named p) holds the element q of rank r
     ranked = f"{rank.name}[{', '.join(q if a == axis else i for a, i in enumerate(idx[:-1]))}] == {p}"
