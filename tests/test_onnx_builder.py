@@ -1,0 +1,107 @@
+"""The ONNX converters' typed expression builder (catenc/onnx/builder.py), the Emitter's index
+names and statements, and the registry's normalisation of older opsets (registry.normalize)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from catenc.onnx.builder import BuildError, Group, Index, Lit, Ref, call, cast, lit, num, reduce, render, where
+from catenc.onnx.emitter import Emitter, Names
+from catenc.onnx.registry import CONVERTERS, OnnxNode, normalize
+from catenc.onnx.values import Value, dims, known_value
+from catenc.symbolic import sym
+
+X = Ref("x", "f32", dims((2, 3)))
+Y = Ref("y", "f32", dims((3,)))
+N = Ref("n", "i64", dims((2, 3)))
+
+
+def test_rendering_is_exact() -> None:
+    assert render((X - Y) * call("rsqrt", Y + 1e-05) * Y + Y) == "(x - y) * rsqrt(y + 1e-05) * y + y"
+    assert render(0.5 * call("log", (1.0 + X) / (1.0 - X))) == "0.5 * log((1.0 + x) / (1.0 - x))"
+    fix = where((N % 2).ne(0) & (N < 0).ne(lit(2, "i64") < 0), N // 2 + 1, N // 2)
+    assert render(fix) == "where((n % 2 != 0) & ((n < 0) != (2 < 0)), n // 2 + 1, n // 2)"
+    assert render(X - (Y - X)) == "x - (y - x)"  # an equal operator on the right keeps its parentheses
+    assert render(Group(X + Y) / 2.0) == "(x + y) / 2.0"
+    assert render(-num(-0.5)) == "--0.5"
+    assert render(cast(call("isnan", X) | Lit("True", "bool"), "u8")) == "cast(isnan(x) | True, u8)"
+
+
+def test_index_form_and_reductions_render_exactly() -> None:
+    n, c, r = Index("n"), Index("c"), Index("r")
+    size = Ref("w", "f32", dims((4, 3)))
+    body = reduce("sum", [(r, 3)], where(2 * n + r - 1 >= 0, X[n, c], 0.0) * size[c, r])
+    assert render(body) == "sum[r < 3](where(2 * n + r - 1 >= 0, x[n, c], 0.0) * w[c, r])"
+    names = Names()
+    emit = Emitter(names)
+    emit.outputs = ("y",)
+    value = emit.out_index([n, c], reduce("sum", [(r, 3)], X[n, r] * size[c, r]), "f32", dims((2, sym("K") + 1)))
+    assert emit.lines == ["y[n < 2, c < (K + 1)] = sum[r < 3](x[n, r] * w[c, r])"]
+    assert value.shape == dims((2, sym("K") + 1))
+
+
+def test_malformed_expressions_raise_in_the_converter() -> None:
+    with pytest.raises(BuildError, match="takes 3..3 arguments"):
+        call("where", X, Y)
+    with pytest.raises(BuildError, match="of f32 and i64 operands"):
+        X + N
+    with pytest.raises(BuildError, match="condition is f32"):
+        where(X, X, Y)
+    with pytest.raises(BuildError, match="no function"):
+        call("frobnicate", X)
+    with pytest.raises(BuildError, match="needs its dtype and shape"):
+        call("reshape", X, Y)
+    emit = Emitter(Names())
+    emit.outputs = ("y",)
+    with pytest.raises(BuildError, match="index j is used outside"):
+        emit.out_index([Index("i")], X[Index("i"), Index("j")], "f32", dims((2,)))
+    with pytest.raises(BuildError, match="index i is used outside"):
+        emit.out(X[Index("i"), 0], "f32", ())
+    assert emit.lines == []  # nothing half-written
+
+
+def test_index_names_clash_with_no_tensor_and_are_one_scheme() -> None:
+    names = Names()
+    names.fresh("i0")
+    emit = Emitter(names)
+    first = emit.index_names()
+    assert [i.name for i in first.numbered(2)] == ["i0_", "i1"]
+    assert first("n").name == "n" and first("n").name == "n_"  # one statement: distinct
+    assert emit.index_names()("n").name == "n"  # another statement may reuse its indices
+    assert names.fresh("i1") == "i1_2"  # an index name is reserved from tensors
+
+
+def _node(op: str, opset: int, inputs: tuple, **attrs) -> OnnxNode:
+    return OnnxNode(op, op, opset, inputs, ("out",), attrs)
+
+
+def test_older_opsets_are_normalized_to_the_newest_form() -> None:
+    x = Value("f32", dims((2, 3)), "x")
+    clip = normalize(_node("Clip", 6, (x,), min=-1.0, max=2.5))
+    assert clip.opset == 11 and clip.attrs == {}
+    assert [v.known.item() for v in clip.inputs[1:]] == [-1.0, 2.5] and clip.inputs[1].dtype == "f32"
+    reduce_node = normalize(_node("ReduceMean", 13, (x,), axes=[1], keepdims=0))
+    assert reduce_node.inputs[1].known.tolist() == [1] and reduce_node.attrs == {"keepdims": 0}
+    assert normalize(_node("ReduceSum", 13, (x, None))).inputs == (x, None)  # already its newest form
+    split = normalize(_node("Split", 11, (x,), split=[]))
+    assert split.inputs == (x,)  # an empty `split` is none
+    scales = known_value(np.array([1.0, 2.0], np.float32), "f32")
+    upsample = normalize(_node("Upsample", 9, (x, scales), mode="nearest"))
+    assert upsample.op == "Resize" and upsample.inputs == (x, None, scales)
+    assert upsample.attrs["coordinate_transformation_mode"] == "asymmetric" and upsample.label(2) == "input 1"
+
+
+def test_a_normalized_node_converts_as_its_newest_form() -> None:
+    """Clip-6 with attributes writes what Clip-13 with inputs writes."""
+    x = Value("f32", dims((2, 3)), "x")
+    texts = []
+    for node in (
+        _node("Clip", 6, (x,), min=-1.0, max=2.5),
+        _node("Clip", 13, (x, known_value(np.float32(-1.0), "f32"), known_value(np.float32(2.5), "f32"))),
+    ):
+        emit = Emitter(Names())
+        emit.outputs = ("out",)
+        CONVERTERS["Clip"](node, emit)
+        texts.append(emit.lines)
+    assert texts[0] == texts[1] == ["out = minimum(maximum(x, -1.0), 2.5)"]
