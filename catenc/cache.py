@@ -8,13 +8,16 @@ code, this machine's CPU, and the environment variables that reach the toolchain
 index that lists what the stored compile read besides: every file (includes, `ops/`, `-I` files)
 with its hash, the listing of each directory it searched, and each tool (the C compiler, `ar`) as
 found on PATH with its size and mtime (its `--version` output is memoised by those, so a hit runs
-nothing). A hit needs all of them unchanged; its outputs are then checked against their hashes.
+nothing). A hit needs all of them unchanged and an entry made for this very first key (an index
+edited to name another compile's entry is a miss); its outputs are then checked against their
+hashes.
 
 Under the cache directory (`CATENC_CACHE_DIR`, else `$XDG_CACHE_HOME/catenc`, else
 `~/.cache/catenc`), in `compile/`:
 
     index/<first key>.json    what the compile read, and its entry
-    entries/<entry key>/      the outputs and entry.json (their hashes, the depfile's inputs)
+    entries/<entry key>/      the outputs and entry.json (the first key, the outputs' hashes,
+                              the depfile's inputs)
     tools/<tool id>           a tool's --version output, by its path, size and mtime
     tmp/                      entries being written
     stats.json                hits and misses
@@ -47,7 +50,7 @@ from catenc import __version__
 from catenc.diagnostics import CatencError
 from catenc.resources import user_cache_dir
 
-SCHEMA = "catenc.cache/1"
+SCHEMA = "catenc.cache/2"
 OFF_ENV = "CATENC_NO_CACHE"  # =1: no lookup, no store
 SIZE_ENV = "CATENC_CACHE_SIZE"
 DEFAULT_SIZE = "2G"
@@ -72,6 +75,10 @@ _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 class Corrupt(Exception):
     """A cache file that does not hold what its record says."""
+
+
+# What reading a damaged cache file can raise (RecursionError: JSON nested too deeply).
+UNREADABLE = (OSError, ValueError, KeyError, TypeError, RecursionError, Corrupt)
 
 
 def enabled() -> bool:
@@ -135,7 +142,7 @@ class Slot:
         """The stored outputs when every input is unchanged, else None; counted in the stats."""
         try:
             hit = self._find()
-        except (OSError, ValueError, KeyError, TypeError, Corrupt):
+        except UNREADABLE:
             hit = None
         with contextlib.suppress(OSError, ValueError):
             _count(self.root, "hits" if hit else "misses")
@@ -148,7 +155,7 @@ class Slot:
         if not _plain_name(index["entry"]):
             raise Corrupt(index["entry"])
         directory = self.root / "entries" / index["entry"]
-        hit = _read_entry(directory)
+        hit = _read_entry(directory, self.key)
         os.utime(directory)  # its age is its last use (eviction)
         return hit
 
@@ -176,9 +183,9 @@ class Slot:
             for kind, name in outputs.items():
                 shutil.copy(staging / name, building / name)
                 files.append([kind, name, _sha_file(building / name)])
-            entry = {"schema": SCHEMA, "outputs": files, "deps": list(deps), "notes": list(self.notes)}
+            entry = {"schema": SCHEMA, "key": self.key, "outputs": files, "deps": list(deps), "notes": list(self.notes)}
             (building / ENTRY_FILE).write_text(json.dumps(entry, indent=1))
-            _place(building, self.root / "entries" / entry_key, tmp)
+            _place(building, self.root / "entries" / entry_key, tmp, self.key)
         finally:
             shutil.rmtree(building, ignore_errors=True)
         index = {"schema": SCHEMA, "inputs": record, "entry": entry_key}
@@ -323,10 +330,11 @@ def _unchanged(inputs: dict) -> bool:
         return False
 
 
-def _read_entry(directory: Path) -> Hit:
-    """The entry's outputs, each checked against its hash (Corrupt where one fails)."""
+def _read_entry(directory: Path, key: str) -> Hit:
+    """The outputs of the entry made for the first key `key`, each checked against its hash
+    (Corrupt where the entry was made for another key or an output fails its hash)."""
     entry = _read_json(directory / ENTRY_FILE)
-    if entry.get("schema") != SCHEMA:
+    if entry.get("schema") != SCHEMA or entry.get("key") != key:
         raise Corrupt(str(directory))
     contents = {}
     for _, name, sha in entry["outputs"]:
@@ -346,7 +354,7 @@ def _plain_name(name: object) -> bool:
     return isinstance(name, str) and Path(name).name == name and not name.startswith(".")
 
 
-def _place(building: Path, final: Path, tmp: Path) -> None:
+def _place(building: Path, final: Path, tmp: Path, key: str) -> None:
     """Rename a complete entry into place; an entry already there stays if it is sound (a
     concurrent compile of the same inputs stored the same bytes) and is replaced if not."""
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -356,9 +364,9 @@ def _place(building: Path, final: Path, tmp: Path) -> None:
     except OSError:
         pass
     try:
-        _read_entry(final)
+        _read_entry(final, key)
         return
-    except (OSError, ValueError, KeyError, TypeError, Corrupt):
+    except UNREADABLE:
         pass
     aside = tmp / f"corrupt-{secrets.token_hex(8)}"
     os.rename(final, aside)

@@ -178,29 +178,51 @@ def test_concurrent_compiles_of_one_key(work: Path):
 
 
 @pytest.mark.parametrize(
-    "damage", ["truncate output", "garbage entry record", "a path in the entry record", "garbage index", "remove entry"]
+    "damage",
+    [
+        "truncate output",
+        "edit output",
+        "remove output",
+        "garbage entry record",
+        "truncate entry record",
+        "a path in the entry record",
+        "garbage index",
+        "truncate index",
+        "deeply nested index",
+        "remove entry",
+    ],
 )
 def test_a_corrupt_entry_is_ignored_and_replaced(work: Path, damage: str):
     assert not compile_(work, "-o", "out")
     written = contents(work / "out")
     root = work / "cache" / "compile"
     (entry,) = (root / "entries").iterdir()
+    (index,) = (root / "index").iterdir()
     if damage == "truncate output":
         (entry / "libmodel.so").write_bytes((entry / "libmodel.so").read_bytes()[:100])
+    elif damage == "edit output":  # same size, one byte changed
+        (entry / "model.h").write_text((entry / "model.h").read_text().replace("int64_t N", "int64_t M", 1))
+    elif damage == "remove output":
+        (entry / "model.c").unlink()
     elif damage == "garbage entry record":
         (entry / "entry.json").write_text("{not json")
+    elif damage == "truncate entry record":
+        (entry / "entry.json").write_text((entry / "entry.json").read_text()[:60])
     elif damage == "a path in the entry record":
         record = json.loads((entry / "entry.json").read_text())
         record["outputs"][0][1] = "../../escaped.c"  # from the staging directory: work/escaped.c
         (work / "cache" / "compile" / "escaped.c").write_bytes(written["model.c"])
         (entry / "entry.json").write_text(json.dumps(record))
     elif damage == "garbage index":
-        (index,) = (root / "index").iterdir()
         index.write_text("[1, 2")
+    elif damage == "truncate index":
+        index.write_text(index.read_text()[:80])
+    elif damage == "deeply nested index":
+        index.write_text("[" * 100000 + "]" * 100000)
     else:
         shutil.rmtree(entry)
     done = catenc(work, "compile", "model.toml", "-I", "lib", "-v", "-o", "out2")
-    assert HIT not in done.stdout and "Traceback" not in done.stderr
+    assert HIT not in done.stdout and "Traceback" not in done.stderr and not done.stderr
     assert not (work / "escaped.c").exists() and not (work / "out2" / "escaped.c").exists()
     assert contents(work / "out2") == written
     assert compile_(work, "-o", "out3")
@@ -276,3 +298,24 @@ def test_least_recently_used_entries_go_beyond_the_size_limit(work: Path):
     lots = environment(work, CATENC_CACHE_SIZE="lots")
     bad = catenc(work, "compile", "model.toml", "-S", "-o", "out", env=lots, check=False)
     assert bad.returncode == 1 and "CATENC_CACHE_SIZE=lots: expected a size such as 500M or 2G" in bad.stderr
+
+
+def _index_files(work: Path) -> set[Path]:
+    return set((work / "cache" / "compile" / "index").iterdir())
+
+
+def test_an_index_naming_another_compiles_entry_is_a_miss(work: Path):
+    assert not compile_(work, "-o", "out")
+    plain = contents(work / "out")
+    (plain_index,) = _index_files(work)
+    assert not compile_(work, "-o", "out", "-D", "N=3")
+    assert "int64_t N" not in (work / "out" / "model.h").read_text()
+    (fixed_index,) = _index_files(work) - {plain_index}
+    record = json.loads(plain_index.read_text())
+    record["entry"] = json.loads(fixed_index.read_text())["entry"]
+    plain_index.write_text(json.dumps(record))
+    assert not compile_(work, "-o", "out")
+    assert contents(work / "out") == plain
+    assert "int64_t N" in (work / "out" / "model.h").read_text()
+    assert compile_(work, "-o", "out")  # the index names its own entry again
+    assert contents(work / "out") == plain
