@@ -166,3 +166,36 @@ def test_a_pipeline_whose_passes_do_not_chain_is_refused() -> None:
     passes = build_pipeline("2", Target.of(rt, rt.validate_config({}))).passes
     with pytest.raises(ValueError, match="build-ir gives a graph, lower-loops takes a schedule"):
         Pipeline("2", (passes[0], next(p for p in passes if p.name == "lower-loops")))
+
+
+class _Record:
+    """An instrument that logs every hook call and skips the passes it is told to."""
+
+    def __init__(self, tag: str, log: list[tuple[str, str, str]], skip: frozenset[str] = frozenset()) -> None:
+        self.tag, self.log, self.skip = tag, log, skip
+
+    def before(self, p: Pass, structure: object) -> bool:
+        self.log.append((self.tag, "before", p.name))
+        return p.name not in self.skip
+
+    def after(self, p: Pass, structure: object) -> None:
+        assert isinstance(structure, p.gives.kind)
+        self.log.append((self.tag, "after", p.name))
+
+
+def test_instruments_are_hooks_before_and_after_each_pass() -> None:
+    """Every `before` sees every pass, one False skips it; the `after`s of a pass that ran come in reverse order."""
+    log: list[tuple[str, str, str]] = []
+    pipe = pipeline("1")
+    program = plan("1").entries[0].program
+    trace = run_pipeline(pipe, program, [_Record("outer", log), _Record("inner", log, frozenset({"fuse-rows"}))])
+    ran = [p.name for p in pipe.passes if p.name != "fuse-rows"]
+    assert len(trace) == len(ran)
+    schedule = trace[ran.index("plan-storage")]
+    assert [k.members[0].name for k in schedule.kernels] == ["t", "t_1", "y"]  # inlined, not fused
+    expected = []
+    for p in pipe.passes:
+        expected += [("outer", "before", p.name), ("inner", "before", p.name)]
+        if p.name != "fuse-rows":
+            expected += [("inner", "after", p.name), ("outer", "after", p.name)]
+    assert log == expected
