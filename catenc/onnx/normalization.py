@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from catenc.onnx.builder import Index, call, where
+from catenc.onnx.emitter import Emitter
 from catenc.onnx.nn import index_names
+from catenc.onnx.reduce import reduction
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, need_float
 from catenc.onnx.shape import reshaped, shape_text
 from catenc.onnx.values import NUMPY, Value, known_value
@@ -22,8 +25,8 @@ def _no_extra_outputs(node: OnnxNode, what: str) -> None:
         raise Unsupported(what)
 
 
-def _channel_index(x: Value, emit) -> list[str]:
-    ix = index_names(emit)
+def _channel_index(x: Value, emit: Emitter) -> list[Index]:
+    ix = emit.index_names()
     return [ix(name) for name in ["n", "c"] + [f"i{d}" for d in range(2, x.rank)]]
 
 
@@ -33,7 +36,7 @@ def _per_channel(node: OnnxNode, v: Value, channels) -> None:
 
 
 @converter("BatchNormalization")
-def batch_norm(node: OnnxNode, emit) -> list[Value]:
+def batch_norm(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, scale, bias, mean, var = (node.need(i) for i in range(5))
     need_float(node, x)
     if x.rank < 2:
@@ -53,15 +56,15 @@ def batch_norm(node: OnnxNode, emit) -> list[Value]:
         a, b = (known_value(v.astype(NUMPY[x.dtype]), x.dtype) for v in (a64, b64))
         emit.hint_like(a, scale, "_folded")
         emit.hint_like(b, bias, "_folded")
-        xt, at_, bt_ = emit.text(x), emit.text(a), emit.text(b)
+        xt, at_, bt_ = emit.ref(x), emit.ref(a), emit.ref(b)
         index = _channel_index(x, emit)
-        c, read = index[1], f"{xt}[{', '.join(index)}]"
-        expr = f"{read} * {at_}[{c}] + {bt_}[{c}]"
+        c = index[1]
+        expr = xt[tuple(index)] * at_[c] + bt_[c]
     else:
-        xt, st, bt, mt, vt = (emit.text(v) for v in (x, scale, bias, mean, var))
+        xt, st, bt, mt, vt = (emit.ref(v) for v in (x, scale, bias, mean, var))
         index = _channel_index(x, emit)
-        c, read = index[1], f"{xt}[{', '.join(index)}]"
-        expr = f"({read} - {mt}[{c}]) * rsqrt({vt}[{c}] + {eps!r}) * {st}[{c}] + {bt}[{c}]"
+        c = index[1]
+        expr = (xt[tuple(index)] - mt[c]) * call("rsqrt", vt[c] + eps) * st[c] + bt[c]
     return [emit.out_index(index, expr, x.dtype, x.shape)]
 
 
@@ -75,7 +78,7 @@ def _batch_norm_training(node: OnnxNode, emit, x: Value, scale, bias, mean, var,
     mu = emit.temp(f"mean({xt}, axis={axes}, keepdims=True)", x.dtype, kept, "mean")
     centred = emit.temp(f"{xt} - {mu.name}", x.dtype, x.shape, "centred")
     batch_var = emit.temp(f"mean({centred.name} * {centred.name}, axis={axes}, keepdims=True)", x.dtype, kept, "var")
-    index = _channel_index(x, emit)
+    index = [i.name for i in _channel_index(x, emit)]
     c = index[1]
     at = ", ".join("0" if d != 1 else c for d in range(x.rank))
     expr = f"{centred.name}[{', '.join(index)}] * rsqrt({batch_var.name}[{at}] + {eps!r}) * {st}[{c}] + {bt}[{c}]"
@@ -102,7 +105,7 @@ def _stats_dtype(node: OnnxNode, x: Value) -> str:
 
 
 @converter("LayerNormalization", "RMSNormalization")
-def layer_norm(node: OnnxNode, emit) -> list[Value]:
+def layer_norm(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, scale, bias = node.need(0), node.need(1), node.input(2)
     need_float(node, x)
     axis = axis_of(node.attr("axis", -1), x.rank)
@@ -146,7 +149,7 @@ def _wanted(node: OnnxNode, k: int) -> bool:
 
 
 @converter("GroupNormalization", "InstanceNormalization")
-def group_norm(node: OnnxNode, emit) -> list[Value]:
+def group_norm(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, scale, bias = node.need(0), node.need(1), node.need(2)
     need_float(node, x)
     if x.rank < 3:
@@ -202,7 +205,7 @@ def _flattened(node: OnnxNode, x: Value, emit) -> tuple[Value, int]:
 
 
 @converter("Softmax", "LogSoftmax")
-def softmax(node: OnnxNode, emit) -> list[Value]:
+def softmax(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
     need_float(node, x)
     if x.rank == 0:
@@ -231,7 +234,7 @@ def softmax(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("Hardmax")
-def hardmax(node: OnnxNode, emit) -> list[Value]:
+def hardmax(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
     if x.rank == 0:
         raise ModelError("the input is a scalar")
@@ -251,32 +254,31 @@ def hardmax(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("LpNormalization")
-def lp_normalization(node: OnnxNode, emit) -> list[Value]:
+def lp_normalization(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
     need_float(node, x)
     axis = axis_of(node.attr("axis", -1), x.rank)
     p = int(node.attr("p", 2))
-    xt = emit.text(x)
+    xt = emit.ref(x)
+    kept = x.shape[:axis] + (const(1),) + x.shape[axis + 1 :]
     if p == 1:
-        norm = f"sum(abs({xt}), axis={axis}, keepdims=True)"
+        norm = reduction("sum", call("abs", xt), axis, True, kept)
     elif p == 2:
-        norm = f"sqrt(sum({xt} * {xt}, axis={axis}, keepdims=True))"
+        norm = call("sqrt", reduction("sum", xt * xt, axis, True, kept))
     else:
         raise ModelError(f"p={p} (LpNormalization takes 1 or 2)")
-    kept = x.shape[:axis] + (const(1),) + x.shape[axis + 1 :]
-    n = emit.temp(norm, x.dtype, kept, "norm")
+    n = emit.ref(emit.intermediate(norm, "norm"))
     # a zero norm gives 0, not 0/0 (the reference's choice)
-    return [emit.out(f"where({n.name} == 0.0, 0.0, {xt} / {n.name})", x.dtype, x.shape)]
+    return [emit.out(where(n.eq(0.0), 0.0, xt / n), x.dtype, x.shape)]
 
 
 @converter("MeanVarianceNormalization")
-def mean_variance_normalization(node: OnnxNode, emit) -> list[Value]:
+def mean_variance_normalization(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
     need_float(node, x)
     axes = tuple(sorted({axis_of(a, x.rank) for a in node.attr("axes", [0, 2, 3])}))
-    xt = emit.text(x)
-    red = f"axis={axes}, keepdims=True"
+    xt = emit.ref(x)
     kept = tuple(const(1) if i in axes else d for i, d in enumerate(x.shape))
-    mu = emit.temp(f"mean({xt}, {red})", x.dtype, kept, "mean")
-    std = emit.temp(f"sqrt(mean({xt} * {xt}, {red}) - {mu.name} * {mu.name})", x.dtype, kept, "std")
-    return [emit.out(f"({xt} - {mu.name}) / ({std.name} + 1e-09)", x.dtype, x.shape)]
+    mu = emit.ref(emit.intermediate(reduction("mean", xt, axes, True, kept), "mean"))
+    std = emit.ref(emit.intermediate(call("sqrt", reduction("mean", xt * xt, axes, True, kept) - mu * mu), "std"))
+    return [emit.out((xt - mu) / (std + 1e-09), x.dtype, x.shape)]
