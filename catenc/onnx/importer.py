@@ -19,9 +19,10 @@ from catenc.diagnostics import CatencError
 from catenc.dtypes import DTYPES, f32_to_bf16
 from catenc.onnx.emitter import RESERVED, Emitter, Names, sanitise, usable
 from catenc.onnx.families import FAMILIES  # noqa: F401  (importing them registers their converters)
-from catenc.onnx.model import file_loc, load_model, onnx_module, opsets, type_name
+from catenc.onnx.model import file_loc, load_model, node_label, onnx_module, opsets, type_name
 from catenc.onnx.registry import CONVERTERS, ModelError, OnnxNode, Unsupported, decode_attribute
 from catenc.onnx.rewrite import fold_batchnorm
+from catenc.onnx.validate import validate
 from catenc.onnx.values import NUMPY, ONNX_DTYPES, Value, dims
 from catenc.symbolic import sym
 from catenc.weights import weights_bytes
@@ -61,6 +62,7 @@ def import_proto(
     """The model as a composite file; `fixed_inputs` are graph inputs whose values are given now,
     so they become constants (a Reshape target or Pad amounts fed as inputs, as the ONNX node
     tests feed them)."""
+    validate(model, display)
     return _Importer(fold_batchnorm(model), display, dict(fixed_inputs or {})).run(name, weights_file)
 
 
@@ -85,8 +87,7 @@ class _Importer:
         emit = Emitter(names)
         for init in graph.initializer:
             self.values[init.name] = value = self.initializer(init)
-            if value is not None:
-                emit.hint(value, init.name)
+            emit.hint(value, init.name)
         for sparse in graph.sparse_initializer:
             self.error(f"sparse initializer '{sparse.values.name}': not supported")
         for vi in graph.input:
@@ -116,12 +117,8 @@ class _Importer:
         return Imported(entry, text, storage, {n: d for n, (d, _) in emit.constants.items()})
 
     # ---- values ------------------------------------------------------------------------------
-    def initializer(self, tensor) -> Value | None:
-        dtype = ONNX_DTYPES.get(tensor.data_type)
-        if dtype is None:
-            kind = type_name(tensor.data_type)
-            self.error(f"initializer '{tensor.name}': element type {kind} is not supported")
-            return None
+    def initializer(self, tensor) -> Value:
+        dtype = ONNX_DTYPES[tensor.data_type]  # validate.py refused the types catenc does not read
         array = self.onnx.numpy_helper.to_array(tensor)
         if dtype == "bf16":
             array = array.astype(np.float32)
@@ -157,9 +154,7 @@ class _Importer:
     def convert(self, node, index: int, emit: Emitter) -> None:
         domain = "" if node.domain in ("", "ai.onnx") else node.domain
         opset = self.opsets.get(domain, 0)
-        label = f"node '{node.name or f'{node.op_type}_{index}'}' ({node.op_type}, opset {opset})"
-        if domain:
-            label = f"node '{node.name or f'{node.op_type}_{index}'}' ({domain}.{node.op_type}, opset {opset})"
+        label = node_label(node, index, self.opsets)
         fn = CONVERTERS.get(node.op_type) if not domain else None
         if fn is None:
             self.error(f"{label}: operator not supported")

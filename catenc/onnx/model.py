@@ -37,6 +37,7 @@ def load_model(path: str, display: str | None = None) -> onnx.ModelProto:
 
 
 def parse_model(data: bytes, display: str, onnx=None) -> onnx.ModelProto:
+    """The model these bytes hold, with a graph and an opset; the rest is validate.py's to check."""
     onnx = onnx or onnx_module()
     model = onnx.ModelProto()
     try:
@@ -50,12 +51,6 @@ def parse_model(data: bytes, display: str, onnx=None) -> onnx.ModelProto:
         raise CatencError(
             "not an ONNX model: the file has no graph or no opset (is it an ONNX file at all?)", file_loc(display)
         )
-    if any(init.data_location == onnx.TensorProto.EXTERNAL for init in model.graph.initializer):
-        raise CatencError(
-            "the model keeps its weights in external data files, which catenc does not read yet; "
-            "save it with onnx.save_model(model, path, save_as_external_data=False)",
-            file_loc(display),
-        )
     return model
 
 
@@ -66,6 +61,19 @@ def opsets(model: onnx.ModelProto) -> dict[str, int]:
         domain = "" if entry.domain in ("", "ai.onnx") else entry.domain
         versions[domain] = entry.version
     return versions
+
+
+def text(name: str | bytes) -> str:
+    """A name of the model as text: protobuf gives a string that is not valid UTF-8 as bytes."""
+    return name if isinstance(name, str) else name.decode("utf-8", "backslashreplace")
+
+
+def node_label(node: onnx.NodeProto, index: int, versions: dict[str, int]) -> str:
+    """How errors name a node: `node 'NAME' (OP, opset N)`, its domain before OP when not ONNX's."""
+    domain = "" if node.domain in ("", "ai.onnx") else text(node.domain)
+    op = f"{domain}.{text(node.op_type)}" if domain else text(node.op_type)
+    name = text(node.name) or f"{text(node.op_type)}_{index}"
+    return f"node '{name}' ({op}, opset {versions.get(domain, 0)})"
 
 
 def type_name(code: int) -> str:

@@ -7,13 +7,27 @@ Reshape` fold at import and the body gets plain `reshape(x, [N, 64])` calls.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from catenc.onnx.elementwise import FOLD_LIMIT
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, known_ints
-from catenc.onnx.values import NUMPY, Shape, Value, broadcast, dims, known_value, static, symbolic_ints
+from catenc.onnx.values import MAX_ELEMENTS, NUMPY, Shape, Value, broadcast, dims, known_value, static, symbolic_ints
 from catenc.onnx.values import literal as lit
 from catenc.symbolic import Expr, const, floordiv, product
+
+# The attributes that give a Constant its value, one of which it has.
+CONSTANT_VALUES = (
+    "value",
+    "value_float",
+    "value_floats",
+    "value_int",
+    "value_ints",
+    "value_string",
+    "value_strings",
+    "sparse_value",
+)
 
 
 def shape_text(shape: Shape) -> str:
@@ -34,6 +48,9 @@ def reshaped(x: Value, shape: Shape, emit) -> Value:
 @converter("Constant")
 def constant(node: OnnxNode, emit) -> list[Value]:
     a = node.attrs
+    given = [key for key in CONSTANT_VALUES if key in a]
+    if len(given) != 1:
+        raise ModelError(f"a Constant has one value attribute; this one has {len(given)} ({', '.join(given)})")
     if "value" in a:
         array = a["value"]
         if array.dtype.kind not in "biuf":
@@ -196,12 +213,20 @@ def gather(node: OnnxNode, emit) -> list[Value]:
 
 @converter("ConstantOfShape")
 def constant_of_shape(node: OnnxNode, emit) -> list[Value]:
-    shape = dims(known_ints(node.need(0), "the shape (input 0)"))
+    requested = known_ints(node.need(0), "the shape (input 0)")
+    if any(not isinstance(d, Expr) and d < 0 for d in requested):
+        raise ModelError(f"the shape {requested} has a negative dimension")
+    shape = dims(requested)
     fill = node.attr("value")
     array = np.zeros(1, np.float32) if fill is None else np.asarray(fill).reshape(-1)
+    if array.size != 1:
+        raise ModelError(f"its value holds {array.size} elements, not one")
     dtype = {v: k for k, v in NUMPY.items() if k != "bf16"}.get(array.dtype.type, "f32")
     fixed = static(shape)
-    if fixed is not None and int(np.prod(fixed)) <= FOLD_LIMIT:
+    count = None if fixed is None else math.prod(fixed)  # Python ints: np.prod wraps past 2**63
+    if count is not None and count > MAX_ELEMENTS:
+        raise Unsupported(f"a tensor of {count} elements, more than the {MAX_ELEMENTS} catenc makes one of")
+    if count is not None and count <= FOLD_LIMIT:
         return [known_value(np.full(fixed, array[0]), dtype)]
     return [emit.out(f"full({shape_text(shape)}, {lit(array[0], dtype)}, {dtype})", dtype, shape)]
 

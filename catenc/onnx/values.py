@@ -35,6 +35,8 @@ ONNX_DTYPES = {
 # The numpy dtype a known value of each catenc dtype is held in (bf16 as float32 values).
 NUMPY = {name: dtype.numpy.type for name, dtype in DTYPES.items()} | {"bf16": np.float32}
 FLOATS = ("f16", "bf16", "f32", "f64")
+# The most elements of a tensor the importer makes (ConstantOfShape): more is a model's mistake or an attack.
+MAX_ELEMENTS = 1 << 36
 Dim = Expr
 Shape = tuple[Expr, ...]
 
