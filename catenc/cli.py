@@ -700,6 +700,7 @@ def import_command(file, output, name) -> int:
 
     Writes FILE.toml, and beside it FILE.safetensors holding the model's weights when it has any;
     compiling the written file gives the library `catenc compile FILE` gives."""
+    from catenc.build import stem_of
     from catenc.frontend.composites import check_name
     from catenc.onnx.importer import import_model
 
@@ -708,6 +709,7 @@ def import_command(file, output, name) -> int:
     target = Path(output) if output else Path(file).with_suffix(".toml")
     if target.suffix != ".toml":
         raise CatencError(f"-o {target}: catenc import writes a .toml composite file")
+    stem_of(str(target))  # a file `catenc compile` would refuse is refused before anything is written
     if name is not None:
         check_name(name, "composite", Loc("--composite", 0, 0))
     weights = target.with_suffix(".safetensors")
