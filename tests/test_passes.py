@@ -199,3 +199,25 @@ def test_instruments_are_hooks_before_and_after_each_pass() -> None:
         if p.name != "fuse-rows":
             expected += [("inner", "after", p.name), ("outer", "after", p.name)]
     assert log == expected
+
+
+def test_remarks_travel_in_the_graph_and_a_pipeline_runs_the_same_twice() -> None:
+    """inline-computes' remarks are part of the graph it gives (and of its dump), then of the schedule."""
+    pipe = pipeline("1")
+    passes = [p.name for p in pipe.passes]
+    program = plan("1").entries[0].program
+    first, second = (run_pipeline(pipe, program, Instruments()) for _ in range(2))
+    graph = first[passes.index("inline-computes")]
+    assert graph.notes == (
+        "t: materialised (would recompute t per element of t_1 (D*N evaluations of a reduction with N elements))",
+        "t_1: materialised (would recompute t_1 per element of y (D*N evaluations of a reduction with N elements))",
+    )
+    assert (
+        pipe.passes[passes.index("inline-computes")]
+        .gives.format(graph)
+        .endswith("}\nnote: " + "\nnote: ".join(graph.notes))
+    )
+    assert first[passes.index("fold-constants")].notes == ()
+    form = passes.index("form-kernels")
+    assert first[form].notes == second[form].notes == graph.notes
+    assert first[form].graph.notes == ()  # the notes moved to the schedule

@@ -226,6 +226,7 @@ class Graph:
     name: str
     buffers: tuple[Buffer, ...]
     computes: tuple[Compute, ...]
+    notes: tuple[str, ...] = ()  # the graph passes' remarks (why a value stays stored), in pass order
 
     def buffer(self, name: str) -> Buffer:
         for b in self.buffers:
@@ -324,4 +325,5 @@ def format_graph(graph: Graph) -> str:
         head = f"{c.name}[{idx}]" if c.indices else c.name
         lines.append(f"  {head} = {format_value(c.body)}" + (f"    # {ranges}" if ranges else ""))
     lines.append("}")
+    lines += [f"note: {note}" for note in graph.notes]
     return "\n".join(lines)

@@ -87,6 +87,16 @@ class Target:
         return self.batch_slots * ((elements + per - 1) // per) * per
 
 
+def noted(step: Callable[[Graph], tuple[Graph, list[str]]]) -> Callable[[Graph], Graph]:
+    """A graph pass that gives its remarks beside the graph, as one whose graph carries them."""
+
+    def run(graph: Graph) -> Graph:
+        result, notes = step(graph)
+        return replace(result, notes=result.notes + tuple(notes))
+
+    return run
+
+
 def _structures(facts: Facts) -> dict[str, Structure]:
     def loops(program: LoopProgram) -> list[str]:
         return verify_loops(program.kernels, program.schedule.graph.buffers, facts)
@@ -114,15 +124,6 @@ def build_pipeline(
     cpu = not target.work_groups
     gemm = fast and (target.packed_gemm or target.work_groups)
     packed = gemm and target.packed_gemm
-    remarks: list[str] = []  # notes of the graph passes, kept in the schedule
-
-    def remarked(step: Callable[[Graph], tuple[Graph, list[str]]]) -> Callable[[Graph], Graph]:
-        def run(g: Graph) -> Graph:
-            g, notes = step(g)
-            remarks.extend(notes)
-            return g
-
-        return run
 
     def each_kernel(rewrite: Callable[[LoopProgram, LoopKernel], LoopKernel]) -> Callable[[LoopProgram], LoopProgram]:
         return lambda program: replace(program, kernels=tuple(rewrite(program, k) for k in program.kernels))
@@ -146,17 +147,16 @@ def build_pipeline(
         (True, "fold-constants", "evaluate operations on constants", graph, graph, fold_constants, False),
         (True, "remove-dead-computes", "drop computes no output needs", graph, graph, remove_dead_computes, False),
         (gemm, "materialise-costly-operands", "store a contraction operand that is costly to recompute per use",
-         graph, graph, remarked(materialise_costly_operands), False),
+         graph, graph, noted(materialise_costly_operands), False),
         (fuse, "inline-computes", f"inline a value into its readers where that costs no extra work ({rereads})",
-         graph, graph, remarked(inline), False),
+         graph, graph, noted(inline), False),
         (fuse, "simplify-indices", "divisions and remainders of load indices that the loop ranges make trivial",
          graph, graph, lambda g: simplify_indices(g, facts or Facts()), False),
         (fuse, "coalesce-reductions", "a reduction over adjacent axes of its loads as one longer loop",
          graph, graph, coalesce_reductions, False),
         (fuse and cpu, "split-constant-slices", "a constant slice of an input as a pointer of its own",
          graph, graph, split_constant_slices, False),
-        (True, "form-kernels", "one kernel per compute", graph, schedule, lambda g: form_kernels(g, tuple(remarks)),
-         True),
+        (True, "form-kernels", "one kernel per compute", graph, schedule, form_kernels, True),
         (gemm, "take-contractions", "each contraction a gemm kernel of its own",
          schedule, schedule, take_contractions, False),
         (fuse, "fuse-rows", "join consecutive kernels over their shared row loops", schedule, schedule, fuse_rows,

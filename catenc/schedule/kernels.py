@@ -92,9 +92,10 @@ Tune = Callable[[Schedule], Schedule]  # a tuner's change of decisions: never of
 PackSize = Callable[[Contraction, GemmTiles, bool], Expr]  # elements of packed panels (threaded batch or not)
 
 
-def form_kernels(graph: Graph, notes: tuple[str, ...] = ()) -> Schedule:
-    """One kernel per compute, in graph order: the schedule before any fusion."""
-    return Schedule(graph, _kernels(graph, group_kernels(graph, False, set()), {}), notes=notes)
+def form_kernels(graph: Graph) -> Schedule:
+    """One kernel per compute, in graph order: the schedule before any fusion; the graph's notes move to it."""
+    kernels = _kernels(graph, group_kernels(graph, False, set()), {})
+    return Schedule(replace(graph, notes=()), kernels, notes=graph.notes)
 
 
 def take_contractions(schedule: Schedule) -> Schedule:
