@@ -809,7 +809,15 @@ def profile_command(
 ):
     """Time every kernel of each entry on this machine against its FMA peak and memory bandwidth."""
     from catenc.plan import Options
-    from catenc.profile import check_host_runtime, dumps, format_report, machine_peaks, parse_peaks, profile_file
+    from catenc.profile import (
+        Peaks,
+        check_host_runtime,
+        dumps,
+        format_report,
+        machine_peaks,
+        parse_peaks,
+        profile_file,
+    )
     from catenc.runtime.descriptor import load_runtime
     from catenc.schedule.tuning_file import load_tuning
     from catenc.testing.check import parse_sizes
@@ -829,10 +837,11 @@ def profile_command(
         tuning=load_tuning(tuning_path) if tuning_path else None,
     )
     given = parse_sizes(sizes, "--sizes")
-    if peaks_text in (None, "measure"):
-        peaks = machine_peaks(runtime, config, remeasure=peaks_text == "measure")
-    else:
-        peaks = parse_peaks(peaks_text)
+    given_peaks = None if peaks_text in (None, "measure") else parse_peaks(peaks_text)
+
+    def peaks() -> Peaks:  # measured once the sizes are checked
+        return given_peaks or machine_peaks(runtime, config, remeasure=peaks_text == "measure")
+
     report = profile_file(file, options, given, runs, peaks)
     click.echo(dumps(report) if as_json else format_report(report), nl=not as_json)
     return 0

@@ -24,7 +24,7 @@ import re
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from catenc.build import BuildRequest, build, fused_ops
 from catenc.ccall import BoundCall
 from catenc.diagnostics import CatencError
 from catenc.driver import plan_file
+from catenc.emit import size_exprs
 from catenc.loader import Library, load
 from catenc.lower.loops import LoopKernel
 from catenc.outputs import write_atomic
@@ -40,7 +41,8 @@ from catenc.resources import user_cache_dir
 from catenc.runtime.descriptor import Runtime
 from catenc.runtime.machine import host_machine
 from catenc.schedule.kernels import Kernel, kernel_cost
-from catenc.testing.check import entry_env, entry_sizes, random_inputs
+from catenc.symbolic import product
+from catenc.testing.check import _bytes, _physical_memory, entry_env, entry_sizes, random_inputs
 
 PROFILE_SCHEMA = "catenc.profile/1"
 PEAKS_SCHEMA = "catenc.peaks/1"
@@ -50,6 +52,7 @@ SEED = 0
 # a STREAM triad over arrays of at least this many MiB (and twice the last-level cache).
 FMA_STEPS, FMA_PASSES = 2_000_000, 10
 TRIAD_MIB, TRIAD_PASSES = 64, 10
+INT64_MAX = (1 << 63) - 1
 
 
 @dataclass(frozen=True)
@@ -127,8 +130,36 @@ def check_sizes(plan: FilePlan, sizes: Mapping[str, int]) -> dict[str, dict[str,
                 f'"{missing[0]}=..." (a run-time size) or -D {missing[0]}=... (compiled in)',
                 entry.composite.loc,
             )
-        by_entry[entry.name] = entry_sizes(entry, {dim: sizes[dim] for dim in entry.dims}, "--sizes")
+        by_entry[entry.name] = checked_sizes(entry, {dim: sizes[dim] for dim in entry.dims})
     return by_entry
+
+
+def checked_sizes(entry: EntryPlan, given: Mapping[str, int]) -> dict[str, int]:
+    """The entry's free sizes `given` with --sizes, checked before anything is built or allocated:
+    its constraints hold, every size its code computes fits int64 (else the entry refuses them),
+    and its inputs, outputs and workspace fit this machine's memory."""
+    sizes = entry_sizes(entry, dict(given), "--sizes")
+    env = entry_env(entry, sizes)
+    shown = ",".join(f"{name}={value}" for name, value in sizes.items())
+    for expr in size_exprs(entry):
+        value = expr.evaluate(env)
+        if not -INT64_MAX <= value <= INT64_MAX:
+            raise CatencError(
+                f"--sizes {shown}: '{entry.name}' computes {expr} = {value} at these sizes, beyond int64; "
+                "give smaller sizes",
+                entry.composite.loc,
+            )
+    tensors = [ttype for _, ttype in entry.arguments + entry.program.outputs]
+    need = sum(product(t.shape).evaluate(env) * t.dtype.itemsize for t in tensors)
+    need += entry.schedule.workspace_bytes.evaluate(env)
+    memory = _physical_memory()
+    if memory is not None and need > memory:
+        raise CatencError(
+            f"--sizes {shown}: '{entry.name}' needs {_bytes(need)} for its inputs, outputs and workspace at these "
+            f"sizes, more than this machine's {_bytes(memory)} of memory; give smaller sizes",
+            entry.composite.loc,
+        )
+    return sizes
 
 
 def profiled_library(plan: FilePlan, options: Options, path: str, workdir: Path) -> Library:
@@ -204,32 +235,43 @@ def time_kernels(
 ) -> tuple[EntryTime, ...]:
     """Plan `path` under `options` (a tuner's `options.tune` included), build it once with the
     kernel timers (in workdir, else a temporary directory) and time every entry at `sizes`."""
-    return tuple(timed for timed, _ in _timed(path, options, sizes, runs, workdir)[1])
+    plan, by_entry = _checked_plan(path, options, sizes)
+    return tuple(timed for timed, _ in _timed(plan, by_entry, options, path, runs, workdir))
 
 
-def _timed(
-    path: str, options: Options, sizes: Mapping[str, int], runs: int, workdir: Path | None
-) -> tuple[FilePlan, list[tuple[EntryTime, float]], dict[str, dict[str, int]]]:
+def _checked_plan(path: str, options: Options, sizes: Mapping[str, int]) -> tuple[FilePlan, dict[str, dict[str, int]]]:
+    """The plan and each entry's sizes (`check_sizes`), before anything is built."""
     check_host_runtime(options.runtime, options.config)
     plan = plan_file(path, options)
     if not plan.entries:
         raise CatencError(f"{path}: no composite to profile (rank-polymorphic ones have no entry)")
-    by_entry = check_sizes(plan, sizes)
+    return plan, check_sizes(plan, sizes)
+
+
+def _timed(
+    plan: FilePlan, by_entry: dict[str, dict[str, int]], options: Options, path: str, runs: int, workdir: Path | None
+) -> list[tuple[EntryTime, float]]:
     with tempfile.TemporaryDirectory(prefix="catenc-profile-") as scratch:
         library = profiled_library(plan, options, path, workdir or Path(scratch))
-        times = [time_entry(entry, library, by_entry[entry.name], runs) for entry in plan.entries]
-    return plan, times, by_entry
+        return [time_entry(entry, library, by_entry[entry.name], runs) for entry in plan.entries]
 
 
 # ------------------------------------------------------------------------ the report
 
 
 def profile_file(
-    path: str, options: Options, sizes: Mapping[str, int], runs: int, peaks: Peaks, workdir: Path | None = None
+    path: str,
+    options: Options,
+    sizes: Mapping[str, int],
+    runs: int,
+    peaks_of: Callable[[], Peaks],
+    workdir: Path | None = None,
 ) -> dict[str, object]:
     """`catenc profile`: the timings of every kernel with their rates and roofline, as the data
-    `--json` prints (keys in a fixed order)."""
-    plan, times, by_entry = _timed(path, options, sizes, runs, workdir)
+    `--json` prints (keys in a fixed order). `peaks_of` is asked once the sizes are checked."""
+    plan, by_entry = _checked_plan(path, options, sizes)
+    peaks = peaks_of()
+    times = _timed(plan, by_entry, options, path, runs, workdir)
     return {
         "schema": PROFILE_SCHEMA,
         "file": path,

@@ -122,7 +122,7 @@ def test_every_kernel_of_the_manifest_is_timed_once_per_call_shared_ones_too(tmp
 def test_rates_are_the_manifests_cost_at_the_sizes_over_the_time(tmp_path: Path) -> None:
     options = _options()
     sizes = {"T": 40, "D": 24}
-    report = profile.profile_file(ATTENTION, options, sizes, 2, PEAKS)
+    report = profile.profile_file(ATTENTION, options, sizes, 2, lambda: PEAKS)
     plan = plan_file(ATTENTION, options)
     manifest = json.loads(
         Path(
@@ -201,6 +201,9 @@ def test_the_table_names_every_kernel_and_what_it_fuses() -> None:
         (["--sizes", "T=4,D=4", "--runtime", "cuda"], "profile needs a host runtime"),
         (["--sizes", "T=4,D=4", "--peaks", "fast"], "--peaks fast: expected GFLOPS,GBS"),
         (["--sizes", "T=4,D=x"], "--sizes: size 'D' must be an integer"),
+        (["--sizes", "T=4,D=-4"], "--sizes: size 'D' must not be negative"),
+        (["--sizes", "T=99999999999,D=99999999"], "at these sizes, beyond int64; give smaller sizes"),
+        (["--sizes", "T=1000000,D=1000000"], "for its inputs, outputs and workspace at these sizes, more than"),
     ],
 )
 def test_bad_input_is_an_error_without_a_traceback(args: list[str], message: str) -> None:
@@ -208,6 +211,16 @@ def test_bad_input_is_an_error_without_a_traceback(args: list[str], message: str
     assert code == 1, out
     assert "error:" in out and message in out, out
     assert "Traceback" not in out
+
+
+def test_bad_sizes_are_an_error_before_the_peaks_are_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CATENC_CACHE_DIR", str(tmp_path))
+    layernorm = str(ROOT / "samples" / "layernorm.toml")
+    code, out = _cli(layernorm, "--sizes", "N=4,D=0")
+    assert code == 1 and "violate the constraint 'D >= 1' of 'layernorm'" in out, out
+    code, out = _cli(ATTENTION, "--sizes", "T=99999999999,D=99999999")
+    assert code == 1 and "beyond int64" in out, out
+    assert not (tmp_path / "peaks").exists()
 
 
 def test_peaks_are_measured_once_per_machine_and_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

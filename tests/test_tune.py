@@ -360,6 +360,10 @@ def test_catenc_tune_writes_a_file_that_compile_applies(tmp_path: Path) -> None:
         (["--sizes", "N=4,D=x"], "--sizes: size 'D' must be an integer, got 'x'"),
         (["--sizes", "N=4,D=4,Q=1"], "--sizes N=4,D=4,Q=1: Q is not a free size here"),
         (["--sizes", "N=4,D=4", "--runtime", "opencl"], "cannot be timed here; tune with a host runtime"),
+        (["--sizes", "N=4,D=-1"], "--sizes: size 'D' must not be negative"),
+        (["--sizes", "N=99999999999,D=99999999"], "'softmax' computes 4*D*N = 39999999599600000004 at these sizes"),
+        (["--sizes", "N=100000000,D=100000000"], "for its inputs, outputs and workspace at these sizes, more than"),
+        (["--sizes", "N=4,D=4", "--sizes", "N=99999999999,D=99999999"], "beyond int64; give smaller sizes"),
     ],
 )
 def test_catenc_tune_bad_input(tmp_path: Path, args: list[str], message: str) -> None:
@@ -367,4 +371,32 @@ def test_catenc_tune_bad_input(tmp_path: Path, args: list[str], message: str) ->
     done = catenc("tune", str(ROOT / "samples" / "softmax.toml"), "-o", str(out), *args)
     assert done.returncode == 1, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
+    assert "round" not in done.stderr  # nothing was measured
     assert not out.exists()
+
+
+def test_catenc_tune_checks_the_constraints_before_measuring(tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    done = catenc("tune", str(ROOT / "samples" / "layernorm.toml"), "--sizes", "N=4,D=0", "-o", str(out))
+    assert done.returncode == 1, done.stderr
+    assert "--sizes sizes {'N': 4, 'D': 0} violate the constraint 'D >= 1' of 'layernorm'" in done.stderr
+    assert "round" not in done.stderr and not out.exists()
+
+
+@pytest.mark.parametrize(
+    "output,message",
+    [
+        ("existing", "-o {}: is a directory; give the path of the tuning file to write"),
+        ("a-file/t.json", "-o {}: {} is not a directory"),
+        ("/sys/catenc.tuning.json", "-o {}: cannot write in /sys: "),
+    ],
+)
+def test_catenc_tune_checks_its_output_before_measuring(tmp_path: Path, output: str, message: str) -> None:
+    (tmp_path / "existing").mkdir()
+    (tmp_path / "a-file").write_text("")
+    done = catenc("tune", str(ROOT / "samples" / "softmax.toml"), "--sizes", "N=4,D=4", "-o", output, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("catenc: error: " + message.format(output, tmp_path / "a-file")), done.stderr
+    assert "round" not in done.stderr  # nothing was measured
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "existing"]
+    assert not any((tmp_path / "existing").iterdir())

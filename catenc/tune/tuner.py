@@ -16,6 +16,7 @@ from catenc.driver import plan_file
 from catenc.outputs import write_atomic
 from catenc.passes.pipelines import Target
 from catenc.plan import EntryPlan, FilePlan, Options
+from catenc.profile import checked_sizes, profiled_library, time_entry
 from catenc.runtime.machine import host_machine, toolchain_target
 from catenc.schedule.kernels import Schedule
 from catenc.schedule.tuning_file import Tuning, load_tuning
@@ -41,9 +42,25 @@ def heuristic_schedules(path: str, options: Options) -> tuple[FilePlan, list[Sch
     return plan_file(path, replace(options, tune=record, tuning=None)), seen
 
 
+def check_output(output: str) -> None:
+    """`-o` names a file that can be written, checked before the search: not a directory, and
+    in a directory (or one to be created) where this process can create files."""
+    path = Path(output)
+    if path.is_dir():
+        raise CatencError(f"-o {output}: is a directory; give the path of the tuning file to write")
+    existing = next(parent for parent in path.absolute().parents if parent.exists())
+    if not existing.is_dir():
+        raise CatencError(f"-o {output}: {existing} is not a directory")
+    try:
+        tempfile.TemporaryFile(dir=existing).close()
+    except OSError as error:
+        raise CatencError(f"-o {output}: cannot write in {existing}: {error.strerror}") from None
+
+
 def check_bindings(plan: FilePlan, bindings: Sequence[dict[str, int]]) -> None:
     """Each binding gives every free size of one or more entries (and names no other symbol);
-    every entry is given all its free sizes by some binding."""
+    every entry is given all its free sizes by some binding; each entry's sizes meet its
+    constraints, fit int64 and this machine's memory (`checked_sizes`)."""
     free = list(dict.fromkeys(dim for entry in plan.entries for dim in entry.dims))
     for sizes in bindings:
         unknown = [name for name in sizes if name not in free]
@@ -58,6 +75,9 @@ def check_bindings(plan: FilePlan, bindings: Sequence[dict[str, int]]) -> None:
                 f"{entry.name} has free sizes {', '.join(entry.dims)}: give them all in one --sizes "
                 '"' + ",".join(f"{dim}=..." for dim in entry.dims) + '"'
             )
+        for sizes in bindings:
+            if entry.name in covered(plan, sizes):
+                checked_sizes(entry, _given(entry, sizes))
 
 
 def covered(plan: FilePlan, sizes: dict[str, int]) -> tuple[str, ...]:
@@ -81,6 +101,8 @@ def tune_file(
     """Search with the measurements `measure_for(plan, bindings)` makes, then merge the entries
     into `output` (its entries for other kernels, machines or toolchains are kept; measured
     candidates of this one count as measured: a resumed run)."""
+    check_output(output)
+    previous = load_tuning(output) if Path(output).is_file() else Tuning(path=output)
     target = Target.of(options.runtime, options.config)
     plan, schedules = heuristic_schedules(path, options)
     check_bindings(plan, bindings)
@@ -89,7 +111,6 @@ def tune_file(
     knobs = collect_knobs(schedules, bindings, target.threads, target.vector_lanes)
     search = Search(knobs)
     machine, toolchain = host_machine(), toolchain_target(options.runtime, options.config)
-    previous = load_tuning(output) if Path(output).is_file() else Tuning(path=output)
     resume(search, [e for e in previous.entries if e.machine == machine and e.target == toolchain])
     interrupted = False
     try:
@@ -107,7 +128,6 @@ MeasureFor = Callable[[FilePlan, list[dict[str, int]]], Measure]  # the measurem
 def profile_measure(path: str, options: Options, runs: int) -> MeasureFor:
     """Measurements by the profiler's per-kernel timers: one timed build per round, each entry
     then run at every binding that gives all its free sizes."""
-    from catenc.profile import profiled_library, time_entry
 
     def measure_for(plan: FilePlan, bindings: list[dict[str, int]]) -> Measure:
         def measure(tune: Callable[[Schedule], Schedule]) -> list[Timings]:
