@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from catenc.onnx.registry import ModelError
 from catenc.onnx.values import FLOATS, Shape, broadcast, literal
-from catenc.symbolic import Expr
+from catenc.symbolic import Expr, const
 
 
 class BuildError(ModelError):
@@ -223,6 +223,19 @@ class Read(Node):
 
 
 @dataclass(frozen=True, eq=False)
+class Scaled(Node):
+    """An index times an integer, written tight as the importer writes affine subscripts
+    (`2*oh`, `-2*oh`, or with `factor_last` `g*3`)."""
+
+    index: Node
+    factor: int
+    factor_last: bool = False
+    dtype: str = "i64"
+    shape: Shape = ()
+    weak: bool = True
+
+
+@dataclass(frozen=True, eq=False)
 class Reduce(Node):
     """`sum[c < 3, r < 3](body)`: a reduction over indices bound here."""
 
@@ -367,6 +380,27 @@ def seq(items: Sequence[Operand], tuple_form: bool = False) -> Seq:
     return Seq(tuple(operand(i) for i in items), tuple_form)
 
 
+def affine(terms: Sequence[tuple[int, Node]], offset: Expr | int = 0) -> Node:
+    """`2*oh + r - 1` from (coefficient, index) terms (zero ones left out) and an offset."""
+    out: Node | None = None
+    for c, index in terms:
+        if not c:
+            continue
+        if out is None:
+            out = index if c == 1 else -index if c == -1 else Scaled(index, c)
+        else:
+            mag = index if abs(c) == 1 else Scaled(index, abs(c))
+            out = out + mag if c > 0 else out - mag
+    offset = offset if isinstance(offset, Expr) else const(offset)
+    if not offset.is_const:
+        return Size(offset) if out is None else out + Size(offset)
+    if out is None:
+        return num(offset.value)
+    if offset.value == 0:
+        return out
+    return out + offset.value if offset.value > 0 else out - abs(offset.value)
+
+
 def shape_list(shape: Shape) -> Seq:
     """A shape as a list argument (`reshape(x, [N, H + 2])`)."""
     return Seq(tuple(Size(d, bare=True) for d in shape))
@@ -429,6 +463,8 @@ _COMPARE, _UNARY, _ATOM = 3, 10, 20
 def precedence(node: Node) -> int:
     if isinstance(node, Bin):
         return _COMPARE if node.op in COMPARISONS else _PRECEDENCE[node.op]
+    if isinstance(node, Scaled):
+        return _PRECEDENCE["*"]
     if isinstance(node, Unary) or (isinstance(node, Lit) and node.text.startswith("-")):
         return _UNARY
     return _ATOM
@@ -490,6 +526,7 @@ _RENDER: dict[type, Callable] = {
     Bin: _bin,
     Call: _call,
     Read: lambda n: f"{render(n.of)}[{', '.join(render(i) for i in n.items)}]",
+    Scaled: lambda n: f"{render(n.index)}*{n.factor}" if n.factor_last else f"{n.factor}*{render(n.index)}",
     Reduce: lambda n: f"{n.op}[{', '.join(f'{i.name} < {render(e)}' for i, e in n.ranges)}]({render(n.body)})",
     Group: lambda n: f"({render(n.inner)})",
 }
@@ -516,6 +553,8 @@ def _children(node: Node) -> tuple[Node, ...]:
         return node.items
     if isinstance(node, Group):
         return (node.inner,)
+    if isinstance(node, Scaled):
+        return (node.index,)
     return ()
 
 

@@ -16,7 +16,7 @@ from catenc.frontend.shapes import SHAPE_FUNCS
 from catenc.onnx.builder import Index, Lit, Node, Ref, check_scope, dim_text, render
 from catenc.onnx.model import file_loc
 from catenc.onnx.registry import Unsupported
-from catenc.onnx.values import ONNX_DTYPES, Shape, Value, literal
+from catenc.onnx.values import ONNX_DTYPES, Shape, Value, dims, literal
 from catenc.registry import ELEMENTWISE, REDUCTIONS
 
 RESERVED = (
@@ -143,6 +143,10 @@ class Emitter:
         self._constant_names[id(array)] = name
         self._arrays.append(array)
         return name
+
+    def constant_ref(self, array: np.ndarray, dtype: str, hint: str = "c") -> Ref:
+        """A constant (see `constant`) as an expression."""
+        return Ref(self.constant(array, dtype, hint), dtype, dims(array.shape))
 
     def hint_like(self, value: Value, origin: Value, suffix: str) -> None:
         """Name the constant of `value` (computed from `origin` at import) after origin's name."""

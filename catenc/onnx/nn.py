@@ -15,19 +15,21 @@ affine read `x[..., i // 2]` where nearest sampling repeats each element.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
-from collections.abc import Callable
+import operator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from catenc.onnx.builder import dim_text
-from catenc.onnx.emitter import Emitter
+from catenc.onnx.builder import Group, Index, Node, Operand, Scaled, Size, affine, call, lit, reduce, shape_list, where
+from catenc.onnx.emitter import Emitter, IndexNames
+from catenc.onnx.reduce import reduction
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter, need_float
 from catenc.onnx.shape import shape_text
 from catenc.onnx.values import NUMPY, Shape, Value, dims, static
-from catenc.onnx.values import literal as lit
 from catenc.symbolic import Expr, const, floordiv
 
 UNROLL_TAPS = 25  # a depthwise kernel of up to this many taps (5x5) is written tap by tap
@@ -119,34 +121,18 @@ def _same_pads(auto_pad: str, totals: list[int]) -> tuple[tuple[int, ...], tuple
     return tuple(t - small for t, small in zip(totals, smalls, strict=True)), tuple(smalls)
 
 
-def _affine(terms: list[tuple[int, str]], offset: Expr | int = 0) -> str:
-    """`2*oh + r - 1` from (coefficient, index) terms and an offset."""
-    out = ""
-    for c, name in terms:
-        if c:
-            mag = name if abs(c) == 1 else f"{abs(c)}*{name}"
-            out = (mag if c > 0 else f"-{mag}") if not out else f"{out} {'+' if c > 0 else '-'} {mag}"
-    offset = offset if isinstance(offset, Expr) else const(offset)
-    if offset == const(0):
-        return out or "0"
-    if offset.is_const:
-        v = offset.value
-        return str(v) if not out else f"{out} {'+' if v > 0 else '-'} {abs(v)}"
-    return f"{out} + {dim_text(offset)}" if out else dim_text(offset)
-
-
 @dataclass(frozen=True)
 class Access:
     """The spatial subscripts of a window read and the guards that keep it inside the input."""
 
-    index: tuple[str, ...]  # one subscript per spatial dim
-    guards: tuple[str, ...]
-    reduce: tuple[str, ...]  # `r < 3` declarations of the window indices (kernel dims of size 1 have none)
+    index: tuple[Node, ...]  # one subscript per spatial dim
+    guards: tuple[Node, ...]
+    reduce: tuple[tuple[Index, int], ...]  # the window indices `r < 3` (kernel dims of size 1 have none)
 
 
-def forward_access(win: Window, spatial: Shape, outs: list[str], taps: list[str] | tuple[int, ...]) -> Access:
+def forward_access(win: Window, spatial: Shape, outs: list[Index], taps: list[Index] | tuple[int, ...]) -> Access:
     """Input position o*stride + r*dilation - pad_begin per spatial dim, guarded where it can leave the
-    input; the taps r are the window's index names, or one fixed tap (ints)."""
+    input; the taps r are the window's indices, or one fixed tap (ints)."""
     index, guards, reduce = [], [], []
     for size, o, r, k, s, d, b, o_size in zip(
         spatial, outs, taps, win.kernel, win.strides, win.dilations, win.begin, win.out, strict=True
@@ -156,36 +142,30 @@ def forward_access(win: Window, spatial: Shape, outs: list[str], taps: list[str]
         else:
             terms, shift, last = [(s, o)] + ([(d, r)] if k > 1 else []), b, (o_size - 1) * s + (k - 1) * d - b
             if k > 1:
-                reduce.append(f"{r} < {k}")
-        index.append(_not_alone(_affine(terms, -shift), o, o_size != size))
+                reduce.append((r, k))
+        index.append(_not_alone(affine(terms, -shift), o, o_size != size))
         if shift > 0:
-            guards.append(f"{_affine(terms)} >= {shift}")
+            guards.append(affine(terms) >= shift)
         if not (last.is_const and size.is_const and last.value < size.value):
-            guards.append(f"{_affine(terms)} < {dim_text(size + shift)}")
+            guards.append(affine(terms) < Size(size + shift))
     return Access(tuple(index), tuple(guards), tuple(reduce))
 
 
-def _not_alone(subscript: str, index: str, differ: bool) -> str:
+def _not_alone(subscript: Node, index: Index, differ: bool) -> Node:
     """An index alone in a subscript ranges over that whole axis (docs/language.md section 9): where
     the output's extent differs from the input's, `o + 0` reads the input at o without that claim."""
-    return f"{index} + 0" if subscript == index and differ else subscript
+    return index + 0 if subscript is index and differ else subscript
 
 
-def guarded(guards: tuple[str, ...] | list[str], value: str, fill: str) -> str:
+def guarded(guards: Sequence[Node], value: Node, fill: Operand) -> Node:
+    """`where(g1 & g2, value, fill)`: value where every guard holds."""
     if not guards:
         return value
-    cond = " & ".join(f"({g})" for g in guards) if len(guards) > 1 else guards[0]
-    return f"where({cond}, {value}, {fill})"
+    return where(functools.reduce(operator.and_, guards), value, fill)
 
 
-def index_names(emit: Emitter) -> Callable[[str], str]:
-    """Fresh index names for one index-form statement (the emitter's IndexNames), as text."""
-    names = emit.index_names()
-    return lambda name: names(name).name
-
-
-def _names(nd: int, ix: Callable[[str], str]) -> tuple[list[str], list[str]]:
-    """Index names of the output's spatial dims and of the window (oh, ow / r, s for 2-D)."""
+def _names(nd: int, ix: IndexNames) -> tuple[list[Index], list[Index]]:
+    """Indices of the output's spatial dims and of the window (oh, ow / r, s for 2-D)."""
     outs = {1: ["ol"], 2: ["oh", "ow"], 3: ["od", "oh", "ow"]}.get(nd, [f"o{i}" for i in range(nd)])
     taps = {1: ["r"], 2: ["r", "s"], 3: ["q", "r", "s"]}.get(nd, [f"r{i}" for i in range(nd)])
     return [ix(o) for o in outs], [ix(t) for t in taps]
@@ -205,29 +185,33 @@ def _kernel(node: OnnxNode, w: Value) -> tuple[int, ...]:
     return kernel
 
 
+# the expression of a convolution's output channel (an index expression), and its group g and
+# channel j within it when the result is computed per group
+ChannelExpr = Callable[[Node, Index | None, Index | None], Node]
+
+
 def _grouped(
     emit: Emitter,
-    expr_of: Callable[[str, str | None, str | None], str],
-    dtype: str,
+    expr_of: ChannelExpr,
     batch: Expr,
     groups: int,
     per_group: int,
-    outs: list[str],
+    outs: list[Index],
     out: Shape,
-    ix: Callable[[str], str],
+    ix: IndexNames,
 ) -> Value:
     """A grouped result: [N, G, K/G, spatial...] computed by `expr_of(channel, g, j)` and reshaped to
-    [N, K, ...]; `outs` names the batch index, then the spatial ones."""
+    [N, K, ...]; `outs` are the batch index, then the spatial ones."""
     if groups == 1:
         k = ix("k")
         expr = expr_of(k, None, None)
-        return emit.out_index([outs[0], k, *outs[1:]], expr, dtype, (batch, const(per_group), *out))
+        return emit.out_index([outs[0], k, *outs[1:]], expr, expr.dtype, (batch, const(per_group), *out))
     g, j = ix("g"), ix("j")
     t_shape = (batch, const(groups), const(per_group), *out)
-    indices = [outs[0], g, j, *outs[1:]]
-    t = emit.index_temp(indices, expr_of(f"{g}*{per_group} + {j}", g, j), dtype, t_shape, "groups")
+    expr = expr_of(Scaled(g, per_group, factor_last=True) + j, g, j)
+    t = emit.index_temp([outs[0], g, j, *outs[1:]], expr, expr.dtype, t_shape, "groups")
     shape = (batch, const(groups * per_group), *out)
-    return emit.out(f"reshape({t.name}, {shape_text(shape)})", dtype, shape)
+    return emit.result(call("reshape", emit.ref(t), shape_list(shape), dtype=t.dtype, shape=shape))
 
 
 @converter("Conv")
@@ -243,31 +227,28 @@ def conv(node: OnnxNode, emit: Emitter) -> list[Value]:
     if groups < 1 or c_in != c_group * groups or k_out % groups:
         raise ModelError(f"{c_in} input channels, weight {k_out}x{c_group}, group={groups} do not agree")
     win = window(node, x, kernel)
-    xt, wt = emit.text(x), emit.text(w)
-    bt = emit.text(b) if b is not None else None
-    ix = index_names(emit)
+    xt, wt = emit.ref(x), emit.ref(w)
+    bt = emit.ref(b) if b is not None else None
+    ix = emit.index_names()
     n = ix("n")
     outs, taps = _names(len(kernel), ix)
     access = forward_access(win, x.shape[2:], outs, taps)
     c = ix("c")
     per_group = k_out // groups
     depthwise = c_group == 1 and groups > 1
+    wtaps = [taps[i] if k > 1 else 0 for i, k in enumerate(kernel)]
 
-    def expr_of(channel: str, g: str | None, j: str | None) -> str:
+    def expr_of(channel: Node, g: Index | None, j: Index | None) -> Node:
         if depthwise:  # one input channel per group: read it directly, no grouped layout
-            channel_in, reduce = (channel if per_group == 1 else f"{channel} // {per_group}"), list(access.reduce)
-            wc = "0"
+            channel_in, ranges, wc = (channel if per_group == 1 else channel // per_group), access.reduce, 0
+        elif c_group > 1:
+            channel_in = Scaled(g, c_group, factor_last=True) + c if g is not None else c
+            ranges, wc = ((c, c_group), *access.reduce), c
         else:
-            first = f"{g}*{c_group} + " if g is not None else ""
-            channel_in = f"{first}{c}" if c_group > 1 else (f"{g}*{c_group}" if g is not None else "0")
-            reduce = ([f"{c} < {c_group}"] if c_group > 1 else []) + list(access.reduce)
-            wc = c if c_group > 1 else "0"
-        read = guarded(access.guards, f"{xt}[{n}, {channel_in}, {', '.join(access.index)}]", "0.0")
-        product = (
-            f"{read} * {wt}[{channel}, {wc}, {', '.join(taps[i] if k > 1 else '0' for i, k in enumerate(kernel))}]"
-        )
-        expr = f"sum[{', '.join(reduce)}]({product})" if reduce else product
-        return f"{expr} + {bt}[{channel}]" if bt is not None else expr
+            channel_in, ranges, wc = 0, access.reduce, 0
+        read = guarded(access.guards, xt[(n, channel_in, *access.index)], 0.0)
+        total = reduce("sum", ranges, read * wt[(channel, wc, *wtaps)])
+        return total + bt[channel] if bt is not None else total
 
     if b is not None and b.shape != (const(k_out),):
         raise ModelError(f"the bias has shape {shape_text(b.shape)}, not [{k_out}]")
@@ -276,16 +257,15 @@ def conv(node: OnnxNode, emit: Emitter) -> list[Value]:
         shape = (x.shape[0], const(k_out), *win.out)
         if math.prod(kernel) <= UNROLL_TAPS:
             # the taps written out: a vector loop along the output row with no reduction inside
-            channel_in = k if per_group == 1 else f"{k} // {per_group}"
+            channel_in = k if per_group == 1 else k // per_group
             products = []
             for tap in itertools.product(*(range(size) for size in kernel)):
                 at = forward_access(win, x.shape[2:], outs, tap)
-                read = guarded(at.guards, f"{xt}[{n}, {channel_in}, {', '.join(at.index)}]", "0.0")
-                products.append(f"{read} * {wt}[{k}, 0, {', '.join(map(str, tap))}]")
-            expr = " + ".join(products) + (f" + {bt}[{k}]" if bt is not None else "")
-            return [emit.out_index([n, k, *outs], expr, x.dtype, shape)]
+                products.append(guarded(at.guards, xt[(n, channel_in, *at.index)], 0.0) * wt[(k, 0, *tap)])
+            expr = functools.reduce(operator.add, products)
+            return [emit.out_index([n, k, *outs], expr + bt[k] if bt is not None else expr, x.dtype, shape)]
         return [emit.out_index([n, k, *outs], expr_of(k, None, None), x.dtype, shape)]
-    return [_grouped(emit, expr_of, x.dtype, x.shape[0], groups, per_group, [n, *outs], win.out, ix)]
+    return [_grouped(emit, expr_of, x.shape[0], groups, per_group, [n, *outs], win.out, ix)]
 
 
 @converter("ConvTranspose")
@@ -323,41 +303,44 @@ def conv_transpose(node: OnnxNode, emit: Emitter) -> list[Value]:
     out = tuple(dims(requested)) if requested is not None else tuple(f - bb - e for f, bb, e in zip(full, begin, end))
     if any(o.is_const and o.value < 1 for o in out):
         raise ModelError(f"the output would have size {shape_text(out)}")
-    xt, wt = emit.text(x), emit.text(w)
-    bt = emit.text(b) if b is not None else None
-    ix = index_names(emit)
+    xt, wt = emit.ref(x), emit.ref(w)
+    bt = emit.ref(b) if b is not None else None
+    ix = emit.index_names()
     n = ix("n")
     outs, taps = _names(nd, ix)
     c = ix("c")
-    index, guards, reduce = [], [], [f"{c} < {c_group}"] if c_group > 1 else []
+    index: list[Node] = []
+    guards: list[Node] = []
+    ranges = [(c, c_group)] if c_group > 1 else []
     for size, o, r, k, s, d, bb, o_size in zip(spatial, outs, taps, kernel, strides, dilations, begin, out):
-        pos = _affine([(1, o)] + ([(-d, r)] if k > 1 else []), bb)
+        pos = affine([(1, o)] + ([(-d, r)] if k > 1 else []), bb)
         if k > 1:
-            reduce.append(f"{r} < {k}")
+            ranges.append((r, k))
         if s == 1:
             index.append(_not_alone(pos, o, o_size != size))
-            guards += [f"{pos} >= 0", f"{pos} < {dim_text(size)}"]
+            guards += [pos >= 0, pos < Size(size)]
         else:  # the prover does not derive a // s >= 0 from a >= 0: say it of the quotient
-            q = f"({pos}) // {s}"
+            q = Group(pos) // s
             index.append(q)
-            guards += [f"({pos}) % {s} == 0", f"{q} >= 0", f"{q} < {dim_text(size)}"]
-    wtaps = ", ".join(taps[i] if k > 1 else "0" for i, k in enumerate(kernel))
+            guards += [(Group(pos) % s).eq(0), q >= 0, q < Size(size)]
+    wtaps = [taps[i] if k > 1 else 0 for i, k in enumerate(kernel)]
 
-    def expr_of(channel: str, g: str | None, j: str | None) -> str:
-        first = (g if c_group == 1 else f"{g}*{c_group}") if g is not None else ""
-        channel_in = (f"{first} + {c}" if first else c) if c_group > 1 else (first or "0")
-        read = guarded(guards, f"{xt}[{n}, {channel_in}, {', '.join(index)}]", "0.0")
-        product = f"{read} * {wt}[{channel_in}, {j if j is not None else channel}, {wtaps}]"
-        expr = f"sum[{', '.join(reduce)}]({product})" if reduce else product
-        return f"{expr} + {bt}[{channel}]" if bt is not None else expr
+    def expr_of(channel: Node, g: Index | None, j: Index | None) -> Node:
+        channel_in: Operand = c if c_group > 1 else 0
+        if g is not None:
+            first = g if c_group == 1 else Scaled(g, c_group, factor_last=True)
+            channel_in = first + c if c_group > 1 else first
+        read = guarded(guards, xt[(n, channel_in, *index)], 0.0)
+        total = reduce("sum", ranges, read * wt[(channel_in, j if j is not None else channel, *wtaps)])
+        return total + bt[channel] if bt is not None else total
 
     if b is not None and b.shape != (const(groups * per_group),):
         raise ModelError(f"the bias has shape {shape_text(b.shape)}, not [{groups * per_group}]")
-    return [_grouped(emit, expr_of, x.dtype, x.shape[0], groups, per_group, [n, *outs], out, ix)]
+    return [_grouped(emit, expr_of, x.shape[0], groups, per_group, [n, *outs], out, ix)]
 
 
-def _pool_setup(node: OnnxNode, emit, x: Value) -> tuple[Window, Access, list[str], str]:
-    """The window, its guarded access and the output's index names (n, c, spatial...) of a pooling node."""
+def _pool_setup(node: OnnxNode, emit: Emitter, x: Value) -> tuple[Window, Access, list[Index], Node]:
+    """The window, its guarded access, the output's indices (n, c, spatial...) and x of a pooling node."""
     if x.rank < 3:
         raise ModelError(f"the input has rank {x.rank}; {node.op} needs (N, C, spatial...)")
     kernel = node.attr("kernel_shape")
@@ -367,15 +350,11 @@ def _pool_setup(node: OnnxNode, emit, x: Value) -> tuple[Window, Access, list[st
     if len(kernel) != x.rank - 2:
         raise ModelError(f"kernel_shape has {len(kernel)} entries for {x.rank - 2} spatial dims")
     win = window(node, x, kernel, bool(node.attr("ceil_mode", 0)))
-    xt = emit.text(x)
-    ix = index_names(emit)
+    xt = emit.ref(x)
+    ix = emit.index_names()
     n, c = ix("n"), ix("c")
     outs, taps = _names(len(kernel), ix)
     return win, forward_access(win, x.shape[2:], outs, taps), [n, c, *outs], xt
-
-
-def _reduce(op: str, access: Access, body: str) -> str:
-    return f"{op}[{', '.join(access.reduce)}]({body})" if access.reduce else body
 
 
 @converter("MaxPool")
@@ -384,10 +363,10 @@ def max_pool(node: OnnxNode, emit: Emitter) -> list[Value]:
     if x.dtype == "bool":
         raise Unsupported("input of type bool")
     win, access, outs, xt = _pool_setup(node, emit, x)
-    low = "-inf" if x.is_float else str(int(np.iinfo(NUMPY[x.dtype]).min))
-    at = f"{xt}[{', '.join(outs[:2] + list(access.index))}]"
+    low = lit(-np.inf if x.is_float else np.iinfo(NUMPY[x.dtype]).min, x.dtype)
+    at = xt[(*outs[:2], *access.index)]
     shape = (x.shape[0], x.shape[1], *win.out)
-    y = emit.out_index(outs, _reduce("max", access, guarded(access.guards, at, low)), x.dtype, shape)
+    y = emit.out_index(outs, reduce("max", access.reduce, guarded(access.guards, at, low)), x.dtype, shape)
     if len(node.outputs) < 2 or not node.outputs[1]:
         return [y]
     # Indices: the position of the first maximum of each window in the flattened input (row-major,
@@ -397,22 +376,21 @@ def max_pool(node: OnnxNode, emit: Emitter) -> list[Value]:
     if static(tuple(dims)) is None:
         raise Unsupported("the Indices output of MaxPool over a dynamic shape")
     sizes = static(tuple(dims))
-    flat = f"{outs[0]} * {sizes[1]} + {outs[1]}"
+    flat: Node = outs[0] * sizes[1] + outs[1]
     spatial = list(zip(access.index, sizes[2:]))
     if node.attr("storage_order", 0):
-        flat = f"({flat}) * {int(np.prod(sizes[2:]))}"
+        terms: list[Node] = [Group(flat) * int(np.prod(sizes[2:]))]
         stride = 1
-        terms = []
         for index, size in spatial:
-            terms.append(f"({index}) * {stride}" if stride > 1 else f"({index})")
+            terms.append(Group(index) * stride if stride > 1 else Group(index))
             stride *= size
-        flat = " + ".join([flat, *terms])
+        flat = functools.reduce(operator.add, terms)
     else:
         for index, size in spatial:
-            flat = f"({flat}) * {size} + {index}"
-    beyond = str(int(np.prod(sizes)))
-    found = f"where({at} == {y.name}[{', '.join(outs)}], {flat}, {beyond})"
-    indices = _reduce("min", access, guarded(access.guards, found, beyond))
+            flat = Group(flat) * size + index
+    beyond = int(np.prod(sizes))
+    found = where(at.eq(emit.ref(y)[tuple(outs)]), flat, beyond)
+    indices = reduce("min", access.reduce, guarded(access.guards, found, beyond))
     return [y, emit.out_index(outs, indices, "i64", shape, 1)]
 
 
@@ -432,20 +410,28 @@ def _counts(win: Window, spatial: Shape, include_pad: bool) -> np.ndarray | None
     return total
 
 
+def _lp_norm(x: Node, p: float, total_of: Callable[[Node], Node]) -> Node:
+    """The p-norm (p of an LpPool) of x's terms summed by `total_of`: abs for p=1, squares and sqrt for p=2."""
+    if p == 1.0:
+        return total_of(call("abs", x))
+    if p == 2.0:
+        return call("sqrt", total_of(x * x))
+    return call("pow", total_of(call("pow", call("abs", x), p)), 1.0 / p)
+
+
 @converter("AveragePool", "LpPool")
 def sum_pool(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
     need_float(node, x)
     win, access, outs, xt = _pool_setup(node, emit, x)
-    at = f"{xt}[{', '.join(outs[:2] + list(access.index))}]"
+    at = xt[(*outs[:2], *access.index)]
     shape = (x.shape[0], x.shape[1], *win.out)
+
+    def total_of(term: Node) -> Node:
+        return reduce("sum", access.reduce, guarded(access.guards, term, 0.0))
+
     if node.op == "LpPool":
-        p = float(node.attr("p", 2))
-        term = {1.0: f"abs({at})", 2.0: f"{at} * {at}"}.get(p, f"pow(abs({at}), {p!r})")
-        total = _reduce("sum", access, guarded(access.guards, term, "0.0"))
-        expr = {1.0: total, 2.0: f"sqrt({total})"}.get(p, f"pow({total}, {1.0 / p!r})")
-        return [emit.out_index(outs, expr, x.dtype, shape)]
-    total = _reduce("sum", access, guarded(access.guards, at, "0.0"))
+        return [emit.out_index(outs, _lp_norm(at, float(node.attr("p", 2)), total_of), x.dtype, shape)]
     include_pad = bool(node.attr("count_include_pad", 0))
     counts = _counts(win, x.shape[2:], include_pad)
     if counts is None:
@@ -456,8 +442,8 @@ def sum_pool(node: OnnxNode, emit: Emitter) -> list[Value]:
     elif counts.min() == counts.max():
         divisor = lit(float(counts.min()), x.dtype)
     else:
-        divisor = f"{emit.constant(counts.astype(NUMPY[x.dtype]), x.dtype, 'counts')}[{', '.join(outs[2:])}]"
-    return [emit.out_index(outs, f"{total} / {divisor}", x.dtype, shape)]
+        divisor = emit.constant_ref(counts.astype(NUMPY[x.dtype]), x.dtype, "counts")[tuple(outs[2:])]
+    return [emit.out_index(outs, total_of(at) / divisor, x.dtype, shape)]
 
 
 @converter("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
@@ -468,15 +454,12 @@ def global_pool(node: OnnxNode, emit: Emitter) -> list[Value]:
     if node.op != "GlobalMaxPool":
         need_float(node, x)
     axes = tuple(range(2, x.rank))
-    xt = emit.text(x)
+    xt = emit.ref(x)
     shape = (*x.shape[:2], *(const(1) for _ in axes))
     if node.op == "GlobalLpPool":
-        p = float(node.attr("p", 2))
-        term = {1.0: f"abs({xt})", 2.0: f"{xt} * {xt}"}.get(p, f"pow(abs({xt}), {p!r})")
-        total = f"sum({term}, axis={axes}, keepdims=True)"
-        expr = {1.0: total, 2.0: f"sqrt({total})"}.get(p, f"pow({total}, {1.0 / p!r})")
+        expr = _lp_norm(xt, float(node.attr("p", 2)), lambda term: reduction("sum", term, axes, True, shape))
     else:
-        expr = f"{'mean' if node.op == 'GlobalAveragePool' else 'max'}({xt}, axis={axes}, keepdims=True)"
+        expr = reduction("mean" if node.op == "GlobalAveragePool" else "max", xt, axes, True, shape)
     return [emit.out(expr, x.dtype, shape)]
 
 
@@ -632,34 +615,38 @@ def resize(node: OnnxNode, emit: Emitter) -> list[Value]:
                     factors[axis] = k
                     break
         if len(factors) == len(picks):  # every axis repeats its elements k times: one affine read
-            ix = index_names(emit)
-            names = [ix(f"i{d}") for d in range(x.rank)]
-            read = [f"{n} // {factors[d]}" if factors.get(d, 1) > 1 else n for d, n in enumerate(names)]
-            return [emit.out_index(names, f"{emit.text(x)}[{', '.join(read)}]", x.dtype, shape)]
+            names = emit.index_names().numbered(x.rank)
+            read = [i // factors[d] if factors.get(d, 1) > 1 else i for d, i in enumerate(names)]
+            return [emit.out_index(names, emit.ref(x)[tuple(read)], x.dtype, shape)]
         v = x
         for k, (axis, pick) in enumerate(picks.items()):
-            expr = f"take({emit.text(v)}, {emit.constant(pick, 'i64', 'resize_index')}, {axis})"
-            v = _step(
-                emit, expr, x.dtype, v.shape[:axis] + (const(len(pick)),) + v.shape[axis + 1 :], k == len(picks) - 1
-            )
+            step = v.shape[:axis] + (const(len(pick)),) + v.shape[axis + 1 :]
+            index = emit.constant_ref(pick, "i64", "resize_index")
+            v = _step(emit, _take(emit.ref(v), index, axis, step), step, k == len(picks) - 1)
         return [v]
     v = x
     for k, (axis, out, positions, weights) in enumerate(plan):
+        step = v.shape[:axis] + (const(out),) + v.shape[axis + 1 :]
         terms = []
         for j in range(positions.shape[1]):
             if not np.any(weights[:, j]):
                 continue
             w = weights[:, j].astype(NUMPY[x.dtype]).reshape((out,) + (1,) * (x.rank - axis - 1))
-            at = emit.constant(positions[:, j].copy(), "i64", "resize_index")
-            terms.append(f"take({emit.text(v)}, {at}, {axis}) * {emit.constant(w, x.dtype, 'resize_weight')}")
-        expr = " + ".join(terms)
+            at = emit.constant_ref(positions[:, j].copy(), "i64", "resize_index")
+            terms.append(_take(emit.ref(v), at, axis, step) * emit.constant_ref(w, x.dtype, "resize_weight"))
+        expr = functools.reduce(operator.add, terms)
         if axis in outside:  # tf_crop_and_resize: positions sampled outside the input take extrapolation_value
             fill = lit(float(node.attr("extrapolation_value", 0.0)), x.dtype)
-            expr = f"where({emit.constant(outside[axis], 'bool', 'resize_outside')}, {fill}, {expr})"
-        v = _step(emit, expr, x.dtype, v.shape[:axis] + (const(out),) + v.shape[axis + 1 :], k == len(plan) - 1)
+            expr = where(emit.constant_ref(outside[axis], "bool", "resize_outside"), fill, expr)
+        v = _step(emit, expr, step, k == len(plan) - 1)
     return [v]
 
 
-def _step(emit, expr: str, dtype: str, shape: Shape, last: bool) -> Value:
+def _take(v: Node, index: Node, axis: int, shape: Shape) -> Node:
+    """`take(v, index, axis)`: v's elements at `index` along `axis`, of the given shape."""
+    return call("take", v, index, axis, dtype=v.dtype, shape=shape)
+
+
+def _step(emit: Emitter, expr: Node, shape: Shape, last: bool) -> Value:
     """One axis of a separable resize: the node's output after the last axis, else an intermediate."""
-    return emit.out(expr, dtype, shape) if last else emit.temp(expr, dtype, shape, "axis")
+    return emit.result(expr, shape=shape) if last else emit.intermediate(expr, "axis", shape)

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from catenc.onnx.builder import Index, call, where
+from catenc.onnx.builder import Index, Node, call, shape_list, where
 from catenc.onnx.emitter import Emitter
-from catenc.onnx.nn import index_names
 from catenc.onnx.reduce import reduction
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, need_float
 from catenc.onnx.shape import reshaped, shape_text
-from catenc.onnx.values import NUMPY, Value, known_value
+from catenc.onnx.values import NUMPY, Shape, Value, known_value
 from catenc.symbolic import const, product
 
 
@@ -239,18 +238,21 @@ def hardmax(node: OnnxNode, emit: Emitter) -> list[Value]:
     if x.rank == 0:
         raise ModelError("the input is a scalar")
     v, axis = _flattened(node, x, emit)
-    vt = emit.text(v)
-    ix = index_names(emit)
-    index = [ix(f"i{d}") for d in range(v.rank)]
+    vt = emit.ref(v)
+    index = emit.index_names().numbered(v.rank)
     kept = v.shape[:axis] + (const(1),) + v.shape[axis + 1 :]
-    am = emit.temp(f"argmax({vt}, axis={axis}, keepdims=True)", "i64", kept, "argmax")
-    at = ", ".join("0" if d == axis else i for d, i in enumerate(index))
-    one, zero = ("1.0", "0.0") if x.is_float else ("1", "0")
-    expr = f"where({index[axis]} == {am.name}[{at}], {one}, {zero})"
+    am = emit.ref(emit.intermediate(reduction("argmax", vt, axis, True, kept, "i64"), "argmax"))
+    at = [0 if d == axis else i for d, i in enumerate(index)]
+    one, zero = (1.0, 0.0) if x.is_float else (1, 0)
+    expr = where(index[axis].eq(am[tuple(at)]), one, zero)
     if v is x:
         return [emit.out_index(index, expr, x.dtype, x.shape)]
     value = emit.index_temp(index, expr, x.dtype, v.shape, "2d")
-    return [emit.out(f"reshape({value.name}, {shape_text(x.shape)})", x.dtype, x.shape)]
+    return [emit.out(_reshape(emit.ref(value), x.shape), x.dtype, x.shape)]
+
+
+def _reshape(v: Node, shape: Shape) -> Node:
+    return call("reshape", v, shape_list(shape), dtype=v.dtype, shape=shape)
 
 
 @converter("LpNormalization")
