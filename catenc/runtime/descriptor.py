@@ -141,6 +141,9 @@ def _safe_flags(value: str) -> bool:
 
 
 _LANE_CHOICES = ("auto", "4", "8", "16")
+# A -march= value as gcc and clang spell it (armv8.2-a+fp16+dotprod, x86-64-v3, rv64gcv_zba, native):
+# nothing a shell or the compiler's command line would read as more than one name.
+_MARCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 
 def c_config_keys(omp: str = "1", march: str = "native", lanes: str = "auto") -> dict[str, ConfigKey]:
@@ -156,8 +159,9 @@ def c_config_keys(omp: str = "1", march: str = "native", lanes: str = "auto") ->
         "MARCH": ConfigKey(
             march,
             None,
-            "target CPU for -march= (empty: the compiler's default)",
-            lambda v: v == "" or v.replace("-", "").replace("_", "").isalnum(),
+            "target CPU for -march= (x86-64-v3, armv8.2-a+dotprod, rv64gcv, native): letters, digits "
+            "and . _ + -, a letter or digit first; empty: the compiler's default",
+            lambda v: v == "" or _MARCH.fullmatch(v) is not None,
         ),
         "VECTOR_WIDTH": ConfigKey(
             lanes, _LANE_CHOICES, "f32 lanes per vector register (auto: what the compiler targets with MARCH)"
