@@ -6,9 +6,25 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from catenc.onnx.builder import BuildError, Group, Index, Lit, Ref, call, cast, lit, num, reduce, render, where
+from catenc.onnx import families  # noqa: F401  (registers every converter)
+from catenc.onnx.builder import (
+    BuildError,
+    Group,
+    Index,
+    Lit,
+    Ref,
+    Scaled,
+    affine,
+    call,
+    cast,
+    lit,
+    num,
+    reduce,
+    render,
+    where,
+)
 from catenc.onnx.emitter import Emitter, Names
-from catenc.onnx.registry import CONVERTERS, OnnxNode, normalize
+from catenc.onnx.registry import CONVERTERS, OnnxNode, Unsupported, normalize
 from catenc.onnx.values import Value, dims, known_value
 from catenc.symbolic import sym
 
@@ -105,3 +121,47 @@ def test_a_normalized_node_converts_as_its_newest_form() -> None:
         CONVERTERS["Clip"](node, emit)
         texts.append(emit.lines)
     assert texts[0] == texts[1] == ["out = minimum(maximum(x, -1.0), 2.5)"]
+
+
+def test_affine_subscripts_render_tight() -> None:
+    oh, r, g = Index("oh"), Index("r"), Index("g")
+    assert render(affine([(2, oh), (1, r)], -1)) == "2*oh + r - 1"
+    assert render(affine([(1, oh), (-2, r)], 1)) == "oh - 2*r + 1"
+    assert render(affine([(-2, oh)])) == "-2*oh" and render(affine([], -3)) == "-3"
+    assert render(affine([(1, oh)], sym("H") + 2)) == "oh + (H + 2)"
+    assert render(Group(affine([(1, oh), (-1, r)])) // 2 >= 0) == "(oh - r) // 2 >= 0"
+    assert render(Scaled(g, 3, factor_last=True) + r) == "g*3 + r"
+
+
+def _convert(node: OnnxNode) -> list[str]:
+    emit = Emitter(Names())
+    emit.outputs = node.outputs
+    CONVERTERS[node.op](node, emit)
+    return emit.lines
+
+
+def test_softmax_before_opset_13_is_a_variant_of_its_own() -> None:
+    """Softmax-11 coerces x to 2-D at axis 1; Softmax-13 works along axis 1 only."""
+    x = Value("f32", dims((2, 3, 4)), "x")
+    assert _convert(_node("Softmax", 11, (x,), axis=1)) == [
+        "out = reshape(x, [2, 12])",
+        "out_2d = softmax(out)",
+        "out_2 = reshape(out_2d, [2, 3, 4])",
+    ]
+    assert _convert(_node("Softmax", 13, (x,), axis=1)) == [
+        "out_max = max(x, axis=1, keepdims=True)",
+        "out_exp = exp(x - out_max)",
+        "out = out_exp / sum(out_exp, axis=1, keepdims=True)",
+    ]
+
+
+def test_batch_norm_is_test_is_normalized() -> None:
+    """BatchNormalization-6 with is_test=1 writes what BatchNormalization-7 writes; is_test=0
+    (the batch's statistics) has no newer form and is refused by the registry."""
+    x = Value("f32", dims((2, 3)), "x")
+    params = tuple(Value("f32", dims((3,)), name) for name in ("s", "b", "m", "v"))
+    assert _convert(_node("BatchNormalization", 6, (x, *params), is_test=1)) == _convert(
+        _node("BatchNormalization", 7, (x, *params))
+    )
+    with pytest.raises(Unsupported, match="is_test=0 .BatchNormalization before opset 7"):
+        _convert(_node("BatchNormalization", 6, (x, *params)))

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from catenc.onnx.builder import Index, Node, call, shape_list, where
+from catenc.onnx.builder import Index, Node, call, cast, shape_list, where
 from catenc.onnx.emitter import Emitter
 from catenc.onnx.reduce import reduction
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, need_float
 from catenc.onnx.shape import reshaped, shape_text
-from catenc.onnx.values import NUMPY, Shape, Value, known_value
+from catenc.onnx.values import NUMPY, Shape, Value, dims, known_value
 from catenc.symbolic import const, product
 
 
@@ -45,8 +45,6 @@ def batch_norm(node: OnnxNode, emit: Emitter) -> list[Value]:
     eps = float(node.attr("epsilon", 1e-5))
     if node.attr("training_mode", 0) and node.opset >= 14:
         return _batch_norm_training(node, emit, x, scale, bias, mean, var, eps)
-    if node.opset < 7 and not node.attr("is_test", 0):
-        raise Unsupported("is_test=0 (the batch statistics of opset 6 and earlier)")
     _no_extra_outputs(node, "the running-statistics outputs of BatchNormalization (training only)")
     if all(v.is_known for v in (scale, bias, mean, var)):
         # folded per-channel affine (computed in f64): y = x * a + b, which fuses into a producer's epilogue
@@ -67,26 +65,28 @@ def batch_norm(node: OnnxNode, emit: Emitter) -> list[Value]:
     return [emit.out_index(index, expr, x.dtype, x.shape)]
 
 
-def _batch_norm_training(node: OnnxNode, emit, x: Value, scale, bias, mean, var, eps: float) -> list[Value]:
+def _batch_norm_training(
+    node: OnnxNode, emit: Emitter, x: Value, scale: Value, bias: Value, mean: Value, var: Value, eps: float
+) -> list[Value]:
     """training_mode=1: normalised by the batch's statistics (biased variance), and the running
     mean and variance updated with `momentum` (outputs 1 and 2)."""
     momentum = float(node.attr("momentum", 0.9))
-    xt, st, bt, mt, vt = (emit.text(v) for v in (x, scale, bias, mean, var))
+    xt, st, bt, mt, vt = (emit.ref(v) for v in (x, scale, bias, mean, var))
     axes = tuple(d for d in range(x.rank) if d != 1)
     kept = tuple(const(1) if d != 1 else x.shape[1] for d in range(x.rank))
-    mu = emit.temp(f"mean({xt}, axis={axes}, keepdims=True)", x.dtype, kept, "mean")
-    centred = emit.temp(f"{xt} - {mu.name}", x.dtype, x.shape, "centred")
-    batch_var = emit.temp(f"mean({centred.name} * {centred.name}, axis={axes}, keepdims=True)", x.dtype, kept, "var")
-    index = [i.name for i in _channel_index(x, emit)]
+    mu = emit.ref(emit.intermediate(reduction("mean", xt, axes, True, kept), "mean"))
+    centred = emit.ref(emit.intermediate(xt - mu, "centred"))
+    batch_var = emit.ref(emit.intermediate(reduction("mean", centred * centred, axes, True, kept), "var"))
+    index = _channel_index(x, emit)
     c = index[1]
-    at = ", ".join("0" if d != 1 else c for d in range(x.rank))
-    expr = f"{centred.name}[{', '.join(index)}] * rsqrt({batch_var.name}[{at}] + {eps!r}) * {st}[{c}] + {bt}[{c}]"
+    at = tuple(0 if d != 1 else c for d in range(x.rank))
+    expr = centred[tuple(index)] * call("rsqrt", batch_var[at] + eps) * st[c] + bt[c]
     y = emit.out_index(index, expr, x.dtype, x.shape)
     channels = (x.shape[1],)
     results = [y]
     for k, (running, batch) in enumerate(((mt, mu), (vt, batch_var)), 1):
         if _wanted(node, k):
-            update = f"{running} * {momentum!r} + reshape({batch.name}, [{x.shape[1]}]) * {1.0 - momentum!r}"
+            update = running * momentum + _reshape(batch, channels) * (1.0 - momentum)
             results.append(emit.out(update, x.dtype, channels, k))
         elif k < len(node.outputs):
             results.append(y)  # an omitted output: never read
@@ -115,29 +115,28 @@ def layer_norm(node: OnnxNode, emit: Emitter) -> list[Value]:
     rms = node.op == "RMSNormalization"
     plain = stats == x.dtype and axis == x.rank - 1 and not any(node.outputs[1:])
     if plain and not rms and bias is not None and scale.shape == bias.shape == (x.shape[-1],):
-        args = f"{emit.text(x)}, {emit.text(scale)}, {emit.text(bias)}, eps={eps!r}"
-        return [emit.out(f"layernorm({args})", x.dtype, x.shape)]
+        norm = call("layernorm", emit.ref(x), emit.ref(scale), emit.ref(bias), eps=eps)
+        return [emit.out(norm, x.dtype, x.shape)]
     if plain and rms and scale.shape == (x.shape[-1],):
-        return [emit.out(f"rmsnorm({emit.text(x)}, {emit.text(scale)}, eps={eps!r})", x.dtype, x.shape)]
-    xt = emit.text(x)
+        return [emit.out(call("rmsnorm", emit.ref(x), emit.ref(scale), eps=eps), x.dtype, x.shape)]
+    xt = emit.ref(x)
     if stats != x.dtype:
-        xt = emit.temp(f"cast({xt}, {stats})", stats, x.shape, "stash").name
-    red = f"axis={axes}, keepdims=True"
+        xt = emit.ref(emit.intermediate(cast(xt, stats), "stash"))
     if rms:
-        inv = emit.temp(f"rsqrt(mean({xt} * {xt}, {red}) + {eps!r})", stats, kept, "inv_rms")
-        normed = f"{xt} * {inv.name}"
+        inv = emit.intermediate(call("rsqrt", reduction("mean", xt * xt, axes, True, kept) + eps), "inv_rms")
+        normed = xt * emit.ref(inv)
         mu = None
     else:
-        mean = f"mean({xt}, {red})"
-        mu = emit.out(mean, stats, kept, 1) if _wanted(node, 1) else emit.temp(mean, stats, kept, "mean")
-        d = emit.temp(f"{xt} - {mu.name}", stats, x.shape, "centred")
-        inv_expr = f"rsqrt(mean({d.name} * {d.name}, {red}) + {eps!r})"
-        inv = emit.out(inv_expr, stats, kept, 2) if _wanted(node, 2) else emit.temp(inv_expr, stats, kept, "inv_std")
-        normed = f"{d.name} * {inv.name}"
+        mean = reduction("mean", xt, axes, True, kept)
+        mu = emit.result(mean, 1) if _wanted(node, 1) else emit.intermediate(mean, "mean")
+        d = emit.ref(emit.intermediate(xt - emit.ref(mu), "centred"))
+        inv_std = call("rsqrt", reduction("mean", d * d, axes, True, kept) + eps)
+        inv = emit.result(inv_std, 2) if _wanted(node, 2) else emit.intermediate(inv_std, "inv_std")
+        normed = d * emit.ref(inv)
     if stats != x.dtype:
-        normed = f"cast({normed}, {x.dtype})"
-    expr = f"{normed} * {emit.text(scale)}" + (f" + {emit.text(bias)}" if bias is not None else "")
-    y = emit.out(expr, x.dtype, x.shape, 0)
+        normed = cast(normed, x.dtype)
+    expr = normed * emit.ref(scale)
+    y = emit.out(expr + emit.ref(bias) if bias is not None else expr, x.dtype, x.shape, 0)
     if rms:
         return [y]
     return [y, mu, inv][: max(1, len(node.outputs))]
@@ -167,14 +166,14 @@ def group_norm(node: OnnxNode, emit: Emitter) -> list[Value]:
     scale, bias = (_channels(emit, v, c, groups, x.dtype) for v in (scale, bias))
     flat = (x.shape[0], channels, product(x.shape[2:]))
     x3 = reshaped(x, flat, emit) if x.rank != 3 else x
-    args = f"{emit.text(x3)}, {emit.text(scale)}, {emit.text(bias)}, groups={groups}, eps={eps!r}"
+    norm = call("groupnorm", emit.ref(x3), emit.ref(scale), emit.ref(bias), groups=groups, eps=eps, shape=flat)
     if x.rank == 3:
-        return [emit.out(f"groupnorm({args})", x.dtype, x.shape)]
-    y = emit.temp(f"groupnorm({args})", x.dtype, flat, "flat")
-    return [emit.out(f"reshape({y.name}, {shape_text(x.shape)})", x.dtype, x.shape)]
+        return [emit.out(norm, x.dtype, x.shape)]
+    y = emit.intermediate(norm, "flat")
+    return [emit.out(_reshape(emit.ref(y), x.shape), x.dtype, x.shape)]
 
 
-def _channels(emit, v: Value, channels: int, groups: int, dtype: str) -> Value:
+def _channels(emit: Emitter, v: Value, channels: int, groups: int, dtype: str) -> Value:
     """A per-group or per-channel vector as a per-channel one."""
     size = v.shape[0] if v.rank == 1 else None
     if size == const(channels):
@@ -184,60 +183,76 @@ def _channels(emit, v: Value, channels: int, groups: int, dtype: str) -> Value:
     each = channels // groups
     if v.is_known:
         return known_value(np.repeat(v.known, each), dtype)
-    return emit.temp(
-        f"reshape(expand(reshape({emit.text(v)}, [{groups}, 1]), [{groups}, {each}]), [{channels}])",
-        dtype,
-        (const(channels),),
-        "channels",
-    )
+    per_group = _reshape(emit.ref(v), dims((groups, 1)))
+    repeated = call("expand", per_group, shape_list(dims((groups, each))), dtype=dtype, shape=dims((groups, each)))
+    return emit.intermediate(_reshape(repeated, dims((channels,))), "channels")
 
 
-def _flattened(node: OnnxNode, x: Value, emit) -> tuple[Value, int]:
-    """Softmax-like ops before opset 13 work on x flattened to 2-D at `axis` (default 1); from 13
-    on, on one axis (default -1). The value worked on and its axis."""
-    if node.opset >= 13:
-        return x, axis_of(node.attr("axis", -1), x.rank)
-    axis = axis_of(node.attr("axis", 1), x.rank) if x.rank else 0
+def _coerced(node: OnnxNode, x: Value, emit: Emitter) -> tuple[Value, int]:
+    """Before opset 13 the softmax-like ops work on x coerced to 2-D at `axis` (default 1): the
+    value worked on and its axis."""
+    axis = axis_of(node.attr("axis", 1), x.rank)
     if axis == x.rank - 1:
         return x, axis
     return reshaped(x, (product(x.shape[:axis]), product(x.shape[axis:])), emit), 1
 
 
-@converter("Softmax", "LogSoftmax")
-def softmax(node: OnnxNode, emit: Emitter) -> list[Value]:
-    x = node.need(0)
-    need_float(node, x)
+def _not_scalar(x: Value) -> Value:
     if x.rank == 0:
         raise ModelError("the input is a scalar")
-    v, axis = _flattened(node, x, emit)
+    return x
+
+
+@converter("Softmax", "LogSoftmax", since=13)
+def softmax(node: OnnxNode, emit: Emitter) -> list[Value]:
+    x = _not_scalar(need_float(node, node.need(0)))
+    return [_softmax(node, emit, x, x, axis_of(node.attr("axis", -1), x.rank))]
+
+
+@converter("Softmax", "LogSoftmax")
+def softmax_coerced(node: OnnxNode, emit: Emitter) -> list[Value]:
+    x = _not_scalar(need_float(node, node.need(0)))
+    return [_softmax(node, emit, x, *_coerced(node, x, emit))]
+
+
+def _softmax(node: OnnxNode, emit: Emitter, x: Value, v: Value, axis: int) -> Value:
+    """Softmax or LogSoftmax of v (x, or x coerced to 2-D) over `axis`, as x's shape."""
     fn = "softmax" if node.op == "Softmax" else "log_softmax"
     last = axis == v.rank - 1
     if last and v is x:
-        return [emit.out(f"{fn}({emit.text(x)})", x.dtype, x.shape)]
+        return emit.out(call(fn, emit.ref(x)), x.dtype, x.shape)
     if last:
-        y = emit.temp(f"{fn}({emit.text(v)})", x.dtype, v.shape, "2d")
+        y = emit.intermediate(call(fn, emit.ref(v)), "2d")
     else:
-        vt = emit.text(v)
+        vt = emit.ref(v)
         kept = v.shape[:axis] + (const(1),) + v.shape[axis + 1 :]
-        m = emit.temp(f"max({vt}, axis={axis}, keepdims=True)", x.dtype, kept, "max")
+        m = emit.ref(emit.intermediate(reduction("max", vt, axis, True, kept), "max"))
         if fn == "softmax":
-            e = emit.temp(f"exp({vt} - {m.name})", x.dtype, v.shape, "exp")
-            expr = f"{e.name} / sum({e.name}, axis={axis}, keepdims=True)"
+            e = emit.ref(emit.intermediate(call("exp", vt - m), "exp"))
+            expr = e / reduction("sum", e, axis, True, kept)
         else:
-            s = emit.temp(f"{vt} - {m.name}", x.dtype, v.shape, "shifted")
-            expr = f"{s.name} - log(sum(exp({s.name}), axis={axis}, keepdims=True))"
+            s = emit.ref(emit.intermediate(vt - m, "shifted"))
+            expr = s - call("log", reduction("sum", call("exp", s), axis, True, kept))
         if v is x:
-            return [emit.out(expr, x.dtype, x.shape)]
-        y = emit.temp(expr, x.dtype, v.shape, "2d")
-    return [emit.out(f"reshape({y.name}, {shape_text(x.shape)})", x.dtype, x.shape)]
+            return emit.out(expr, x.dtype, x.shape)
+        y = emit.intermediate(expr, "2d")
+    return emit.out(_reshape(emit.ref(y), x.shape), x.dtype, x.shape)
+
+
+@converter("Hardmax", since=13)
+def hardmax(node: OnnxNode, emit: Emitter) -> list[Value]:
+    x = _not_scalar(node.need(0))
+    return [_hardmax(emit, x, x, axis_of(node.attr("axis", -1), x.rank))]
 
 
 @converter("Hardmax")
-def hardmax(node: OnnxNode, emit: Emitter) -> list[Value]:
-    x = node.need(0)
-    if x.rank == 0:
-        raise ModelError("the input is a scalar")
-    v, axis = _flattened(node, x, emit)
+def hardmax_coerced(node: OnnxNode, emit: Emitter) -> list[Value]:
+    x = _not_scalar(node.need(0))
+    return [_hardmax(emit, x, *_coerced(node, x, emit))]
+
+
+def _hardmax(emit: Emitter, x: Value, v: Value, axis: int) -> Value:
+    """1 at the first maximum of v (x, or x coerced to 2-D) along `axis`, else 0, as x's shape."""
     vt = emit.ref(v)
     index = emit.index_names().numbered(v.rank)
     kept = v.shape[:axis] + (const(1),) + v.shape[axis + 1 :]
@@ -246,9 +261,9 @@ def hardmax(node: OnnxNode, emit: Emitter) -> list[Value]:
     one, zero = (1.0, 0.0) if x.is_float else (1, 0)
     expr = where(index[axis].eq(am[tuple(at)]), one, zero)
     if v is x:
-        return [emit.out_index(index, expr, x.dtype, x.shape)]
+        return emit.out_index(index, expr, x.dtype, x.shape)
     value = emit.index_temp(index, expr, x.dtype, v.shape, "2d")
-    return [emit.out(_reshape(emit.ref(value), x.shape), x.dtype, x.shape)]
+    return emit.out(_reshape(emit.ref(value), x.shape), x.dtype, x.shape)
 
 
 def _reshape(v: Node, shape: Shape) -> Node:

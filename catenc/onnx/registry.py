@@ -12,14 +12,18 @@ spelled with the newer attributes, so each converter reads one form.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from catenc.onnx.values import Value, known_value
+
+if TYPE_CHECKING:
+    from catenc.onnx.emitter import Emitter
 
 
 class Unsupported(Exception):
@@ -62,21 +66,36 @@ class OnnxNode:
         return value
 
 
-Converter = Callable[[OnnxNode, Any], Sequence[Value]]  # (node, the importer's Emitter: catenc/onnx/emitter.py)
+Converter = Callable[[OnnxNode, "Emitter"], Sequence[Value]]
 CONVERTERS: dict[str, Converter] = {}
+# op -> its converters, newest first: (the opset they convert from, the converter)
+_VARIANTS: dict[str, list[tuple[int, Converter]]] = {}
 
 
-def converter(*ops: str) -> Callable[[Converter], Converter]:
-    """Register fn for `ops`; the registered converter gets the node in its newest form (`normalize`)."""
+def converter(*ops: str, since: int = 1) -> Callable[[Converter], Converter]:
+    """Register fn for `ops` from opset `since` on: a node runs the variant of the newest `since`
+    not above its opset (a meaning an opset changed, as Softmax's at 13). The registered converter
+    gets the node in its newest form (`normalize`)."""
 
     def register(fn: Converter) -> Converter:
         for op in ops:
-            if op in CONVERTERS:
-                raise ValueError(f"two converters for ONNX operator {op}")
-            CONVERTERS[op] = lambda node, emit: fn(normalize(node), emit)
+            variants = _VARIANTS.setdefault(op, [])
+            if any(known == since for known, _ in variants):
+                raise ValueError(f"two converters for ONNX operator {op} from opset {since}")
+            variants.append((since, fn))
+            variants.sort(key=lambda variant: -variant[0])
+            CONVERTERS[op] = functools.partial(_convert, variants)
         return fn
 
     return register
+
+
+def _convert(variants: list[tuple[int, Converter]], node: OnnxNode, emit: Emitter) -> Sequence[Value]:
+    node = normalize(node)
+    fn = next((fn for since, fn in variants if node.opset >= since), None)
+    if fn is None:
+        raise Unsupported(f"{node.op} of opset {node.opset}")
+    return fn(node, emit)
 
 
 def decode_attribute(attribute, onnx) -> Any:
@@ -153,6 +172,9 @@ class Form:
     keep_empty: bool = True  # an empty attribute list is an input; False: it is absent (Split's `split`)
     op: str | None = None
     opset: int | None = None  # the opset of the form; None: `since`
+    # (attribute, its default, the one value the new form can say): an old node with another
+    # value has no newest form (Unsupported); the attribute is dropped
+    requires: tuple[tuple[str, Any, Any], ...] = ()
 
 
 def _axes(since: int) -> Form:
@@ -166,6 +188,7 @@ _RESIZE_10 = (("coordinate_transformation_mode", "asymmetric"), ("nearest_mode",
 
 # op -> its forms, oldest first: a node of an opset before a form's `since` is rewritten into it
 NEWEST: dict[str, tuple[Form, ...]] = {
+    "BatchNormalization": (Form(7, requires=(("is_test", 0, 1),)),),  # is_test=0: batch statistics
     "Clip": (Form(11, (0, ("min", Dtype.DATA), ("max", Dtype.DATA))),),
     "Dropout": (Form(12, (0, ("ratio", Dtype.F32))),),
     "Slice": (Form(10, (0, ("starts", Dtype.I64), ("ends", Dtype.I64), ("axes", Dtype.I64))),),
@@ -193,6 +216,10 @@ def normalize(node: OnnxNode) -> OnnxNode:
 
 def _rewrite(node: OnnxNode, form: Form) -> OnnxNode:
     attrs = dict(node.attrs)
+    for name, default, wanted in form.requires:
+        given = attrs.pop(name, default)
+        if given != wanted:
+            raise Unsupported(f"{name}={given} ({node.op} before opset {form.since} has no newer form of it)")
     for old, new in form.renamed:
         if old in attrs:
             attrs[new] = attrs.pop(old)
