@@ -122,7 +122,8 @@ class _Importer:
         array = self.onnx.numpy_helper.to_array(tensor)
         if dtype == "bf16":
             array = array.astype(np.float32)
-        return Value(dtype, dims(array.shape), known=np.ascontiguousarray(array, dtype=NUMPY[dtype]))
+        known = np.ascontiguousarray(array, dtype=NUMPY[dtype]).reshape(array.shape)  # a scalar stays 0-d
+        return Value(dtype, dims(array.shape), known=known)
 
     def graph_input(self, vi, names: Names) -> Value | None:
         tensor_type = vi.type.tensor_type if vi.type.HasField("tensor_type") else None

@@ -75,9 +75,14 @@ def _problems(model) -> Iterator[str]:
     yield from _everything(model, versions)
     yield from _definitions(model.graph, versions)
     if not opset_problems:
-        for index, node in enumerate(model.graph.node):
+        graph = model.graph
+        typed = [vi for vi in graph.input if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type]
+        types = {vi.name: vi.type.tensor_type.elem_type for vi in typed} | {
+            t.name: t.data_type for t in graph.initializer
+        }
+        for index, node in enumerate(graph.node):
             if node.domain in ("", "ai.onnx") and isinstance(node.op_type, str):
-                yield from _node_problems(node, node_label(node, index, versions), versions[""], onnx)
+                yield from _node_problems(node, node_label(node, index, versions), versions[""], onnx, types)
 
 
 def _opset_problems(model, versions: dict[str, int]) -> Iterator[str]:
@@ -211,7 +216,7 @@ def _definitions(graph, versions: dict[str, int]) -> Iterator[str]:
 # ---- nodes against their operator's schema ---------------------------------------------------
 
 
-def _node_problems(node, label: str, opset: int, onnx) -> Iterator[str]:
+def _node_problems(node, label: str, opset: int, onnx, types: dict[str, int]) -> Iterator[str]:
     op = node.op_type
     try:
         schema = onnx.defs.get_schema(op, opset, "")
@@ -232,9 +237,13 @@ def _node_problems(node, label: str, opset: int, onnx) -> Iterator[str]:
     yield from _count_problems("input", len(node.input), schema.min_input, schema.max_input, label)
     yield from _count_problems("output", len(node.output), schema.min_output, schema.max_output, label)
     single = onnx.defs.OpSchema.FormalParameterOption.Single
+    allowed = {c.type_param_str: c.allowed_type_strs for c in schema.type_constraints}
     for i, (formal, name) in enumerate(zip(schema.inputs, node.input, strict=False)):
         if formal.option == single and not name:
             yield f"{label}: input {i} ({formal.name}) is required, and is empty"
+        kind = f"tensor({type_name(types[name]).lower()})" if name in types else None
+        if kind is not None and kind not in allowed.get(formal.type_str, [formal.type_str]):
+            yield f"{label}: input {i} ({formal.name}) is a {kind}; {schema.name} takes {formal.type_str} there"
 
 
 def _attribute_problems(attribute, schema, label: str, kinds) -> Iterator[str]:
