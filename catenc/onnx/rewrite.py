@@ -46,9 +46,12 @@ def fold_batchnorm(model):
         if w.dtype not in (np.float32, np.float64):
             continue
         gamma, beta, mean, var = (to_array(inits[n]).astype(np.float64) for n in bn.input[1:5])
+        bias = to_array(inits[conv.input[2]]).astype(np.float64) if len(conv.input) > 2 and conv.input[2] else 0.0
+        channels = (w.shape[:1],)
+        if any(a.shape not in channels for a in (gamma, beta, mean, var)) or np.shape(bias) not in (*channels, ()):
+            continue  # shapes that do not fit: the converters report the node
         eps = attrs["epsilon"].f if "epsilon" in attrs else 1e-5
         scale = gamma / np.sqrt(var + eps)
-        bias = to_array(inits[conv.input[2]]).astype(np.float64) if len(conv.input) > 2 and conv.input[2] else 0.0
         new_w = (w.astype(np.float64) * scale.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
         new_b = ((bias - mean) * scale + beta).astype(w.dtype)
         folds[id(bn)] = (conv, new_w, new_b)
