@@ -10,10 +10,14 @@ written in index form over the output.
 
 from __future__ import annotations
 
+import functools
+import operator
 from dataclasses import dataclass
 
 import numpy as np
 
+from catenc.onnx import builder as B
+from catenc.onnx.builder import Group, Index, Lit, Node, Size, call, cast, reduce, seq, shape_list, where
 from catenc.onnx.elementwise import FOLD_LIMIT
 from catenc.onnx.emitter import Emitter
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, known_ints
@@ -230,15 +234,16 @@ def tile(node: OnnxNode, emit: Emitter) -> list[Value]:
     fixed = static(shape)
     if x.is_known and fixed is not None and int(np.prod(fixed)) <= FOLD_LIMIT:
         return [known_value(np.tile(x.known, [r.value for r in repeats]), x.dtype)]
-    text = emit.text(x)
+    xt = emit.ref(x)
     if all(d == const(1) for d, r in zip(x.shape, repeats, strict=True) if r != const(1)):
-        return [emit.out(f"expand({text}, {shape_text(shape)})", x.dtype, shape)]  # only size-1 axes repeat
-    idx = _numbered(emit, x.rank)
+        # only size-1 axes repeat
+        return [emit.out(call("expand", xt, shape_list(shape), dtype=x.dtype, shape=shape), x.dtype, shape)]
+    idx = emit.index_names().numbered(x.rank)
     subs = [
-        i if r == const(1) else "0" if d == const(1) else f"{i} % {lit(d, 'i64')}"
+        i if r == const(1) else 0 if d == const(1) else i % Size(d)
         for i, d, r in zip(idx, x.shape, repeats, strict=True)
     ]
-    return [emit.out_index(idx, f"{text}[{', '.join(subs)}]", x.dtype, shape)]
+    return [emit.out_index(idx, xt[tuple(subs)], x.dtype, shape)]
 
 
 def _pad_amounts(node: OnnxNode, rank: int) -> list[tuple[int, int]]:
@@ -304,22 +309,22 @@ def pad(node: OnnxNode, emit: Emitter) -> list[Value]:
     return [x]
 
 
-def _pad_with(x: Value, amounts: list[tuple[int, int]], value: Value, shape: Shape, emit) -> Value:
+def _pad_with(x: Value, amounts: list[tuple[int, int]], value: Value, shape: Shape, emit: Emitter) -> Value:
     """Constant padding by a value computed at run time (a scalar tensor): padded with 0, then selected."""
     if value.rank > 1 or (value.rank == 1 and value.shape[0] != const(1)):
         raise ModelError("constant_value must be a scalar")
-    widths = ", ".join(f"[{lo}, {hi}]" for lo, hi in amounts)
-    padded = emit.temp(f"pad({emit.text(x)}, [{widths}], value={lit(0, x.dtype)})", x.dtype, shape, "padded")
-    fill = emit.text(value) if value.rank == 0 else f"{emit.text(value)}[0]"
-    idx = _numbered(emit, x.rank)
+    widths = seq([seq(amount) for amount in amounts])
+    zeros = call("pad", emit.ref(x), widths, dtype=x.dtype, shape=shape, value=B.lit(0, x.dtype))
+    padded = emit.ref(emit.intermediate(zeros, "padded"))
+    fill = emit.ref(value) if value.rank == 0 else emit.ref(value)[0]
+    idx = emit.index_names().numbered(x.rank)
     inside = []
     for i, n, (lo, hi) in zip(idx, x.shape, amounts, strict=True):
         if lo:
-            inside.append(f"({i} >= {lo})")
+            inside.append(Group(i >= lo))
         if hi:
-            inside.append(f"({i} < {lit(n + lo, 'i64')})")
-    read = f"{padded.name}[{', '.join(idx)}]"
-    return emit.out_index(idx, f"where({' & '.join(inside)}, {read}, {fill})", x.dtype, shape)
+            inside.append(Group(i < Size(n + lo)))
+    return emit.out_index(idx, where(functools.reduce(operator.and_, inside), padded[tuple(idx)], fill), x.dtype, shape)
 
 
 def _pad_axis(x: Value, a: int, amount: tuple[int, int], mode: str, emit, last: bool) -> Value:
@@ -408,18 +413,18 @@ def trilu(node: OnnxNode, emit: Emitter) -> list[Value]:
     if x.rank < 2:
         raise ModelError("the input must have rank 2 or more")
     if diagonal is not None and not diagonal.is_known:  # k at run time: the mask in index form
-        text = emit.text(x)
-        k = emit.text(diagonal) if diagonal.rank == 0 else f"{emit.text(diagonal)}[0]"
-        idx = _numbered(emit, x.rank)
+        xt = emit.ref(x)
+        k = emit.ref(diagonal) if diagonal.rank == 0 else emit.ref(diagonal)[0]
+        idx = emit.index_names().numbered(x.rank)
         i, j = idx[-2:]
-        keep = f"{j} - {i} >= {k}" if upper else f"{j} - {i} <= {k}"
-        return [emit.out_index(idx, f"where({keep}, {text}[{', '.join(idx)}], 0)", x.dtype, x.shape)]
+        keep = j - i >= k if upper else j - i <= k
+        return [emit.out_index(idx, where(keep, xt[tuple(idx)], 0), x.dtype, x.shape)]
     k = 0 if diagonal is None else known_ints(diagonal, "k (input 1)")[0]
     if small(x) and x.known.dtype != object and not isinstance(k, Expr):
         return [known_value((np.triu if upper else np.tril)(x.known, int(k)), x.dtype)]
-    fn = "triu" if upper else "tril"
-    arg = f", k={lit(k, 'i64')}" if not (isinstance(k, int) and k == 0) else ""
-    return [emit.out(f"{fn}({emit.text(x)}{arg})", x.dtype, x.shape)]
+    diagonal_arg = {"k": B.lit(k, "i64")} if not (isinstance(k, int) and k == 0) else {}
+    mask = call("triu" if upper else "tril", emit.ref(x), dtype=x.dtype, shape=x.shape, **diagonal_arg)
+    return [emit.out(mask, x.dtype, x.shape)]
 
 
 @converter("OneHot")
@@ -463,12 +468,12 @@ def cumulative(node: OnnxNode, emit: Emitter) -> list[Value]:
         raise ModelError("the axis must be one value")
     axis = axis_of(static_int(axis[0], "the axis"), x.rank)
     exclusive, reverse = bool(node.attr("exclusive", 0)), bool(node.attr("reverse", 0))
-    text = emit.text(x)
-    idx = _numbered(emit, x.rank + 1)
+    xt = emit.ref(x)
+    idx = emit.index_names().numbered(x.rank + 1)
     i, j = idx[axis], idx[-1]
     relation = {(False, False): "<=", (True, False): "<", (False, True): ">=", (True, True): ">"}[(exclusive, reverse)]
-    read = f"{text}[{', '.join(j if k == axis else n for k, n in enumerate(idx[:-1]))}]"
-    expr = f"{reduction}[{j} < {lit(x.shape[axis], 'i64')}](where({j} {relation} {i}, {read}, {identity}))"
+    read = xt[tuple(j if k == axis else n for k, n in enumerate(idx[:-1]))]
+    expr = reduce(reduction, [(j, Size(x.shape[axis]))], where(B.binary(relation, j, i), read, identity))
     return [emit.out_index(idx[:-1], expr, x.dtype, x.shape)]
 
 
@@ -485,7 +490,8 @@ def eye_like(node: OnnxNode, emit: Emitter) -> list[Value]:
     fixed = static(x.shape)
     if fixed is not None and fixed[0] * fixed[1] <= FOLD_LIMIT:
         return [known_value(np.eye(fixed[0], fixed[1], k, dtype=NUMPY[dtype]), dtype)]
-    return [emit.out_index(["i", "j"], f"cast(j - i == {k}, {dtype})", dtype, x.shape)]
+    i, j = Index("i"), Index("j")
+    return [emit.out_index([i, j], cast((j - i).eq(k), dtype), dtype, x.shape)]
 
 
 # ---- space/depth rearrangements -----------------------------------------------------------------
@@ -575,26 +581,38 @@ def nonzero(node: OnnxNode, emit: Emitter) -> list[Value]:
 # ---- scatters and ReverseSequence: index form over the output ------------------------------------
 
 
-def _scattered(node: OnnxNode, x: Value, idx: list[str], found: str, reads: tuple[str, str, str], emit) -> Value:
+def _scattered(
+    node: OnnxNode,
+    x: Value,
+    idx: list[Index],
+    found: Node,
+    reads: tuple[list[tuple[Index, Node]], Node, Node],
+    emit: Emitter,
+) -> Value:
     """x with updates written where `found` holds, over the reduction `reads` = (ranges, position, update):
     the last update wins (reduction none) or they combine with x (add, mul, max, min)."""
     ranges, position, update = reads
-    here = f"{emit.text(x)}[{', '.join(idx)}]"
+    here = emit.ref(x)[tuple(idx)]
     reduction = node.attr("reduction", "none")
     if reduction == "add":
-        return emit.out_index(idx, f"{here} + sum[{ranges}](where({found}, {update}, 0))", x.dtype, x.shape)
+        return emit.out_index(idx, here + reduce("sum", ranges, where(found, update, 0)), x.dtype, x.shape)
     if reduction == "mul":
-        return emit.out_index(idx, f"{here} * prod[{ranges}](where({found}, {update}, 1))", x.dtype, x.shape)
+        return emit.out_index(idx, here * reduce("prod", ranges, where(found, update, 1)), x.dtype, x.shape)
     if reduction in ("max", "min"):
         fn = "maximum" if reduction == "max" else "minimum"
-        expr = f"{fn}({here}, {reduction}[{ranges}](where({found}, {update}, {here})))"
+        expr = call(fn, here, reduce(reduction, ranges, where(found, update, here)))
         return emit.out_index(idx, expr, x.dtype, x.shape)
     if reduction != "none":
         raise ModelError(f"reduction '{reduction}'")
-    last = emit.index_temp(idx, f"max[{ranges}](where({found}, {position}, -1))", "i64", x.shape, "last")
-    at = f"{last.name}[{', '.join(idx)}]"
-    picked = f"sum[{ranges}](where({position} == {at}, {update}, 0))"
-    return emit.out_index(idx, f"where({at} >= 0, {picked}, {here})", x.dtype, x.shape)
+    last = emit.index_temp(idx, reduce("max", ranges, where(found, position, -1)), "i64", x.shape, "last")
+    at = emit.ref(last)[tuple(idx)]
+    picked = reduce("sum", ranges, where(position.eq(at), update, 0))
+    return emit.out_index(idx, where(at >= 0, picked, here), x.dtype, x.shape)
+
+
+def _found(entry: Node, position: Index, size: Expr) -> Node:
+    """`((entry == p) | (entry == p - size))`: an index, possibly negative, that names position p."""
+    return Group(entry.eq(position) | entry.eq(position - Size(size)))
 
 
 @converter("ScatterElements", "Scatter")
@@ -608,15 +626,13 @@ def scatter_elements(node: OnnxNode, emit: Emitter) -> list[Value]:
         raise Unsupported("indices narrower than the data outside the scatter axis")
     if x.dtype == "bool":
         raise Unsupported("a scatter into bool data")
-    t_idx, t_upd = emit.text(indices), emit.text(updates)
+    t_idx, t_upd = emit.ref(indices), emit.ref(updates)
     emit.text(x)  # named before the indices are
-    names = _numbered(emit, x.rank + 1)
+    names = emit.index_names().numbered(x.rank + 1)
     idx, u = names[:-1], names[-1]
-    at = ", ".join(u if k == axis else n for k, n in enumerate(idx))
-    p, size = idx[axis], lit(x.shape[axis], "i64")
-    found = f"(({t_idx}[{at}] == {p}) | ({t_idx}[{at}] == {p} - {size}))"
-    ranges = f"{u} < {lit(indices.shape[axis], 'i64')}"
-    return [_scattered(node, x, idx, found, (ranges, u, f"{t_upd}[{at}]"), emit)]
+    at = tuple(u if k == axis else n for k, n in enumerate(idx))
+    found = _found(t_idx[at], idx[axis], x.shape[axis])
+    return [_scattered(node, x, idx, found, ([(u, Size(indices.shape[axis]))], u, t_upd[at]), emit)]
 
 
 @converter("ScatterND")
@@ -632,18 +648,16 @@ def scatter_nd(node: OnnxNode, emit: Emitter) -> list[Value]:
         raise ModelError("updates must have the shape indices.shape[:-1] + data.shape[indices.shape[-1]:]")
     if x.dtype == "bool":
         raise Unsupported("a scatter into bool data")
-    t_idx, t_upd = emit.text(indices), emit.text(updates)
+    t_idx, t_upd = emit.ref(indices), emit.ref(updates)
     emit.text(x)  # named before the indices are
-    names = _numbered(emit, x.rank + len(lead))
+    names = emit.index_names().numbered(x.rank + len(lead))
     idx, us = names[: x.rank], names[x.rank :]
-    tests = []
-    for k in range(m):
-        entry = f"{t_idx}[{', '.join([*us, str(k)])}]"
-        tests.append(f"(({entry} == {idx[k]}) | ({entry} == {idx[k]} - {lit(x.shape[k], 'i64')}))")
-    found = " & ".join(tests) if tests else "True"
-    ranges = ", ".join(f"{u} < {lit(d, 'i64')}" for u, d in zip(us, lead, strict=True))
-    position = lit(sum((sym(u) * product(lead[k + 1 :]) for k, u in enumerate(us)), const(0)), "i64")
-    update = f"{t_upd}[{', '.join([*us, *idx[m:]])}]"
+    tests = [_found(t_idx[(*us, k)], idx[k], x.shape[k]) for k in range(m)]
+    found = functools.reduce(operator.and_, tests) if tests else Lit("True", "bool")
+    ranges = [(u, Size(d)) for u, d in zip(us, lead, strict=True)]
+    # the update's row-major position, as a size in the index symbols (`i3*4 + i4`)
+    position = Size(sum((sym(u.name) * product(lead[k + 1 :]) for k, u in enumerate(us)), const(0)))
+    update = t_upd[(*us, *idx[m:])]
     return [_scattered(node, x, idx, found, (ranges, position, update), emit)]
 
 
@@ -679,16 +693,16 @@ def tensor_scatter(node: OnnxNode, emit: Emitter) -> list[Value]:
         raise ModelError("the update must match the cache outside the sequence axis, which follows the batch axis")
     if cache.dtype == "bool":
         raise Unsupported("a bool cache")
-    t_upd, _ = emit.text(update), emit.text(cache)  # named before the indices are
-    t_writes = emit.text(writes) if writes is not None else None
-    names = _numbered(emit, cache.rank + 1)
+    t_upd, _ = emit.ref(update), emit.text(cache)  # named before the indices are
+    t_writes = emit.ref(writes) if writes is not None else None
+    names = emit.index_names().numbered(cache.rank + 1)
     idx, step = names[:-1], names[-1]
-    start = f"{t_writes}[{idx[0]}] + {step}" if t_writes else step
+    start = t_writes[idx[0]] + step if t_writes is not None else step
     if mode == "circular":
-        start = f"({start}) % {lit(cache.shape[axis], 'i64')}"
-    found = f"({start} == {idx[axis]})"
-    read = f"{t_upd}[{', '.join(step if k == axis else n for k, n in enumerate(idx))}]"
-    return [_scattered(node, cache, idx, found, (f"{step} < {lit(update.shape[axis], 'i64')}", step, read), emit)]
+        start = Group(start) % Size(cache.shape[axis])
+    found = Group(start.eq(idx[axis]))
+    read = t_upd[tuple(step if k == axis else n for k, n in enumerate(idx))]
+    return [_scattered(node, cache, idx, found, ([(step, Size(update.shape[axis]))], step, read), emit)]
 
 
 @converter("CenterCropPad")
