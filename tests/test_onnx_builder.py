@@ -165,3 +165,11 @@ def test_batch_norm_is_test_is_normalized() -> None:
     )
     with pytest.raises(Unsupported, match="is_test=0 .BatchNormalization before opset 7"):
         _convert(_node("BatchNormalization", 6, (x, *params)))
+
+
+def test_top_k_before_opset_10_takes_k_as_an_input() -> None:
+    x = Value("f32", dims((2, 5)), "x")
+    old = normalize(_node("TopK", 1, (x,), k=2))
+    assert old.opset == 10 and old.attrs == {} and old.inputs[1].known.tolist() == 2 and old.label(1) == "attribute k"
+    k = known_value(np.array([2], np.int64), "i64")
+    assert _convert(_node("TopK", 1, (x,), k=2)) == _convert(_node("TopK", 11, (x, k)))

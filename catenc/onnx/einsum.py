@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from catenc.onnx.emitter import Emitter
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter
 from catenc.onnx.values import ONNX_DTYPES, Shape, Value, broadcast
 from catenc.onnx.values import literal as lit
@@ -60,7 +61,7 @@ def _parse(equation: str, operands: list[Value]) -> tuple[list[str], str, dict[s
 
 
 @converter("Einsum")
-def einsum(node: OnnxNode, emit) -> list[Value]:
+def einsum(node: OnnxNode, emit: Emitter) -> list[Value]:
     operands = [v for v in node.inputs if v is not None]
     if not operands:
         raise ModelError("needs at least one input")
@@ -114,7 +115,7 @@ def _in_type(value: float, dtype: str) -> float:
     return float(f)
 
 
-def _heads(value: Value, heads: int | None, emit, hint: str) -> Value:
+def _heads(value: Value, heads: int | None, emit: Emitter, hint: str) -> Value:
     """A 3-D (batch, sequence, heads * size) input as 4-D (batch, heads, sequence, size)."""
     if value.rank == 4:
         return value
@@ -131,7 +132,7 @@ def _heads(value: Value, heads: int | None, emit, hint: str) -> Value:
     return emit.temp(f"transpose({split.name}, [0, 2, 1, 3])", value.dtype, (b, const(heads), s, size), hint)
 
 
-def _structure(node: OnnxNode, q: Value, total: Expr, past: Expr | None, emit) -> Value | None:
+def _structure(node: OnnxNode, q: Value, total: Expr, past: Expr | None, emit: Emitter) -> Value | None:
     """The additive bias of causality, the sliding window and the padded keys (0 or -inf), or None."""
     causal = bool(node.attr("is_causal", 0))
     left, right = node.attr("left_window_size", -1), node.attr("right_window_size", -1)
@@ -164,7 +165,7 @@ def _structure(node: OnnxNode, q: Value, total: Expr, past: Expr | None, emit) -
     return emit.index_temp(idx, expr, q.dtype, shape, "structure")
 
 
-def _mask_bias(mask: Value, q: Value, total: Expr, emit) -> Value:
+def _mask_bias(mask: Value, q: Value, total: Expr, emit: Emitter) -> Value:
     """attn_mask as an additive bias of Q's type, padded with -inf to the keys' length."""
     text = emit.text(mask)
     if mask.dtype == "bool":
@@ -199,7 +200,7 @@ def _library_call(node: OnnxNode, q: Value, k: Value, v: Value) -> str | None:
 
 
 @converter("Attention")
-def attention(node: OnnxNode, emit) -> list[Value]:
+def attention(node: OnnxNode, emit: Emitter) -> list[Value]:
     q, k, v, mask = node.need(0), node.need(1), node.need(2), node.input(3)
     past_key, past_value = node.input(4), node.input(5)
     dtype = q.dtype
@@ -288,7 +289,7 @@ def attention(node: OnnxNode, emit) -> list[Value]:
     return [y, present_k, present_v, qk_out][: len(node.outputs)]
 
 
-def _repeat_heads(value: Value, heads: Expr, group: int, emit, hint: str) -> Value:
+def _repeat_heads(value: Value, heads: Expr, group: int, emit: Emitter, hint: str) -> Value:
     text = emit.text(value)
     idx = [i.name for i in emit.index_names().numbered(4)]
     read = f"{text}[{idx[0]}, {idx[1]} // {group}, {idx[2]}, {idx[3]}]"
@@ -296,7 +297,7 @@ def _repeat_heads(value: Value, heads: Expr, group: int, emit, hint: str) -> Val
     return emit.index_temp(idx, read, value.dtype, shape, hint)
 
 
-def _softmax(node: OnnxNode, logits: Value, bias: Value | None, emit) -> Value:
+def _softmax(node: OnnxNode, logits: Value, bias: Value | None, emit: Emitter) -> Value:
     """The reference's softmax over the keys: rows of -inf give 0 (not NaN), in softmax_precision if set."""
     dtype = logits.dtype
     precision = node.attr("softmax_precision")

@@ -250,7 +250,7 @@ def _pad_amounts(node: OnnxNode, rank: int) -> list[tuple[int, int]]:
     """(before, after) per axis."""
     pads = known_ints(node.need(1), "the pads (input 1)")
     axes = list(range(rank))
-    if node.opset >= 18 and node.input(3) is not None:
+    if node.input(3) is not None:  # the axes, an input from opset 18 on
         axes = [axis_of(static_int(a, "an axis"), rank) for a in known_ints(node.input(3), "the axes (input 3)")]
     if any(isinstance(p, Expr) for p in pads):
         raise Unsupported("pads computed from symbolic sizes")
@@ -327,7 +327,7 @@ def _pad_with(x: Value, amounts: list[tuple[int, int]], value: Value, shape: Sha
     return emit.out_index(idx, where(functools.reduce(operator.and_, inside), padded[tuple(idx)], fill), x.dtype, shape)
 
 
-def _pad_axis(x: Value, a: int, amount: tuple[int, int], mode: str, emit, last: bool) -> Value:
+def _pad_axis(x: Value, a: int, amount: tuple[int, int], mode: str, emit: Emitter, last: bool) -> Value:
     """x padded on axis a in mode reflect, edge or wrap: an index-form statement (the output if last)."""
     lo, hi = amount
     n = x.shape[a]
@@ -504,7 +504,7 @@ def _blocksize(node: OnnxNode) -> int:
     return bs
 
 
-def _rearranged(x: Value, split: Shape, perm: list[int], final: Shape, emit) -> Value:
+def _rearranged(x: Value, split: Shape, perm: list[int], final: Shape, emit: Emitter) -> Value:
     """reshape -> transpose -> reshape, each step a statement (or folded when x is known)."""
     if small(x) and x.known.dtype != object:
         fixed = static(split)

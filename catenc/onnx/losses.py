@@ -7,6 +7,7 @@ so a target equal to `ignore_index`, wherever it lies, reads nothing; such a pos
 
 from __future__ import annotations
 
+from catenc.onnx.emitter import Emitter
 from catenc.onnx.registry import ModelError, OnnxNode, converter, need_float
 from catenc.onnx.values import Value
 from catenc.onnx.values import literal as lit
@@ -27,7 +28,7 @@ def _check(node: OnnxNode, x: Value, target: Value, weight: Value | None) -> str
     return reduction
 
 
-def _nll(node: OnnxNode, emit, log_p: str, x: Value, target: Value, weight: Value | None) -> Value:
+def _nll(node: OnnxNode, emit: Emitter, log_p: str, x: Value, target: Value, weight: Value | None) -> Value:
     """The node's loss (output 0) of the log-probabilities `log_p` (a body name of x's shape)."""
     reduction = node.attr("reduction", "mean")
     ignore = node.attr("ignore_index")
@@ -60,14 +61,14 @@ def _nll(node: OnnxNode, emit, log_p: str, x: Value, target: Value, weight: Valu
 
 
 @converter("NegativeLogLikelihoodLoss")
-def nll_loss(node: OnnxNode, emit) -> list[Value]:
+def nll_loss(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, target, weight = node.need(0), node.need(1), node.input(2)
     _check(node, x, target, weight)
     return [_nll(node, emit, emit.text(x), x, target, weight)]
 
 
 @converter("SoftmaxCrossEntropyLoss")
-def softmax_cross_entropy(node: OnnxNode, emit) -> list[Value]:
+def softmax_cross_entropy(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, target, weight = node.need(0), node.need(1), node.input(2)
     _check(node, x, target, weight)
     xt = emit.text(x)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from catenc.onnx import nn
+from catenc.onnx.emitter import Emitter
 from catenc.onnx.indexing import small
 from catenc.onnx.linalg import matmul_shape
 from catenc.onnx.model import type_name
@@ -27,7 +28,7 @@ def _scalar(value: Value) -> bool:
     return value.rank == 0 or (value.rank == 1 and value.shape[0].is_const and value.shape[0].value == 1)
 
 
-def _scalar_text(value: Value, emit) -> str:
+def _scalar_text(value: Value, emit: Emitter) -> str:
     """A per-tensor scale or zero point (rank 0 or one element) as a rank-0 expression."""
     if value.is_known and value.known.dtype != object:
         text = lit(value.known.reshape(-1)[0], value.dtype)
@@ -51,7 +52,7 @@ def _layout(node: OnnxNode, param: Value, x: Value) -> tuple[int, int] | None:
     return axis, block
 
 
-def broadcast_param(node: OnnxNode, param: Value, x: Value, emit) -> str:
+def broadcast_param(node: OnnxNode, param: Value, x: Value, emit: Emitter) -> str:
     """A scale or zero point as an expression that broadcasts against x: per tensor, per axis, per block."""
     layout = _layout(node, param, x)
     if layout is None:
@@ -89,7 +90,7 @@ def _quantized_type(node: OnnxNode, zero_point: Value | None) -> str:
 
 
 @converter("QuantizeLinear")
-def quantize_linear(node: OnnxNode, emit) -> list[Value]:
+def quantize_linear(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, scale, zero_point = node.need(0), node.need(1), node.input(2)
     q = _quantized_type(node, zero_point)
     if not x.is_float or not scale.is_float:
@@ -108,7 +109,7 @@ def quantize_linear(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("DequantizeLinear")
-def dequantize_linear(node: OnnxNode, emit) -> list[Value]:
+def dequantize_linear(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, scale, zero_point = node.need(0), node.need(1), node.input(2)
     if x.dtype not in (*_INTEGERS, "i32"):
         raise Unsupported(f"dequantisation of {x.dtype}")
@@ -136,7 +137,7 @@ def dequantize_linear(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("DynamicQuantizeLinear")
-def dynamic_quantize_linear(node: OnnxNode, emit) -> list[Value]:
+def dynamic_quantize_linear(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
     if x.dtype != "f32":
         raise ModelError(f"x of type {x.dtype}")
@@ -150,7 +151,7 @@ def dynamic_quantize_linear(node: OnnxNode, emit) -> list[Value]:
     return [y, scale, emit.out(f"cast({zp.name}, u8)", "u8", (), 2)]
 
 
-def _zero_point_rows(zero_point: Value, operand: Value, rows: bool, emit) -> str:
+def _zero_point_rows(zero_point: Value, operand: Value, rows: bool, emit: Emitter) -> str:
     """A zero point of a matrix product's operand: per tensor, per row of a, or per column of b."""
     if _scalar(zero_point):
         return _scalar_text(zero_point, emit)
@@ -160,7 +161,7 @@ def _zero_point_rows(zero_point: Value, operand: Value, rows: bool, emit) -> str
     return f"{text}[:, None]" if rows else text
 
 
-def _centred(operand: Value, zero_point: Value | None, rows: bool, emit) -> str:
+def _centred(operand: Value, zero_point: Value | None, rows: bool, emit: Emitter) -> str:
     text = f"cast({emit.text(operand)}, i32)"
     if zero_point is None:
         return text
@@ -168,7 +169,7 @@ def _centred(operand: Value, zero_point: Value | None, rows: bool, emit) -> str:
 
 
 @converter("MatMulInteger")
-def matmul_integer(node: OnnxNode, emit) -> list[Value]:
+def matmul_integer(node: OnnxNode, emit: Emitter) -> list[Value]:
     a, b, a_zero, b_zero = node.need(0), node.need(1), node.input(2), node.input(3)
     shape = matmul_shape(a.shape, b.shape)
     if a.dtype not in ("i8", "u8") or b.dtype not in ("i8", "u8"):
@@ -182,7 +183,7 @@ def matmul_integer(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("QLinearMatMul")
-def qlinear_matmul(node: OnnxNode, emit) -> list[Value]:
+def qlinear_matmul(node: OnnxNode, emit: Emitter) -> list[Value]:
     a, a_scale, a_zero = node.need(0), node.need(1), node.input(2)
     b, b_scale, b_zero = node.need(3), node.need(4), node.input(5)
     y_scale, y_zero = node.need(6), node.input(7)
@@ -206,7 +207,7 @@ def qlinear_matmul(node: OnnxNode, emit) -> list[Value]:
 # ---- integer convolutions: the float convolution (nn.py) of the shifted integers, exact in f64 ----
 
 
-def _per_channel(value: Value, rank: int, emit, axis: int = 0) -> str:
+def _per_channel(value: Value, rank: int, emit: Emitter, axis: int = 0) -> str:
     """A per-tensor or per-output-channel parameter broadcast along `axis` of a rank-`rank` tensor."""
     if _scalar(value):
         return _scalar_text(value, emit)
@@ -216,7 +217,7 @@ def _per_channel(value: Value, rank: int, emit, axis: int = 0) -> str:
     return f"{emit.text(value)}[:{', None' * trailing}]" if trailing else emit.text(value)
 
 
-def _shifted(operand: Value, zero_point: Value | None, emit, hint: str) -> Value:
+def _shifted(operand: Value, zero_point: Value | None, emit: Emitter, hint: str) -> Value:
     """operand - zero_point as f64 (exact for 8-bit integers)."""
     text = f"cast({emit.text(operand)}, f64)"
     if zero_point is not None:
@@ -224,7 +225,9 @@ def _shifted(operand: Value, zero_point: Value | None, emit, hint: str) -> Value
     return emit.temp(text, "f64", operand.shape, hint)
 
 
-def _integer_conv(node: OnnxNode, x: Value, w: Value, zps: tuple[Value | None, Value | None], bias, emit) -> Value:
+def _integer_conv(
+    node: OnnxNode, x: Value, w: Value, zps: tuple[Value | None, Value | None], bias: Value | None, emit: Emitter
+) -> Value:
     """The convolution of (x - x_zero_point) and (w - w_zero_point) with nn.py's Conv, in f64 (exact)."""
     if x.dtype not in ("i8", "u8") or w.dtype not in ("i8", "u8"):
         raise ModelError(f"inputs of types {x.dtype} and {w.dtype}")
@@ -247,14 +250,14 @@ def _integer_conv(node: OnnxNode, x: Value, w: Value, zps: tuple[Value | None, V
 
 
 @converter("ConvInteger")
-def conv_integer(node: OnnxNode, emit) -> list[Value]:
+def conv_integer(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, w = node.need(0), node.need(1)
     acc = _integer_conv(node, x, w, (node.input(2), node.input(3)), None, emit)
     return [emit.out(f"cast({acc.name}, i32)", "i32", acc.shape)]
 
 
 @converter("QLinearConv")
-def qlinear_conv(node: OnnxNode, emit) -> list[Value]:
+def qlinear_conv(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, x_scale, x_zero = node.need(0), node.need(1), node.input(2)
     w, w_scale, w_zero = node.need(3), node.need(4), node.input(5)
     y_scale, y_zero, bias = node.need(6), node.input(7), node.input(8)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from catenc.onnx.emitter import Emitter
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter, known_ints, need_float
 from catenc.onnx.shape import shape_text
 from catenc.onnx.values import Shape, Value, known_value
@@ -80,7 +81,7 @@ class _Layer:
     def state(self) -> Shape:
         return (self.batch, self.hidden)
 
-    def gates(self, emit, expr: str, what: str) -> str:
+    def gates(self, emit: Emitter, expr: str, what: str) -> str:
         """A gate's pre-activation as a name, clipped where the node says."""
         if self.clip is not None:
             c = lit(self.clip, self.dtype)
@@ -94,7 +95,7 @@ class _Layer:
         return f"{text}[..., {first}:{lit(h * (gate + count), 'i64')}]"
 
 
-def _inputs(node: OnnxNode, emit) -> tuple[_Layer, int, dict[str, str | None]]:
+def _inputs(node: OnnxNode, emit: Emitter) -> tuple[_Layer, int, dict[str, str | None]]:
     x, w, r = node.need(0), node.need(1), node.need(2)
     need_float(node, x)
     if x.rank != 3 or w.rank != 3 or r.rank != 3:
@@ -147,7 +148,7 @@ def _inputs(node: OnnxNode, emit) -> tuple[_Layer, int, dict[str, str | None]]:
     return layer, directions, texts
 
 
-def _start(layer: _Layer, emit, texts: dict[str, str | None], name: str, d: int) -> str:
+def _start(layer: _Layer, emit: Emitter, texts: dict[str, str | None], name: str, d: int) -> str:
     """The initial state (h or c) of direction d."""
     given, hint = texts.get(name), f"{name[0]}_init{d}"
     if given:
@@ -155,7 +156,7 @@ def _start(layer: _Layer, emit, texts: dict[str, str | None], name: str, d: int)
     return emit.temp(f"zeros({shape_text(layer.state)}, {layer.dtype})", layer.dtype, layer.state, hint).name
 
 
-def _projection(layer: _Layer, emit, texts: dict[str, str | None], d: int, bias_gates: int) -> str:
+def _projection(layer: _Layer, emit: Emitter, texts: dict[str, str | None], d: int, bias_gates: int) -> str:
     """X @ W[d]^T for all steps (T, B, G*H), plus both biases of the first `bias_gates` gates and
     the input bias of the rest."""
     gh = layer.hidden * _GATES[layer.node.op]
@@ -171,7 +172,7 @@ def _projection(layer: _Layer, emit, texts: dict[str, str | None], d: int, bias_
     return emit.temp(expr, layer.dtype, shape, f"xw{d}").name
 
 
-def _outputs(node: OnnxNode, layer: _Layer, emit, passes: list[_Pass], finals: list[list[str]]) -> list[Value]:
+def _outputs(node: OnnxNode, layer: _Layer, emit: Emitter, passes: list[_Pass], finals: list[list[str]]) -> list[Value]:
     """Y (T, D, B, H) and the final states (D, B, H), or batch first for layout 1."""
     layout = node.attr("layout", 0)
     directions = len(passes)
@@ -198,7 +199,7 @@ class _Pass:
     """One direction's pass over the time steps: the projection each step reads, the state it keeps
     where a sequence has ended, and its outputs in time order."""
 
-    def __init__(self, layer: _Layer, emit, xw: str, d: int) -> None:
+    def __init__(self, layer: _Layer, emit: Emitter, xw: str, d: int) -> None:
         self.layer, self.d = layer, d
         reverse = layer.node.attr("direction", "forward") == "reverse" or d == 1
         self.times = list(reversed(range(layer.steps))) if reverse else list(range(layer.steps))
@@ -212,7 +213,7 @@ class _Pass:
             self.xw = emit.temp(f"{xw}{self.back}", layer.dtype, shape, f"xw{d}_from_ends").name
             self.times = list(range(layer.steps))
 
-    def kept(self, emit, new: str, old: str, t: int, what: str) -> str:
+    def kept(self, emit: Emitter, new: str, old: str, t: int, what: str) -> str:
         """The state after step t: `new`, or `old` for the sequences that ended before it."""
         lengths = self.layer.lengths
         if lengths is None or all(t < n for n in lengths):
@@ -220,7 +221,7 @@ class _Pass:
         mask = emit.text(known_value(np.array([[t < n] for n in lengths]), "bool"))
         return emit.temp(f"where({mask}, {new}, {old})", self.layer.dtype, self.layer.state, f"{what}_kept").name
 
-    def output(self, emit, h: str, t: int) -> None:
+    def output(self, emit: Emitter, h: str, t: int) -> None:
         """Step t's output: h, or zeros for the sequences that ended before it."""
         lengths = self.layer.lengths
         if lengths is not None and not all(t < n for n in lengths):
@@ -228,7 +229,7 @@ class _Pass:
             h = emit.temp(f"where({mask}, {h}, 0)", self.layer.dtype, self.layer.state, f"y{self.d}_{t}").name
         self.ys[t] = h
 
-    def y_text(self, emit) -> str:
+    def y_text(self, emit: Emitter) -> str:
         """The outputs of all steps, (T, B, H) in time order."""
         stacked = f"stack([{', '.join(self.ys)}], axis=0)"
         if self.back is None:
@@ -238,7 +239,7 @@ class _Pass:
 
 
 @converter("RNN")
-def rnn(node: OnnxNode, emit) -> list[Value]:
+def rnn(node: OnnxNode, emit: Emitter) -> list[Value]:
     layer, directions, texts = _inputs(node, emit)
     acts = _activations(node, layer.dtype, directions)
     passes, finals = [], []
@@ -258,7 +259,7 @@ def rnn(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("GRU")
-def gru(node: OnnxNode, emit) -> list[Value]:
+def gru(node: OnnxNode, emit: Emitter) -> list[Value]:
     layer, directions, texts = _inputs(node, emit)
     acts = _activations(node, layer.dtype, directions)
     linear = bool(node.attr("linear_before_reset", 0))
@@ -294,7 +295,7 @@ def gru(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("LSTM")
-def lstm(node: OnnxNode, emit) -> list[Value]:
+def lstm(node: OnnxNode, emit: Emitter) -> list[Value]:
     layer, directions, texts = _inputs(node, emit)
     acts = _activations(node, layer.dtype, directions)
     couple = bool(node.attr("input_forget", 0))

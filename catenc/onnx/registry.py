@@ -198,6 +198,7 @@ NEWEST: dict[str, tuple[Form, ...]] = {
     "Unsqueeze": (_axes(13),),
     "ReduceSum": (_axes(13),),
     **dict.fromkeys(_REDUCE, (_axes(18),)),
+    "TopK": (Form(10, (0, ("k", Dtype.I64))),),
     "Resize": (Form(11, _RESIZE_11, _RESIZE_10),),
     "Upsample": (
         Form(9, (0, ("scales", Dtype.F32))),

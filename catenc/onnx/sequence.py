@@ -8,6 +8,7 @@ picks the element of each rank below k.
 
 from __future__ import annotations
 
+from catenc.onnx.emitter import Emitter
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, known_ints, need_float
 from catenc.onnx.shape import shape_text
 from catenc.onnx.values import Value
@@ -16,7 +17,7 @@ from catenc.symbolic import const, floordiv
 
 
 @converter("SwiGLU")
-def swiglu(node: OnnxNode, emit) -> list[Value]:
+def swiglu(node: OnnxNode, emit: Emitter) -> list[Value]:
     a, b = node.need(0), node.need(1)
     need_float(node, a)
     if a.shape != b.shape or a.dtype != b.dtype:
@@ -28,14 +29,14 @@ def swiglu(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("TopK")
-def top_k(node: OnnxNode, emit) -> list[Value]:
+def top_k(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
     if x.rank == 0:
         raise ModelError("the input is a scalar: it has no axis")
     if x.dtype == "bool":
         raise Unsupported("bool input")
     axis = axis_of(node.attr("axis", -1), x.rank)
-    ks = [node.attr("k")] if node.opset < 10 else known_ints(node.need(1), "k (input 1)")
+    ks = known_ints(node.need(1), f"k ({node.label(1)})")
     if len(ks) != 1 or ks[0] is None:
         raise ModelError("k must be one value")
     k = const(ks[0]) if isinstance(ks[0], int) else ks[0]
@@ -66,7 +67,7 @@ def top_k(node: OnnxNode, emit) -> list[Value]:
 
 
 @converter("RotaryEmbedding")
-def rotary_embedding(node: OnnxNode, emit) -> list[Value]:
+def rotary_embedding(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, cos, sin, positions = node.need(0), node.need(1), node.need(2), node.input(3)
     need_float(node, x)
     if x.rank not in (3, 4):
