@@ -1,7 +1,7 @@
 # catenc developer entry points.
 #
 #   make demo    compile every sample with --test, then build and run samples/c
-#   make test    run the test suite
+#   make test    run the test suite on every core (TEST_JOBS=N: N workers) and list its 20 slowest tests
 #   make coverage  regenerate docs/coverage/{clang,opencl,cuda}.md (catenc test-runtime)
 #   make onnx-node-report  regenerate docs/coverage/onnx-node.md (the ONNX node tests, clang)
 #   make gpu-check on a machine with an NVIDIA GPU: every sample with --test and the full
@@ -128,8 +128,13 @@ samples-tune: $(STAMP)
 
 $(addprefix sample-,$(SAMPLES)): sample-%: build/samples/%.tested
 
+# The suite on TEST_JOBS workers (pytest-xdist; `auto`: one per core, 0: in this process alone), each
+# test file whole on one worker (its module fixtures build once), then the 20 slowest tests.
+TEST_JOBS ?= auto
+PYTEST := $(PYBIN) -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile --durations=20
+
 test: $(STAMP)
-	$(PYBIN) -m pytest -q -p no:cacheprovider tests
+	$(PYTEST) tests
 
 # GPT-2 small (samples/gpt2): compile the composite to build/gpt2, write deterministic random
 # weights there once (samples/gpt2/README.md: real ones; an existing file is never replaced), build
