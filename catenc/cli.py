@@ -24,12 +24,13 @@ import click
 from catenc import __version__, cache
 from catenc.diagnostics import CatencError, Loc, closest, format_diagnostic
 from catenc.onnx.model import with_import_note
+from catenc.options import CompileOptions
 from catenc.outputs import EMIT_KINDS, BuildRequest, emit_kinds, restore, write_atomic
 from catenc.resources import bundled_runtime_names, find_runtime
 
 # The compiler is imported where a command needs it: a compile-cache hit loads none of it.
 if TYPE_CHECKING:
-    from catenc.plan import FilePlan
+    from catenc.plan import FilePlan, Options
 
 EXIT_USER, EXIT_USAGE, EXIT_TEST, EXIT_INTERNAL = 1, 2, 3, 4
 EXIT_CODES = (
@@ -386,7 +387,7 @@ def main() -> None:
 @guarded(lambda kw: [kw["file"]] + ([kw["runtime_spec"]] if kw["runtime_spec"].endswith(".py") else []))
 def compile_command(**kw) -> int:
     """Compile FILE (.toml, .yaml) into C sources, a header, a manifest and a shared library."""
-    return _compile(**kw)
+    return _compile(CompileOptions(**kw))
 
 
 @main.command("test-runtime")
@@ -501,127 +502,93 @@ def write_text_atomic(path: Path, text: str) -> None:
     write_atomic(path, text)
 
 
-def _compile(
-    file,
-    out_dir,
-    runtime_spec,
-    defines,
-    include_dirs,
-    config_items,
-    opt,
-    composites,
-    prefix,
-    weights,
-    sources_only,
-    object_only,
-    emit_text,
-    test_sizes,
-    debug_level,
-    print_passes,
-    dump_after,
-    disabled_passes,
-    time_passes,
-    verify_ir,
-    tuning_path,
-    make_deps,
-    depfile,
-    dep_target,
-    dep_phony,
-    verbose,
-    quiet,
-    no_cache,
-) -> int:
-    given = dict(locals())  # every option as given: the compile cache's key
-    if sources_only and object_only:
+def _compile(given: CompileOptions) -> int:
+    if given.sources_only and given.object_only:
         raise click.UsageError("-S and -c exclude each other")
-    if not Path(file).is_file():
-        raise CatencError(f"{file}: no such file")
+    if not Path(given.file).is_file():
+        raise CatencError(f"{given.file}: no such file")
+    prefix = given.prefix
     if prefix and not prefix.replace("_", "a").isalnum() or (prefix and prefix[0].isdigit()):
         raise CatencError(f"--prefix {prefix}: must be a C identifier prefix")
-    emit = emit_kinds(parse_emit(emit_text) or (), sources_only, object_only)
-    if test_sizes is not None and "so" not in emit:
-        if sources_only or object_only:
+    emit = emit_kinds(parse_emit(given.emit_text) or (), given.sources_only, given.object_only)
+    if given.test_sizes is not None and "so" not in emit:
+        if given.sources_only or given.object_only:
             raise click.UsageError("--test needs the shared library; drop -S/-c")
         emit = emit + ("so", "manifest")
-    if test_sizes is not None and "manifest" not in emit:
+    if given.test_sizes is not None and "manifest" not in emit:
         emit = emit + ("manifest",)
-    if make_deps and depfile is None:
-        depfile = str(Path(out_dir) / (Path(file).name.rsplit(".", 1)[0] + ".d"))
+    depfile = given.depfile
+    if given.make_deps and depfile is None:
+        depfile = str(Path(given.out_dir) / (Path(given.file).name.rsplit(".", 1)[0] + ".d"))
+    verbose = given.verbose and not given.quiet
+    request = BuildRequest(given.file, given.out_dir, emit, depfile, given.dep_target, given.dep_phony)
     slot = _cache_slot(given, emit)
     hit = slot.find() if slot else None
-    if hit is not None and test_sizes is None:
-        request = BuildRequest(file, out_dir, emit, depfile, dep_target, dep_phony)
-        _report(restore(hit, request), request, hit.notes, verbose and not quiet, cached=True)
+    if hit is not None and given.test_sizes is None:
+        _report(restore(hit, request), request, hit.notes, verbose, cached=True)
         return 0
 
     from catenc.build import build
     from catenc.driver import plan_file, print_pipeline
+
+    options = _plan_options(given)
+    if given.print_passes:
+        click.echo(print_pipeline(options))
+    if given.test_sizes is not None and not options.runtime.runnable(options.config):
+        raise CatencError(f"--test: runtime '{options.runtime.name}' cannot run on this machine")
+    plan = plan_file(given.file, options)
+    if not plan.entries:
+        raise CatencError(f"{given.file}: no composite to compile (rank-polymorphic ones have no entry)")
+    if given.time_passes:
+        click.echo(plan.pass_times, err=True)
+    if given.test_sizes is not None:
+        _check_test_sizes(plan, given.test_sizes)
+    if given.debug_level:
+        debug_print(plan, given.debug_level, None)
+    notes = tuple(note for entry in plan.entries for note in entry.schedule.notes if note.startswith("tuning: "))
+    request = replace(request, cache=replace(slot, notes=notes) if slot else None)
+    written = restore(hit, request) if hit else build(plan, options, request)
+    if given.debug_level >= 4 and "c" in written:
+        click.echo(Path(written["c"]).read_text(), err=True)
+    _report(written, request, notes, verbose, cached=hit is not None)
+    if given.test_sizes is None:
+        return 0
+    return _run_test(plan, written, given.test_sizes, given.quiet)
+
+
+def _plan_options(given: CompileOptions) -> Options:
+    """What the compiler runs under: the runtime loaded, its config checked, the tuning file read."""
     from catenc.plan import Options
     from catenc.runtime.descriptor import load_runtime
     from catenc.schedule.tuning_file import load_tuning
 
-    runtime = load_runtime(runtime_spec)
-    config = runtime.validate_config(parse_config(config_items))
-    options = Options(
+    runtime = load_runtime(given.runtime_spec)
+    return Options(
         runtime=runtime,
-        config=config,
-        opt=opt,
-        prefix=prefix,
-        defines=parse_defines(defines),
-        include_dirs=tuple(include_dirs),
-        composites=tuple(composites),
-        disabled_passes=_pass_names(disabled_passes),
-        dump_after=_pass_names(dump_after),
-        verify_ir=verify_ir,
-        time_passes=time_passes,
-        tuning=load_tuning(tuning_path) if tuning_path else None,
-        weights=weights,
+        config=runtime.validate_config(parse_config(given.config_items)),
+        opt=given.opt,
+        prefix=given.prefix,
+        defines=parse_defines(given.defines),
+        include_dirs=tuple(given.include_dirs),
+        composites=tuple(given.composites),
+        disabled_passes=_pass_names(given.disabled_passes),
+        dump_after=_pass_names(given.dump_after),
+        verify_ir=given.verify_ir,
+        time_passes=given.time_passes,
+        tuning=load_tuning(given.tuning_path) if given.tuning_path else None,
+        weights=given.weights,
     )
-    if print_passes:
-        click.echo(print_pipeline(options))
-    if test_sizes is not None and not runtime.runnable(config):
-        raise CatencError(f"--test: runtime '{runtime.name}' cannot run on this machine")
-    plan = plan_file(file, options)
-    if not plan.entries:
-        raise CatencError(f"{file}: no composite to compile (rank-polymorphic ones have no entry)")
-    if time_passes:
-        click.echo(plan.pass_times, err=True)
-    if test_sizes is not None:
-        _check_test_sizes(plan, test_sizes)
-    if debug_level:
-        debug_print(plan, debug_level, None)
-    notes = tuple(note for entry in plan.entries for note in entry.schedule.notes if note.startswith("tuning: "))
-    stored = replace(slot, notes=notes) if slot else None
-    request = BuildRequest(file, out_dir, emit, depfile, dep_target, dep_phony, cache=stored)
-    written = restore(hit, request) if hit else build(plan, options, request)
-    if debug_level >= 4 and "c" in written:
-        click.echo(Path(written["c"]).read_text(), err=True)
-    _report(written, request, notes, verbose and not quiet, cached=hit is not None)
-    if test_sizes is None:
-        return 0
-    return _run_test(plan, written, test_sizes, quiet)
 
 
-# Options of compile that never change what it writes (the depfile is written for each request).
-UNKEYED = ("out_dir", "test_sizes", "make_deps", "depfile", "dep_target", "dep_phony", "verbose", "quiet", "no_cache")
-# Options naming a file read before planning: its bytes are keyed too.
-KEYED_FILES = ("file", "tuning_path")
-# Options that print how the compile went: it runs, uncached.
-UNCACHED = ("debug_level", "print_passes", "time_passes", "verify_ir")
-
-
-def _cache_slot(given: dict[str, object], emit: tuple[str, ...]) -> cache.Slot | None:
-    """The compile cache's slot for these options (docs/cli.md, "Compile cache"): every option
-    not UNKEYED enters the key, so one added later is keyed unless said otherwise. None when the
-    cache is off or an UNCACHED option asks to watch the compile."""
-    if given["no_cache"] or not cache.enabled() or any(given[name] for name in UNCACHED):
+def _cache_slot(given: CompileOptions, emit: tuple[str, ...]) -> cache.Slot | None:
+    """The compile cache's slot for these options (docs/cli.md, "Compile cache"): the key holds
+    each option its field declares keyed, the bytes of the files keyed fields name and of the
+    runtime descriptor. None when the cache is off or an uncached option is set."""
+    if given.uncached() or not cache.enabled() or os.environ.get("CATENC_VERIFY_IR") == "1":
         return None
-    if os.environ.get("CATENC_VERIFY_IR") == "1":
-        return None
-    descriptor, display = find_runtime(str(given["runtime_spec"]))
-    options = {name: value for name, value in given.items() if name not in UNKEYED}
-    files = [str(descriptor)] + [str(given[name]) for name in KEYED_FILES if given[name]]
-    return cache.slot({**options, "emit": emit, "runtime": display}, files)
+    descriptor, display = find_runtime(given.runtime_spec)
+    files = [str(descriptor), *given.keyed_files()]
+    return cache.slot({**given.cache_key(), "emit": emit, "runtime": display}, files)
 
 
 def _report(written: dict[str, str], request: BuildRequest, notes: tuple[str, ...], verbose: bool, cached: bool):
