@@ -79,9 +79,25 @@ DTYPES: dict[str, DType] = {d.name: d for d in _TABLE}
 BOOL, I64, F32, F64 = DTYPES["bool"], DTYPES["i64"], DTYPES["f32"], DTYPES["f64"]
 
 
+def numpy_bfloat16() -> np.dtype | None:
+    """numpy's bfloat16 dtype where ml_dtypes (which onnx, JAX and TensorFlow bring) is installed, else None."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def is_bfloat16(array: np.ndarray) -> bool:
+    """Whether an array holds ml_dtypes' bfloat16 values: its bytes are catenc's bf16 storage."""
+    return array.dtype.name == "bfloat16" and array.dtype.itemsize == 2
+
+
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
-    """Widen bfloat16 bit patterns (uint16) to float32 values."""
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+    """Widen bfloat16 bit patterns (uint16, or an ml_dtypes bfloat16 array) to float32 values."""
+    bits = np.asarray(bits)
+    bits = bits.view(np.uint16) if is_bfloat16(bits) else bits.astype(np.uint16, copy=False)
+    return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
 def f32_to_bf16(values: np.ndarray) -> np.ndarray:
@@ -94,13 +110,17 @@ def f32_to_bf16(values: np.ndarray) -> np.ndarray:
 
 def to_storage(values: np.ndarray, dtype: DType) -> np.ndarray:
     """Convert numpy values to the buffer representation catenc's C ABI uses for dtype."""
+    values = np.asarray(values)
+    if dtype.name == "bf16" and is_bfloat16(values):
+        return np.ascontiguousarray(values).view(np.uint16).reshape(values.shape)
     if dtype.name == "bf16":
         return f32_to_bf16(np.asarray(values, dtype=np.float32))
     return np.asarray(values, dtype=dtype.numpy, order="C")  # keeps rank 0 (ascontiguousarray does not)
 
 
 def from_storage(buffer: np.ndarray, dtype: DType) -> np.ndarray:
-    """Values of a buffer in the C ABI representation, as a numpy array (bf16 widened to f32)."""
+    """Values of a buffer in the C ABI representation, as a numpy array (bf16 widened to f32,
+    from its uint16 bits or an ml_dtypes bfloat16 array)."""
     if dtype.name == "bf16":
         return bf16_to_f32(buffer)
     return buffer

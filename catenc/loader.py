@@ -15,8 +15,10 @@ that takes and returns numpy arrays::
     gemm.workspace_bytes(M=64, N=16, K=32)    # what gemm_workspace_bytes() returns
 
 Arrays are in the storage representation of the C ABI (docs/abi.md): ``bool`` is
-``np.bool_`` (one byte, 0/1), ``f16`` is ``np.float16``, ``bf16`` is ``np.uint16`` holding
-the bfloat16 bits; :func:`catenc.dtypes.from_storage` turns a bf16 result into float32.
+``np.bool_`` (one byte, 0/1), ``f16`` is ``np.float16``. A ``bf16`` result is an
+``ml_dtypes.bfloat16`` array where the ml_dtypes package is installed (onnx, JAX and TensorFlow
+bring it), else ``np.uint16`` holding the bfloat16 bits; :func:`catenc.dtypes.from_storage` turns
+either into float32.
 
 Symbols: a *free* symbol is an ``int64_t`` argument of the C function (``Entry.dims``); a
 *derived* symbol is computed from the free ones (``where: H = 4*D``); a *specialized* one
@@ -32,7 +34,8 @@ array for an integer input (it would be truncated), a complex array for a real o
 imaginary part would be lost), an int array for a bool input, or an object or string array
 raise TypeError. This is numpy's ``np.can_cast(..., casting="same_kind")``, except that
 signed to unsigned integers is allowed. A uint16 array for an f16 or bf16 input is taken as
-the bits.
+the bits; an ``ml_dtypes.bfloat16`` array is a float array, its bits taken as they are for a
+bf16 input.
 
 Sizes: an entry returns ``CATENC_E_SHAPE`` when a size its code computes from the dims (an
 element count, a byte count, a loop extent) overflows int64, and its ``NAME_workspace_bytes``
@@ -63,7 +66,7 @@ from typing import Any
 
 import numpy as np
 
-from catenc.dtypes import DTYPES, DType, to_storage
+from catenc.dtypes import DTYPES, DType, is_bfloat16, numpy_bfloat16, to_storage
 from catenc.runtime.conventions import CALLING_CONVENTIONS
 from catenc.runtime.manifest import (
     HOST_LANGUAGES,
@@ -177,7 +180,7 @@ def _to_buffer(value: np.ndarray, dtype: DType) -> np.ndarray:
     """value in dtype's storage representation, C-contiguous, with value's shape.
 
     For f16 and bf16 a uint16 array is taken as the bits; other arrays are converted
-    (bf16 rounded to nearest even).
+    (bf16 rounded to nearest even, an ml_dtypes bfloat16 array's bits kept).
     """
     if dtype.is_half and value.dtype == np.uint16:
         buffer = np.ascontiguousarray(value).view(dtype.numpy)
@@ -197,12 +200,19 @@ def _check_kind(entry: str, spec: ArgSpec, value: np.ndarray) -> None:
     if dtype.is_half and value.dtype == np.uint16:
         return  # the f16 or bf16 bits
     target = 0 if dtype.name == "bool" else 2 if dtype.is_float else 1
-    rank = _KIND_RANKS.get(value.dtype.kind)
+    rank = _KIND_RANKS["f"] if is_bfloat16(value) else _KIND_RANKS.get(value.dtype.kind)
     if rank is None or rank > target:
         raise TypeError(
             f"{entry}: input {spec.name!r} is {dtype.name}: a {value.dtype} array would lose the kind of its "
             "values converted to it (allowed: bool -> integer -> float); convert it explicitly with .astype"
         )
+
+
+def _result_dtype(dtype: DType) -> np.dtype:
+    """The numpy dtype a result of this dtype is returned in: ml_dtypes' bfloat16 for bf16
+    where installed, else the storage dtype."""
+    bfloat16 = numpy_bfloat16() if dtype.name == "bf16" else None
+    return dtype.numpy if bfloat16 is None else bfloat16
 
 
 def _pointer(value: Any) -> int | None:
@@ -596,13 +606,15 @@ class Entry:
 
         inputs, in declared order: array-likes, converted to the storage dtype and made
         C-contiguous (a float array for f16 is converted, for bf16 it is rounded to bf16
-        bits, a uint16 array for f16 or bf16 is taken as bits); a scalar input takes a
+        bits, a uint16 array for f16 or bf16 is taken as bits, so is an ml_dtypes bfloat16
+        array for bf16); a scalar input takes a
         Python number or a 0-d array. dims: symbol values, needed only for free symbols
         no input shape gives (see :meth:`bind`). out: preallocated outputs (a sequence, or
         one array), C-contiguous, of the exact storage dtype and shape.
 
         Returns the output array, or a tuple of them when there are several, in storage
-        representation; scalar outputs are 0-d arrays. Raises :class:`ShapeError` on a
+        representation (bf16 as ml_dtypes bfloat16 where installed, see the module doc);
+        scalar outputs are 0-d arrays. Raises :class:`ShapeError` on a
         shape mismatch, TypeError for an input whose dtype cannot be converted without
         changing the kind of its values (module doc), and :class:`CatencStatusError` when the
         C function returns nonzero (or, before the call, when a size overflows int64).
@@ -690,7 +702,7 @@ class Entry:
     ) -> list[np.ndarray]:
         shapes = [tuple(expr(values) for expr in spec.exprs) for spec in self.outputs]
         if out is None:
-            return [np.empty(s, dtype=spec.dtype.numpy) for spec, s in zip(self.outputs, shapes, strict=True)]
+            return [np.empty(s, dtype=_result_dtype(spec.dtype)) for spec, s in zip(self.outputs, shapes, strict=True)]
         outputs = [out] if isinstance(out, np.ndarray) else list(out)
         if len(outputs) != len(self.outputs):
             raise TypeError(f"{self.name}: out must hold {len(self.outputs)} arrays")
@@ -699,7 +711,7 @@ class Entry:
                 raise TypeError(f"{self.name}: out {spec.name!r} must be a numpy array")
             if array.shape != shape:
                 raise ShapeError(f"{self.name}: output {spec.name!r}: expected shape {shape}, got {array.shape}")
-            if array.dtype != spec.dtype.numpy:
+            if array.dtype != spec.dtype.numpy and not (spec.dtype.name == "bf16" and is_bfloat16(array)):
                 raise TypeError(
                     f"{self.name}: output {spec.name!r} ({spec.dtype.name}) must have numpy "
                     f"dtype {spec.dtype.numpy}, got {array.dtype}"

@@ -4,11 +4,14 @@ rounded once at the output, dtype variables and `-D T=...`, bool tensors, every 
 
 from __future__ import annotations
 
+import sys
+
+import ml_dtypes
 import numpy as np
 import pytest
 from conftest import assert_close, randint, rng
 
-from catenc.dtypes import bf16_to_f32, f32_to_bf16
+from catenc.dtypes import DTYPES, bf16_to_f32, f32_to_bf16, from_storage, to_storage
 
 EXACT = dict(rtol=0, atol=0)
 INT_WIDTHS = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
@@ -175,7 +178,7 @@ def rand_half(shape, h, seed=0, scale=1.0):
 def assert_half(actual, expected_f32, h, ulps=0):
     """actual (storage of h) equals expected_f32 rounded once to h, within `ulps` units."""
     actual = np.asarray(actual)
-    assert actual.dtype == (np.float16 if h == "f16" else np.uint16), actual.dtype
+    assert actual.dtype == (np.float16 if h == "f16" else ml_dtypes.bfloat16), actual.dtype  # the loader's
     expected = to_half(expected_f32, h)
     assert actual.shape == expected.shape
     if ulps == 0:
@@ -255,6 +258,54 @@ def test_half_scalar_by_value(lib, h, n):
     assert_half(y, from_half(x, h) * np.float32(-1.5), h)
     assert m.shape == ()
     assert_half(m, from_half(x, h).max(), h)
+
+
+def _bfloat16(values) -> np.ndarray:
+    """f32 values rounded once to ml_dtypes' bfloat16 (what onnx, JAX and TensorFlow hand numpy users)."""
+    return np.asarray(values, dtype=np.float32).astype(ml_dtypes.bfloat16)
+
+
+@pytest.mark.parametrize("n", (0, 1, 13))
+def test_bf16_takes_and_gives_ml_dtypes_arrays(lib, n):
+    """An ml_dtypes bfloat16 array is a bf16 input as it is; bf16 results come back as such arrays."""
+    a, b, c = (_bfloat16(rng(s).standard_normal(n) * 4) for s in range(3))
+    y = lib["fma_bf16"](a, b, c)
+    assert y.dtype == ml_dtypes.bfloat16 and y.shape == (n,)
+    want = _bfloat16(a.astype(np.float32) * b.astype(np.float32) + c.astype(np.float32))
+    np.testing.assert_array_equal(y.view(np.uint16), want.view(np.uint16))
+    y, m = lib["scalar_bf16"](a, ml_dtypes.bfloat16(-1.5))
+    np.testing.assert_array_equal(y.view(np.uint16), _bfloat16(a.astype(np.float32) * -1.5).view(np.uint16))
+    assert m.dtype == ml_dtypes.bfloat16 and m.shape == ()
+    # a bfloat16 array widens to an f32 input; uint16 bits are still bf16 bits
+    assert_close(lib["mix_precision"](a.astype(np.float16), a), a.astype(np.float32) ** 2, rtol=1e-6, atol=0)
+    bits = lib["fma_bf16"](a.view(np.uint16), b.view(np.uint16), c.view(np.uint16))
+    np.testing.assert_array_equal(bits.view(np.uint16), want.view(np.uint16))
+
+
+def test_bf16_out_may_be_ml_dtypes_or_bits(lib):
+    a = _bfloat16(rng(3).standard_normal(5))
+    want = _bfloat16(a.astype(np.float32) * 2 + a.astype(np.float32))
+    for out in (np.empty(5, ml_dtypes.bfloat16), np.empty(5, np.uint16)):
+        assert lib["fma_bf16"](a, _bfloat16(np.full(5, 2)), a, out=out) is out
+        np.testing.assert_array_equal(out.view(np.uint16), want.view(np.uint16))
+
+
+def test_bf16_without_ml_dtypes_is_uint16_bits(lib, monkeypatch):
+    """Where ml_dtypes is not installed a bf16 result is its uint16 bits (docs/abi.md)."""
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)  # `import ml_dtypes` raises ImportError
+    a, b, c = (rand_half(7, "bf16", seed=s) for s in range(3))
+    y = lib["fma_bf16"](a, b, c)
+    assert y.dtype == np.uint16
+    want = f32_to_bf16(bf16_to_f32(a) * bf16_to_f32(b) + bf16_to_f32(c))
+    np.testing.assert_array_equal(y, want)
+
+
+def test_storage_conversions_take_ml_dtypes_bfloat16():
+    """from_storage reads an ml_dtypes array's values (not its values cast to uint16); to_storage keeps its bits."""
+    values = _bfloat16([1.5, -2.25, 3.0e38, np.inf, 0.0])
+    np.testing.assert_array_equal(from_storage(values, DTYPES["bf16"]), values.astype(np.float32))
+    np.testing.assert_array_equal(to_storage(values, DTYPES["bf16"]), values.view(np.uint16))
+    np.testing.assert_array_equal(bf16_to_f32(values.view(np.uint16)), values.astype(np.float32))
 
 
 def _cast_values(n):
