@@ -140,13 +140,12 @@ def checked_sizes(entry: EntryPlan, given: Mapping[str, int]) -> dict[str, int]:
     and its inputs, outputs and workspace fit this machine's memory."""
     sizes = entry_sizes(entry, dict(given), "--sizes")
     env = entry_env(entry, sizes)
-    shown = ",".join(f"{name}={value}" for name, value in sizes.items())
+    at = ", ".join(f"{name}={value}" for name, value in env.items())
     for expr in size_exprs(entry):
         value = expr.evaluate(env)
         if not -INT64_MAX <= value <= INT64_MAX:
             raise CatencError(
-                f"--sizes {shown}: '{entry.name}' computes {expr} = {value} at these sizes, beyond int64; "
-                "give smaller sizes",
+                f"'{entry.name}' at {at} computes {expr} = {value}, beyond int64; give smaller sizes",
                 entry.composite.loc,
             )
     tensors = [ttype for _, ttype in entry.arguments + entry.program.outputs]
@@ -155,8 +154,8 @@ def checked_sizes(entry: EntryPlan, given: Mapping[str, int]) -> dict[str, int]:
     memory = _physical_memory()
     if memory is not None and need > memory:
         raise CatencError(
-            f"--sizes {shown}: '{entry.name}' needs {_bytes(need)} for its inputs, outputs and workspace at these "
-            f"sizes, more than this machine's {_bytes(memory)} of memory; give smaller sizes",
+            f"'{entry.name}' at {at} needs {_bytes(need)} for its inputs, outputs and workspace, more than this "
+            f"machine's {_bytes(memory)} of memory; give smaller sizes",
             entry.composite.loc,
         )
     return sizes

@@ -202,8 +202,9 @@ def test_the_table_names_every_kernel_and_what_it_fuses() -> None:
         (["--sizes", "T=4,D=4", "--peaks", "fast"], "--peaks fast: expected GFLOPS,GBS"),
         (["--sizes", "T=4,D=x"], "--sizes: size 'D' must be an integer"),
         (["--sizes", "T=4,D=-4"], "--sizes: size 'D' must not be negative"),
-        (["--sizes", "T=99999999999,D=99999999"], "at these sizes, beyond int64; give smaller sizes"),
-        (["--sizes", "T=1000000,D=1000000"], "for its inputs, outputs and workspace at these sizes, more than"),
+        (["--sizes", "T=99999999999,D=99999999"], "'attention' at T=99999999999, D=99999999 computes "),
+        (["--sizes", "T=1000000,D=1000000"], "for its inputs, outputs and workspace, more than this machine's"),
+        (["-D", "T=1000000", "-D", "D=1000000"], "'attention' at T=1000000, D=1000000 needs "),
     ],
 )
 def test_bad_input_is_an_error_without_a_traceback(args: list[str], message: str) -> None:

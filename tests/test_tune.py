@@ -361,9 +361,10 @@ def test_catenc_tune_writes_a_file_that_compile_applies(tmp_path: Path) -> None:
         (["--sizes", "N=4,D=4,Q=1"], "--sizes N=4,D=4,Q=1: Q is not a free size here"),
         (["--sizes", "N=4,D=4", "--runtime", "opencl"], "cannot be timed here; tune with a host runtime"),
         (["--sizes", "N=4,D=-1"], "--sizes: size 'D' must not be negative"),
-        (["--sizes", "N=99999999999,D=99999999"], "'softmax' computes 4*D*N = 39999999599600000004 at these sizes"),
-        (["--sizes", "N=100000000,D=100000000"], "for its inputs, outputs and workspace at these sizes, more than"),
+        (["--sizes", "N=99999999999,D=99999999"], "'softmax' at N=99999999999, D=99999999 computes 4*D*N = 3999"),
+        (["--sizes", "N=100000000,D=100000000"], "needs 71.1 PiB for its inputs, outputs and workspace, more than"),
         (["--sizes", "N=4,D=4", "--sizes", "N=99999999999,D=99999999"], "beyond int64; give smaller sizes"),
+        (["-D", "N=100000000", "-D", "D=100000000"], "'softmax' at N=100000000, D=100000000 needs 71.1 PiB"),
     ],
 )
 def test_catenc_tune_bad_input(tmp_path: Path, args: list[str], message: str) -> None:

@@ -75,7 +75,7 @@ def check_bindings(plan: FilePlan, bindings: Sequence[dict[str, int]]) -> None:
                 f"{entry.name} has free sizes {', '.join(entry.dims)}: give them all in one --sizes "
                 '"' + ",".join(f"{dim}=..." for dim in entry.dims) + '"'
             )
-        for sizes in bindings:
+        for sizes in bindings or [{}]:
             if entry.name in covered(plan, sizes):
                 checked_sizes(entry, _given(entry, sizes))
 
