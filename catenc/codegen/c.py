@@ -7,15 +7,18 @@ the file scaffolding (header, prelude, entry points) comes from jinja2 templates
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from catenc import registry
 from catenc.codegen.names import C_KEYWORDS, C_LOCALS, C_MACROS_AND_TYPES, C_NAMES, CXX_KEYWORDS, Reserved
+from catenc.dispatch import Table
 from catenc.dtypes import DTYPES, DType
-from catenc.ir.nodes import Binary, Buffer, Cast, Const, Gather, Load, Local, SymInt, Unary, Value, Where
+from catenc.ir.nodes import Binary, Buffer, Cast, Const, Gather, Load, Local, Role, SymInt, Unary, Value, Where
 from catenc.lower.flat import flatten
 from catenc.lower.gemm import (
     AT,
@@ -44,8 +47,23 @@ class BufferArg:
     const: bool
 
 
+@dataclass
+class KernelState:
+    """What rendering one kernel accumulates (a fresh record per kernel: `start_kernel`)."""
+
+    kernel: LoopKernel  # or a GpuKernel (catenc/lower/gpu.py)
+    buffers: dict[str, BufferArg]
+    params: list[str] = dataclasses.field(default_factory=list)  # the kernel's, which its row functions repeat
+    functions: list[str] = dataclasses.field(default_factory=list)  # helpers rendered before it (rows, gemm packing)
+    hoisted: list[str] = dataclasses.field(default_factory=list)  # locals the current statement's values need first
+    statement: int = 0  # statements begun: tells the hoisted locals of different statements apart
+    nesting: int = 0  # how deep the value being rendered sits in its expression
+    guarded: int = 0  # how many `where` branches enclose it (their reads stay inside the branch)
+
+
 class CRenderer:
-    """Renders kernels as C99 functions. Subclasses change spellings, not structure."""
+    """Renders kernels as C99 functions. Subclasses change spellings, not structure; a method
+    a subclass overrides replaces its entry in the dispatch tables (catenc/dispatch.py)."""
 
     language = "c"
     work_groups = False  # renders GPU work-group kernels (catenc/lower/gpu.py), not loop nests
@@ -85,6 +103,17 @@ class CRenderer:
     unary_int = registry.unary_spellings("int")
     compare = registry.binary_spellings("any")
     bool_ops = registry.spellings("bool")
+    # How each kind of node renders: value -> C expression; statement -> lines.
+    EXPRESSIONS: Table[Callable[..., str]] = Table("CRenderer.expression")
+    STATEMENTS: Table[Callable[..., None]] = Table("CRenderer.statement")
+
+    def __init__(self) -> None:
+        self.state: KernelState | None = None  # of the kernel being rendered
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.EXPRESSIONS = cls.EXPRESSIONS.rebound(cls)
+        cls.STATEMENTS = cls.STATEMENTS.rebound(cls)
 
     # ---- types and literals ----
     def ctype(self, dtype: DType) -> str:
@@ -133,48 +162,50 @@ class CRenderer:
     def value(self, v: Value) -> str:
         """The C expression of a value; a value nested too deeply is computed into a local first
         (never one under a where branch, whose reads must stay guarded)."""
-        self._nesting += 1
+        state = self.state
+        state.nesting += 1
         try:
-            if self._nesting > self.max_nesting and not self._guarded and v.children():
+            if state.nesting > self.max_nesting and not state.guarded and v.children():
                 return self.hoist(v)
             return self.expression(v)
         finally:
-            self._nesting -= 1
+            state.nesting -= 1
 
     def hoist(self, v: Value) -> str:
-        saved, self._nesting = self._nesting, 0
+        state = self.state
+        saved, state.nesting = state.nesting, 0
         try:
             text = self.expression(v)
         finally:
-            self._nesting = saved
-        name = f"catenc_t{len(self._hoisted)}_{self._statement}"
-        self._hoisted.append(f"{self.ctype(v.dtype)} {name} = {text};")
+            state.nesting = saved
+        name = f"catenc_t{len(state.hoisted)}_{state.statement}"
+        state.hoisted.append(f"{self.ctype(v.dtype)} {name} = {text};")
         return name
 
     def expression(self, v: Value) -> str:
-        if isinstance(v, Local):
-            return v.name
-        if isinstance(v, Const):
-            return self.literal(v.value, v.dtype)
-        if isinstance(v, SymInt):
-            text = f"({v.expr.to_c()})"  # an operand of whatever operator surrounds it
-            return text if v.dtype.name == "i64" else f"(({self.ctype(v.dtype)}){text})"
-        if isinstance(v, Load):
-            return self.load(v)
-        if isinstance(v, Unary):
-            return self.unary(v)
-        if isinstance(v, Binary):
-            return self.binary(v)
-        if isinstance(v, Where):
-            cond = self.value(v.cond)
-            self._guarded += 1
-            try:
-                return f"({cond} ? {self.value(v.a)} : {self.value(v.b)})"
-            finally:
-                self._guarded -= 1
-        if isinstance(v, Cast):
-            return self.cast(v)
-        raise TypeError(f"cannot render {v!r}")
+        return self.EXPRESSIONS[type(v)](self, v)
+
+    @EXPRESSIONS.register(Local)
+    def local(self, v: Local) -> str:
+        return v.name
+
+    @EXPRESSIONS.register(Const)
+    def const(self, v: Const) -> str:
+        return self.literal(v.value, v.dtype)
+
+    @EXPRESSIONS.register(SymInt)
+    def symint(self, v: SymInt) -> str:
+        text = f"({v.expr.to_c()})"  # an operand of whatever operator surrounds it
+        return text if v.dtype.name == "i64" else f"(({self.ctype(v.dtype)}){text})"
+
+    @EXPRESSIONS.register(Where)
+    def where(self, v: Where) -> str:
+        cond = self.value(v.cond)
+        self.state.guarded += 1
+        try:
+            return f"({cond} ? {self.value(v.a)} : {self.value(v.b)})"
+        finally:
+            self.state.guarded -= 1
 
     def spell(self, template: str, args: list[str], dtype: DType) -> str:
         return template.format(
@@ -186,9 +217,10 @@ class CRenderer:
             one=self.literal(1.0, dtype) if dtype.is_float else "1",
         )
 
+    @EXPRESSIONS.register(Unary)
     def unary(self, v: Unary) -> str:
         dtype = v.x.dtype
-        vector_math = self._kernel.decisions.vector_math and self.ctype(dtype) == "float"
+        vector_math = self.state.kernel.decisions.vector_math and self.ctype(dtype) == "float"
         if vector_math and v.op == "exp" and isinstance(v.x, Binary) and v.x.op == "min" and v.x.b == Const(dtype, 0.0):
             return f"catenc_vexp_le0_f32({self.value(v.x.a)})"  # exp(min(a, 0)), without overflow handling
         arg = self.value(v.x)
@@ -199,6 +231,7 @@ class CRenderer:
         table = self.unary_float if dtype.is_float else self.unary_int
         return self.spell(table[v.op], [arg], dtype)
 
+    @EXPRESSIONS.register(Binary)
     def binary(self, v: Binary) -> str:
         dtype = v.a.dtype
         args = [self.value(v.a), self.value(v.b)]
@@ -211,6 +244,7 @@ class CRenderer:
         table = self.binary_float if dtype.is_float else self.binary_int
         return self.spell(table[v.op], args, dtype)
 
+    @EXPRESSIONS.register(Cast)
     def cast(self, v: Cast) -> str:
         source, target = v.x.dtype, v.dtype
         arg = self.value(v.x)
@@ -223,8 +257,9 @@ class CRenderer:
     def flat_index(self, index: tuple[Expr, ...], shape: tuple[Expr, ...]) -> str:
         return flatten(index, shape).to_c()
 
+    @EXPRESSIONS.register(Load)
     def load(self, v: Load) -> str:
-        buf = self.buffers[v.buffer]
+        buf = self.state.buffers[v.buffer]
         flat = self.flat_index(v.index, buf.shape)
         if isinstance(v, Gather):  # index[axis] is 0 in v.index: add the computed position's offset
             stride = product(buf.shape[v.axis + 1 :]).to_c()
@@ -236,21 +271,18 @@ class CRenderer:
     # ---- statements and kernels ----
     def kernel(self, kernel: LoopKernel, buffers: dict[str, BufferArg]) -> str:
         """The kernel's C function, preceded by the helper functions it calls (gemm packing)."""
-        self.start_kernel(kernel, buffers)
-        params = [self.buffer_param(buffers[name]) for name in kernel.buffers]
-        params += [f"int64_t {s}" for s in kernel.symbols]
-        self._params = params
-        lines = [f"{self.kernel_qualifier} {kernel.name}({', '.join(params) or 'void'})", "{"]
+        state = self.start_kernel(kernel, buffers)
+        state.params = [self.buffer_param(buffers[name]) for name in kernel.buffers]
+        state.params += [f"int64_t {s}" for s in kernel.symbols]
+        lines = [f"{self.kernel_qualifier} {kernel.name}({', '.join(state.params) or 'void'})", "{"]
         self.statements(kernel.body, 1, lines, kernel.decisions.parallel)
         lines.append("}")
-        return "\n\n".join(self._functions + ["\n".join(lines)])
+        return "\n\n".join(state.functions + ["\n".join(lines)])
 
-    def start_kernel(self, kernel, buffers: dict[str, BufferArg]) -> None:
+    def start_kernel(self, kernel, buffers: dict[str, BufferArg]) -> KernelState:
         """The state of rendering one kernel: its buffers, and no locals or helpers yet."""
-        self.buffers = buffers
-        self._kernel = kernel
-        self._nesting, self._guarded, self._hoisted, self._statement = 0, 0, [], 0
-        self._functions: list[str] = []
+        self.state = KernelState(kernel, buffers)
+        return self.state
 
     def buffer_param(self, buf: BufferArg) -> str:
         const = "const " if buf.const else ""
@@ -258,74 +290,85 @@ class CRenderer:
 
     def statements(self, body: tuple[Stmt, ...], depth: int, lines: list[str], parallel: bool) -> None:
         pad = self.indent * depth
+        state = self.state
         for stmt in body:
-            hoisted = self._hoisted = []  # locals this statement's own expressions need
-            self._statement += 1
+            hoisted = state.hoisted = []  # locals this statement's own expressions need
+            state.statement += 1
             mark = len(lines)
             self.statement(stmt, pad, depth, lines, parallel)
             lines[mark:mark] = [f"{pad}{line}" for line in hoisted]
 
     def statement(self, stmt: Stmt, pad: str, depth: int, lines: list[str], parallel: bool) -> None:
-        if isinstance(stmt, For):
-            if stmt.parallel and parallel:
-                work = f"({self._kernel.work.to_c()})"
-                lines += self.pragma_lines(work, pad)
-                self.parallel_loop(stmt, pad, lines)
-                return
-            extent = stmt.extent.to_c()
-            lines.append(f"{pad}for (int64_t {stmt.index} = 0; {stmt.index} < {extent}; ++{stmt.index}) {{")
-            self.statements(stmt.body, depth + 1, lines, parallel)
-            lines.append(f"{pad}}}")
-        elif isinstance(stmt, If):
-            lines.append(f"{pad}if ({self.value(stmt.cond)}) {{")
-            self.statements(stmt.body, depth + 1, lines, parallel)
-            lines.append(f"{pad}}}")
-        elif isinstance(stmt, Declare):
-            lines.append(f"{pad}{self.ctype(stmt.dtype)} {stmt.name} = {self.value(stmt.value)};")
-        elif isinstance(stmt, Assign):
-            lines.append(f"{pad}{stmt.name} = {self.value(stmt.value)};")
-        elif isinstance(stmt, Store):
-            buf = self.buffers[stmt.buffer]
-            value = self.value(stmt.value)
-            conversion = self.store_conversion.get(buf.dtype.name)
-            if conversion:
-                value = conversion.format(value)
-            lines.append(f"{pad}{stmt.buffer}[{self.flat_index(stmt.index, buf.shape)}] = {value};")
-        elif isinstance(stmt, LaneReduce):
-            self.lane_reduce(stmt, pad, lines)
-        elif isinstance(stmt, Gemm):
-            self.gemm(stmt, pad, lines, parallel)
+        self.STATEMENTS[type(stmt)](self, stmt, pad, depth, lines, parallel)
+
+    @STATEMENTS.register(For)
+    def loop(self, stmt: For, pad: str, depth: int, lines: list[str], parallel: bool) -> None:
+        if stmt.parallel and parallel:
+            work = f"({self.state.kernel.work.to_c()})"
+            lines += self.pragma_lines(work, pad)
+            self.parallel_loop(stmt, pad, lines)
+            return
+        extent = stmt.extent.to_c()
+        lines.append(f"{pad}for (int64_t {stmt.index} = 0; {stmt.index} < {extent}; ++{stmt.index}) {{")
+        self.statements(stmt.body, depth + 1, lines, parallel)
+        lines.append(f"{pad}}}")
+
+    @STATEMENTS.register(If)
+    def branch(self, stmt: If, pad: str, depth: int, lines: list[str], parallel: bool) -> None:
+        lines.append(f"{pad}if ({self.value(stmt.cond)}) {{")
+        self.statements(stmt.body, depth + 1, lines, parallel)
+        lines.append(f"{pad}}}")
+
+    @STATEMENTS.register(Declare)
+    def declare(self, stmt: Declare, pad: str, depth: int, lines: list[str], parallel: bool) -> None:
+        lines.append(f"{pad}{self.ctype(stmt.dtype)} {stmt.name} = {self.value(stmt.value)};")
+
+    @STATEMENTS.register(Assign)
+    def assign(self, stmt: Assign, pad: str, depth: int, lines: list[str], parallel: bool) -> None:
+        lines.append(f"{pad}{stmt.name} = {self.value(stmt.value)};")
+
+    @STATEMENTS.register(Store)
+    def store(self, stmt: Store, pad: str, depth: int, lines: list[str], parallel: bool) -> None:
+        buf = self.state.buffers[stmt.buffer]
+        value = self.value(stmt.value)
+        conversion = self.store_conversion.get(buf.dtype.name)
+        if conversion:
+            value = conversion.format(value)
+        lines.append(f"{pad}{stmt.buffer}[{self.flat_index(stmt.index, buf.shape)}] = {value};")
 
     def pragma_lines(self, work: str, pad: str) -> list[str]:
-        text = self.parallel_pragma.format(work=work, threshold=self._kernel.decisions.parallel_work)
+        text = self.parallel_pragma.format(work=work, threshold=self.state.kernel.decisions.parallel_work)
         return [f"{pad}{line}" for line in text.splitlines()]
 
     def parallel_loop(self, loop: For, pad: str, lines: list[str]) -> None:
         """A parallel loop whose body is a function of its own: the body keeps its restrict
         pointers (an OpenMP-outlined body loses them, and with them vector registers)."""
-        row = f"{self._kernel.name}_row{len(self._functions)}"
-        body = [f"static void {row}({', '.join(self._params + [f'int64_t {loop.index}'])})", "{"]
+        state = self.state
+        row = f"{state.kernel.name}_row{len(state.functions)}"
+        body = [f"static void {row}({', '.join(state.params + [f'int64_t {loop.index}'])})", "{"]
         self.statements(loop.body, 1, body, False)
         body.append("}")
-        self._functions.append("\n".join(body))
-        args = ", ".join([*self._kernel.buffers, *self._kernel.symbols, loop.index])
+        state.functions.append("\n".join(body))
+        args = ", ".join([*state.kernel.buffers, *state.kernel.symbols, loop.index])
         extent = loop.extent.to_c()
         lines.append(f"{pad}for (int64_t {loop.index} = 0; {loop.index} < {extent}; ++{loop.index}) {row}({args});")
 
     def assignment(self, target: str, v: Value, pad: str) -> list[str]:
         """`target = v;` with the locals v's rendering hoisted, as lines (for statements that
         render their values inside loops of their own)."""
-        self._statement += 1
-        saved, self._hoisted = self._hoisted, []
+        state = self.state
+        state.statement += 1
+        saved, state.hoisted = state.hoisted, []
         try:
             text = self.value(v)
-            return [f"{pad}{line}" for line in self._hoisted] + [f"{pad}{target} = {text};"]
+            return [f"{pad}{line}" for line in state.hoisted] + [f"{pad}{target} = {text};"]
         finally:
-            self._hoisted = saved
+            state.hoisted = saved
 
-    def lane_reduce(self, stmt: LaneReduce, pad: str, lines: list[str]) -> None:
+    @STATEMENTS.register(LaneReduce)
+    def lane_reduce(self, stmt: LaneReduce, pad: str, depth: int, lines: list[str], parallel: bool) -> None:
         """The loops lowering gives the statement (catenc/lower/lanes.py), in their frame."""
-        loops = expand_lanes(stmt, self.buffers)
+        loops = expand_lanes(stmt, self.state.buffers)
         ctype, i, n, extent = self.ctype(loops.dtype), self.indent, loops.lanes, loops.extent.to_c()
         start = self.value(loops.start)
         lines += [
@@ -361,23 +404,25 @@ class CRenderer:
             if isinstance(stmt, Declare):
                 lines += self.assignment(f"const {self.ctype(stmt.dtype)} {stmt.name}", stmt.value, pad)
             elif isinstance(stmt, Store):
-                flat = self.flat_index(stmt.index, self.buffers[stmt.buffer].shape)
+                flat = self.flat_index(stmt.index, self.state.buffers[stmt.buffer].shape)
                 lines.append(f"{pad}{stmt.buffer}[{flat}] = {self.value(stmt.value)};")
             else:
                 lines += self.assignment(stmt.name, stmt.value, pad)
         return lines
 
     # ---- contractions: packing functions and one call of the gemm driver ----
-    def gemm(self, stmt: Gemm, pad: str, lines: list[str], parallel: bool) -> None:
+    @STATEMENTS.register(Gemm)
+    def gemm(self, stmt: Gemm, pad: str, depth: int, lines: list[str], parallel: bool) -> None:
         """The call lowering gives the statement (catenc/lower/gemm.py): its helper functions,
         then the batch loop around the driver and the epilogue."""
-        call = gemm_call(stmt, self._kernel, self.buffers, parallel)
+        state = self.state
+        call = gemm_call(stmt, state.kernel, state.buffers, parallel)
         c = call.contraction
-        name = f"{self._kernel.name}_g{len(self._functions)}"
-        self._functions.append(self.gemm_context(name, call.fields))
-        self._functions += [self.pack_function(name, call, side) for side in call.sides]
+        name = f"{state.kernel.name}_g{len(state.functions)}"
+        state.functions.append(self.gemm_context(name, call.fields))
+        state.functions += [self.pack_function(name, call, side) for side in call.sides]
         if call.epilogue is not None:
-            self._functions.append(self.epilogue_function(name, call))
+            state.functions.append(self.epilogue_function(name, call))
         t, i = c.dtype.name, self.indent
         init = ", ".join(f".{f.name} = {f.name}" for f in call.fields)
         out = f"{c.output} + ({c.offset.to_c()})"
@@ -601,4 +646,4 @@ def prelude_tables(math_suffix: dict[str, str] = CRenderer.math_suffix, device_i
 
 
 def buffer_args(buffers: tuple[Buffer, ...]) -> dict[str, BufferArg]:
-    return {b.name: BufferArg(b.name, b.dtype, b.shape, b.role in ("input", "view")) for b in buffers}
+    return {b.name: BufferArg(b.name, b.dtype, b.shape, b.role in (Role.INPUT, Role.VIEW)) for b in buffers}

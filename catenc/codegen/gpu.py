@@ -24,11 +24,13 @@ from catenc.codegen.names import (
     OPENCL_NAMES,
     Reserved,
 )
+from catenc.dispatch import Table
 from catenc.dtypes import DType
-from catenc.ir.nodes import Binary, Local
+from catenc.enums import StrEnum
+from catenc.ir.nodes import Binary, Local, Role
 from catenc.lower.flat import flat_extent, unflatten
 from catenc.lower.gemm import output_position
-from catenc.lower.gpu import Barrier, BlockReduce, FirstItem, GpuKernel, ThreadLoop, TiledGemm
+from catenc.lower.gpu import Barrier, BlockReduce, FirstItem, GpuKernel, GridMapping, ThreadLoop, TiledGemm
 from catenc.lower.loops import identity, iter_stmts
 from catenc.schedule.contractions import ACC
 from catenc.schedule.kernels import Schedule
@@ -41,13 +43,21 @@ SCRATCH = "catenc_scratch"  # the group's local memory for reductions
 WORKSPACE = "catenc_workspace"  # the kernel parameter temps live in
 
 
+class ArgKind(StrEnum):
+    """What the host passes for a kernel argument."""
+
+    BUFFER = "buffer"  # a device buffer (input or output)
+    SCALAR = "scalar"  # a scalar input, by value
+    WORKSPACE = "workspace"  # the temps' memory
+    DIM = "dim"  # a dimension (int64)
+
+
 @dataclass(frozen=True)
 class KernelArg:
-    """One argument of a GPU kernel, as the host passes it: a device buffer (input or
-    output), a scalar input by value, the workspace, or a dimension (int64)."""
+    """One argument of a GPU kernel, as the host passes it."""
 
     name: str
-    kind: str  # "buffer", "scalar", "workspace", "dim"
+    kind: ArgKind
     dtype: DType | None = None
 
 
@@ -64,12 +74,12 @@ def kernel_args(
             uses_workspace = True
             symbols |= temps[name].free_symbols()
         elif buf.const and not buf.shape:
-            args.append(KernelArg(name, "scalar", buf.dtype))
+            args.append(KernelArg(name, ArgKind.SCALAR, buf.dtype))
         else:
-            args.append(KernelArg(name, "buffer", buf.dtype))
+            args.append(KernelArg(name, ArgKind.BUFFER, buf.dtype))
     if uses_workspace:
-        args.append(KernelArg(WORKSPACE, "workspace"))
-    return args + [KernelArg(s, "dim") for s in sorted(symbols, key=lambda s: original.get(s, s))]
+        args.append(KernelArg(WORKSPACE, ArgKind.WORKSPACE))
+    return args + [KernelArg(s, ArgKind.DIM) for s in sorted(symbols, key=lambda s: original.get(s, s))]
 
 
 @dataclass(frozen=True)
@@ -91,7 +101,7 @@ def temp_offsets(schedule: Schedule) -> dict[str, Expr]:
 def status_offsets(schedule: Schedule) -> list[Expr]:
     """Where the entry's status counters (an i64 each) lie in the workspace."""
     offsets = temp_offsets(schedule)
-    return [offsets[b.name] for b in schedule.graph.buffers if b.role == "status"]
+    return [offsets[b.name] for b in schedule.graph.buffers if b.role == Role.STATUS]
 
 
 def launch_plan(
@@ -131,13 +141,13 @@ class GpuRenderer(CRenderer):
         args = kernel_args(kernel, buffers, temps, original)
         params, views = [], []
         for arg in args:
-            if arg.kind == "buffer":
+            if arg.kind is ArgKind.BUFFER:
                 params.append(self.buffer_param(buffers[arg.name]))
-            elif arg.kind == "scalar":
+            elif arg.kind is ArgKind.SCALAR:
                 ctype = arg.dtype.ctype
                 params.append(f"{ctype} catenc_value_{arg.name}")
                 views.append(f"{i}const {ctype}* {arg.name} = &catenc_value_{arg.name};")
-            elif arg.kind == "workspace":
+            elif arg.kind is ArgKind.WORKSPACE:
                 params.append(f"{self.global_space}unsigned char* {self.restrict} {WORKSPACE}")
             else:
                 params.append(f"int64_t {arg.name}")
@@ -151,7 +161,7 @@ class GpuRenderer(CRenderer):
         hint = self.group_size_hint.format(kernel.block)
         lines = [f"{self.kernel_qualifier} {hint}{kernel.name}({', '.join(params)})", "{"]
         lines += self.local_memory(kernel) + views
-        if kernel.mapping == "gemm":
+        if kernel.mapping is GridMapping.GEMM:
             (stmt,) = kernel.body
             self.tiled_gemm(stmt, lines)
         else:
@@ -163,7 +173,7 @@ class GpuRenderer(CRenderer):
     def local_memory(self, kernel: GpuKernel) -> list[str]:
         """Work-group memory, declared at kernel scope (OpenCL allows no other place)."""
         i = self.indent
-        if kernel.mapping == "gemm":
+        if kernel.mapping is GridMapping.GEMM:
             (stmt,) = kernel.body
             t, ctype = stmt.tile, self.ctype(stmt.contraction.dtype)
             return [
@@ -177,7 +187,7 @@ class GpuRenderer(CRenderer):
     def grid_mapping(self, kernel: GpuKernel) -> list[str]:
         """Which point the work-item (element mapping) or its group (row mapping) computes."""
         i = self.indent
-        if kernel.mapping == "element":
+        if kernel.mapping is GridMapping.ELEMENT:
             total = flat_extent(kernel.points).to_c()
             lines = [
                 f"{i}const int64_t catenc_point = (int64_t){self.group_id} * {kernel.block} + {self.local_id};",
@@ -191,28 +201,31 @@ class GpuRenderer(CRenderer):
         return lines + [f"{i}{line}" for line in self.indices(unflatten(kernel.points), "catenc_point", const=True)]
 
     # ---- the group's statements ----
-    def statement(self, stmt, pad: str, depth: int, lines: list[str], parallel: bool) -> None:
-        if isinstance(stmt, ThreadLoop):
-            index, extent = stmt.index, stmt.extent.to_c()
-            block = self._kernel.block
-            lines.append(f"{pad}for (int64_t {index} = {ITEM}; {index} < {extent}; {index} += {block}) {{")
-            self.statements(stmt.body, depth + 1, lines, parallel)
-            lines.append(f"{pad}}}")
-        elif isinstance(stmt, BlockReduce):
-            self.block_reduce(stmt, pad, lines)
-        elif isinstance(stmt, Barrier):
-            lines.append(f"{pad}{self.barrier};")
-        elif isinstance(stmt, FirstItem):
-            lines.append(f"{pad}if ({ITEM} == 0) {{")
-            self.statements(stmt.body, depth + 1, lines, parallel)
-            lines.append(f"{pad}}}")
-        else:
-            super().statement(stmt, pad, depth, lines, parallel)
+    STATEMENTS = Table("GpuRenderer.statement", base=CRenderer.STATEMENTS)
 
-    def block_reduce(self, stmt: BlockReduce, pad: str, lines: list[str]) -> None:
+    @STATEMENTS.register(ThreadLoop)
+    def thread_loop(self, stmt: ThreadLoop, pad: str, depth: int, lines: list[str], parallel: bool) -> None:
+        index, extent = stmt.index, stmt.extent.to_c()
+        block = self.state.kernel.block
+        lines.append(f"{pad}for (int64_t {index} = {ITEM}; {index} < {extent}; {index} += {block}) {{")
+        self.statements(stmt.body, depth + 1, lines, parallel)
+        lines.append(f"{pad}}}")
+
+    @STATEMENTS.register(Barrier)
+    def wait(self, stmt: Barrier, pad: str, depth: int, lines: list[str], parallel: bool) -> None:
+        lines.append(f"{pad}{self.barrier};")
+
+    @STATEMENTS.register(FirstItem)
+    def first_item(self, stmt: FirstItem, pad: str, depth: int, lines: list[str], parallel: bool) -> None:
+        lines.append(f"{pad}if ({ITEM} == 0) {{")
+        self.statements(stmt.body, depth + 1, lines, parallel)
+        lines.append(f"{pad}}}")
+
+    @STATEMENTS.register(BlockReduce)
+    def block_reduce(self, stmt: BlockReduce, pad: str, depth: int, lines: list[str], parallel: bool) -> None:
         """acc = op over the group: through warp shuffles where the spelling has them (then
         one value per warp in local memory), else a tree in local memory."""
-        ctype, i, block = self.ctype(stmt.dtype), self.indent, self._kernel.block
+        ctype, i, block = self.ctype(stmt.dtype), self.indent, self.state.kernel.block
         red = f"(({self.local_space}{ctype}*){SCRATCH})"
         acc = Local(stmt.dtype, stmt.acc)
 

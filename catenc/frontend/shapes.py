@@ -5,8 +5,10 @@ einsum, take, ...), each result dim proved non-negative (docs/language.md, secti
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 from catenc.diagnostics import Loc
+from catenc.dispatch import Table
 from catenc.dtypes import BOOL, F32, I64
 from catenc.frontend import typed as T
 from catenc.frontend.composites import MAX_CONSTANT
@@ -14,10 +16,7 @@ from catenc.frontend.indexing import IndexScope
 from catenc.frontend.operators import is_weak, shape_text
 from catenc.symbolic import ONE, ZERO, Expr, const, floordiv, product, prove_nonneg
 
-SHAPE_FUNCS = frozenset(
-    "reshape transpose expand squeeze unsqueeze flatten concat arange zeros ones full stack pad tril triu einsum "
-    "take".split()
-)
+_SHAPES: Table[Callable[..., T.Node]] = Table("shape function")  # name -> its checker method
 
 
 class ShapeFunctions:
@@ -60,8 +59,7 @@ class ShapeFunctions:
 
     def shape_func(self, name: str, node: ast.Call) -> T.Node:
         loc = self.loc(node)
-        handler = getattr(self, f"fn_{name}")
-        result = handler(node, loc)
+        result = _SHAPES[name](self, node, loc)
         for dim in result.type.shape:
             if not prove_nonneg(dim, self.facts):
                 raise self.error(f"the dim {dim} of this {name}(...) may be negative", node)
@@ -69,6 +67,7 @@ class ShapeFunctions:
                 raise self.error(f"the dim {dim} of this {name}(...) is beyond 2^62", node)
         return result
 
+    @_SHAPES.register("reshape")
     def fn_reshape(self, node: ast.Call, loc: Loc) -> T.Node:
         self.positional(node, 2, 2, "reshape")
         self.keywords(node, ())
@@ -98,6 +97,7 @@ class ShapeFunctions:
             )
         return T.Reshape(T.TType(arg.type.dtype, tuple(shape)), loc, arg)
 
+    @_SHAPES.register("transpose")
     def fn_transpose(self, node: ast.Call, loc: Loc) -> T.Node:
         self.positional(node, 1, 2, "transpose")
         self.keywords(node, ())
@@ -113,6 +113,7 @@ class ShapeFunctions:
                 raise self.error(f"{list(perm)} is not a permutation of the {rank} axes", node.args[1])
         return T.Permute(T.TType(arg.type.dtype, tuple(arg.type.shape[p] for p in perm)), loc, arg, perm)
 
+    @_SHAPES.register("expand")
     def fn_expand(self, node: ast.Call, loc: Loc) -> T.Node:
         self.positional(node, 2, 2, "expand")
         self.keywords(node, ())
@@ -128,6 +129,7 @@ class ShapeFunctions:
             raise self.error(f"axis {axis} is out of range for rank {rank}", node)
         return axis % rank
 
+    @_SHAPES.register("squeeze")
     def fn_squeeze(self, node: ast.Call, loc: Loc) -> T.Node:
         self.positional(node, 2, 2, "squeeze")
         arg = self.strengthen(self.expr(node.args[0], None))
@@ -137,6 +139,7 @@ class ShapeFunctions:
         shape = arg.type.shape[:axis] + arg.type.shape[axis + 1 :]
         return T.Reshape(T.TType(arg.type.dtype, shape), loc, arg)
 
+    @_SHAPES.register("unsqueeze")
     def fn_unsqueeze(self, node: ast.Call, loc: Loc) -> T.Node:
         self.positional(node, 2, 2, "unsqueeze")
         arg = self.strengthen(self.expr(node.args[0], None))
@@ -144,6 +147,7 @@ class ShapeFunctions:
         shape = arg.type.shape[:axis] + (ONE,) + arg.type.shape[axis:]
         return T.Reshape(T.TType(arg.type.dtype, shape), loc, arg)
 
+    @_SHAPES.register("flatten")
     def fn_flatten(self, node: ast.Call, loc: Loc) -> T.Node:
         self.positional(node, 1, 3, "flatten")
         kws = self.keywords(node, ("start", "end"))
@@ -160,6 +164,7 @@ class ShapeFunctions:
         shape = arg.type.shape[:start] + (product(arg.type.shape[start : end + 1]),) + arg.type.shape[end + 1 :]
         return T.Reshape(T.TType(arg.type.dtype, shape), loc, arg)
 
+    @_SHAPES.register("concat")
     def fn_concat(self, node: ast.Call, loc: Loc) -> T.Node:
         self.positional(node, 1, 2, "concat")
         kws = self.keywords(node, ("axis",))
@@ -185,6 +190,7 @@ class ShapeFunctions:
         shape[axis] = sum((a.type.shape[axis] for a in args[1:]), args[0].type.shape[axis])
         return T.Concat(T.TType(args[0].type.dtype, tuple(shape)), loc, tuple(args), axis)
 
+    @_SHAPES.register("stack")
     def fn_stack(self, node: ast.Call, loc: Loc) -> T.Node:
         self.positional(node, 1, 2, "stack")
         kws = self.keywords(node, ("axis",))
@@ -207,6 +213,7 @@ class ShapeFunctions:
         shape[axis] = const(len(parts))
         return T.Concat(T.TType(args[0].type.dtype, tuple(shape)), loc, tuple(parts), axis)
 
+    @_SHAPES.register("pad")
     def fn_pad(self, node: ast.Call, loc: Loc) -> T.Node:
         self.positional(node, 2, 3, "pad")
         kws = self.keywords(node, ("value",))
@@ -253,12 +260,15 @@ class ShapeFunctions:
             zero = self.retype(T.Lit(T.TType(I64, ()), loc, 0, True), arg.type.dtype, node)
         return T.Apply(arg.type, loc, "where", (keep, arg, zero))
 
+    @_SHAPES.register("tril")
     def fn_tril(self, node: ast.Call, loc: Loc) -> T.Node:
         return self._triangle(node, loc, lower=True)
 
+    @_SHAPES.register("triu")
     def fn_triu(self, node: ast.Call, loc: Loc) -> T.Node:
         return self._triangle(node, loc, lower=False)
 
+    @_SHAPES.register("einsum")
     def fn_einsum(self, node: ast.Call, loc: Loc) -> T.Node:
         """einsum("ij,jk->ik", a, b): operands laid out over all letters, multiplied, summed."""
         self.keywords(node, ())
@@ -314,6 +324,7 @@ class ShapeFunctions:
         axes = tuple(range(len(output), len(letters)))
         return T.Reduce(T.TType(dtype, full[: len(output)]), loc, "sum", product_node, axes, False)
 
+    @_SHAPES.register("take")
     def fn_take(self, node: ast.Call, loc: Loc) -> T.Node:
         self.positional(node, 2, 3, "take")
         kws = self.keywords(node, ("axis",))
@@ -328,6 +339,7 @@ class ShapeFunctions:
         shape = arg.type.shape[:axis] + indices.type.shape + arg.type.shape[axis + 1 :]
         return T.Take(T.TType(arg.type.dtype, shape), loc, arg, (indices,), (axis,), axis)
 
+    @_SHAPES.register("arange")
     def fn_arange(self, node: ast.Call, loc: Loc) -> T.Node:
         self.positional(node, 1, 1, "arange")
         kws = self.keywords(node, ("dtype",))
@@ -359,24 +371,30 @@ class ShapeFunctions:
                 value = T.Apply(T.TType(dtype, ()), loc, "cast", (value,))
         return T.Expand(T.TType(dtype, shape), loc, value)
 
+    @_SHAPES.register("zeros")
     def fn_zeros(self, node: ast.Call, loc: Loc) -> T.Node:
         self.positional(node, 1, 2, "zeros")
         kws = self.keywords(node, ("dtype",))
         dtype_node = node.args[1] if len(node.args) > 1 else kws.get("dtype")
         return self._filled(node, loc, T.Lit(T.TType(I64, ()), loc, 0, True), node.args[0], dtype_node)
 
+    @_SHAPES.register("ones")
     def fn_ones(self, node: ast.Call, loc: Loc) -> T.Node:
         self.positional(node, 1, 2, "ones")
         kws = self.keywords(node, ("dtype",))
         dtype_node = node.args[1] if len(node.args) > 1 else kws.get("dtype")
         return self._filled(node, loc, T.Lit(T.TType(I64, ()), loc, 1, True), node.args[0], dtype_node)
 
+    @_SHAPES.register("full")
     def fn_full(self, node: ast.Call, loc: Loc) -> T.Node:
         self.positional(node, 2, 3, "full")
         kws = self.keywords(node, ("dtype",))
         dtype_node = node.args[2] if len(node.args) > 2 else kws.get("dtype")
         value = self.expr(node.args[1], None)
         return self._filled(node, loc, value, node.args[0], dtype_node)
+
+
+SHAPE_FUNCS = frozenset(_SHAPES)
 
 
 def _cancel(dims: tuple[Expr, ...], divisors: list[Expr]) -> Expr | None:

@@ -9,11 +9,13 @@ broadcast are folded into these maps, never copied), `Unary`, `Binary`, `Where`,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 from functools import cache
 
+from catenc.dispatch import Table
 from catenc.dtypes import DType
+from catenc.enums import StrEnum
 from catenc.registry import BINARY_OPS as BINARY_OPS  # the op names of Unary, Binary and Reduce nodes
 from catenc.registry import REDUCE_OPS as REDUCE_OPS
 from catenc.registry import UNARY_OPS as UNARY_OPS
@@ -102,14 +104,16 @@ def _summarise(value: Value) -> Summary:
     return value.__dict__["_summary"]
 
 
+_OWN_SYMBOLS: Table[Callable[[Value], set[str]]] = Table("own_symbols")
+
+
 def own_symbols(node: Value) -> set[str]:
     """The names a node's own index expressions and reduction ranges mention."""
-    if isinstance(node, Load):
-        return set().union(*(e.free_symbols() for e in node.index))
-    if isinstance(node, SymInt):
-        return node.expr.free_symbols()
-    if isinstance(node, Reduce):
-        return set().union(*(e.free_symbols() for _, e in node.indices))
+    return _OWN_SYMBOLS[type(node)](node)
+
+
+@_OWN_SYMBOLS.register(Value)
+def _no_symbols(node: Value) -> set[str]:
     return set()
 
 
@@ -190,12 +194,37 @@ class Local(Value):
     name: str
 
 
+@_OWN_SYMBOLS.register(Load)
+def _index_symbols(node: Load) -> set[str]:
+    return set().union(*(e.free_symbols() for e in node.index))
+
+
+@_OWN_SYMBOLS.register(SymInt)
+def _expr_symbols(node: SymInt) -> set[str]:
+    return node.expr.free_symbols()
+
+
+@_OWN_SYMBOLS.register(Reduce)
+def _range_symbols(node: Reduce) -> set[str]:
+    return set().union(*(e.free_symbols() for _, e in node.indices))
+
+
+class Role(StrEnum):
+    """What a buffer is to its entry."""
+
+    INPUT = "input"
+    OUTPUT = "output"
+    TEMP = "temp"
+    STATUS = "status"  # an error count the entry checks after its kernels
+    VIEW = "view"  # an input's slice (`view_of`)
+
+
 @dataclass(frozen=True)
 class Buffer:
     name: str
     dtype: DType  # storage dtype
     shape: tuple[Expr, ...]
-    role: str  # input, output, temp, status (an error count the entry checks after its kernels), view
+    role: Role  # (or its name, which compares equal; verify_graph reports any other)
     view_of: tuple[str, int] | None = None  # a view: (input, index), the input's slice at index along view_axis
     # 0: the slice has the input's other dims; a later axis: it keeps the input's shape (its strides)
     # and is read at index 0 along that axis, so that slices of any axis are pointers of their own
@@ -236,11 +265,11 @@ class Graph:
 
     @property
     def inputs(self) -> tuple[Buffer, ...]:
-        return tuple(b for b in self.buffers if b.role == "input")
+        return tuple(b for b in self.buffers if b.role == Role.INPUT)
 
     @property
     def outputs(self) -> tuple[Buffer, ...]:
-        return tuple(b for b in self.buffers if b.role == "output")
+        return tuple(b for b in self.buffers if b.role == Role.OUTPUT)
 
 
 def walk(value: Value) -> Iterator[Value]:
@@ -279,31 +308,64 @@ def value_symbols(value: Value) -> set[str]:
 # ---- printing ----------------------------------------------------------------------------------
 
 
+_FORMAT: Table[Callable[[Value], str]] = Table("format_value")
+
+
 def format_value(value: Value) -> str:
-    if isinstance(value, Local):
-        return value.name
-    if isinstance(value, Const):
-        return f"{value.value!r}:{value.dtype.name}"
-    if isinstance(value, SymInt):
-        return f"({value.expr})" if value.dtype.name == "i64" else f"({value.expr}):{value.dtype.name}"
-    if isinstance(value, Gather):
-        index = [str(i) for i in value.index]
-        index[value.axis] = format_value(value.position)
-        return f"{value.buffer}[{', '.join(index)}]"
-    if isinstance(value, Load):
-        return f"{value.buffer}[{', '.join(str(i) for i in value.index)}]"
-    if isinstance(value, Unary):
-        return f"{value.op}({format_value(value.x)})"
-    if isinstance(value, Binary):
-        return f"{value.op}({format_value(value.a)}, {format_value(value.b)})"
-    if isinstance(value, Where):
-        return f"where({format_value(value.cond)}, {format_value(value.a)}, {format_value(value.b)})"
-    if isinstance(value, Cast):
-        return f"cast({format_value(value.x)}, {value.dtype.name})"
-    if isinstance(value, Reduce):
-        bound = ", ".join(f"{n} < {e}" for n, e in value.indices)
-        return f"{value.op}[{bound}]({format_value(value.body)})"
-    raise TypeError(value)
+    return _FORMAT[type(value)](value)
+
+
+@_FORMAT.register(Local)
+def _format_local(value: Local) -> str:
+    return value.name
+
+
+@_FORMAT.register(Const)
+def _format_const(value: Const) -> str:
+    return f"{value.value!r}:{value.dtype.name}"
+
+
+@_FORMAT.register(SymInt)
+def _format_symint(value: SymInt) -> str:
+    return f"({value.expr})" if value.dtype.name == "i64" else f"({value.expr}):{value.dtype.name}"
+
+
+@_FORMAT.register(Gather)
+def _format_gather(value: Gather) -> str:
+    index = [str(i) for i in value.index]
+    index[value.axis] = format_value(value.position)
+    return f"{value.buffer}[{', '.join(index)}]"
+
+
+@_FORMAT.register(Load)
+def _format_load(value: Load) -> str:
+    return f"{value.buffer}[{', '.join(str(i) for i in value.index)}]"
+
+
+@_FORMAT.register(Unary)
+def _format_unary(value: Unary) -> str:
+    return f"{value.op}({format_value(value.x)})"
+
+
+@_FORMAT.register(Binary)
+def _format_binary(value: Binary) -> str:
+    return f"{value.op}({format_value(value.a)}, {format_value(value.b)})"
+
+
+@_FORMAT.register(Where)
+def _format_where(value: Where) -> str:
+    return f"where({format_value(value.cond)}, {format_value(value.a)}, {format_value(value.b)})"
+
+
+@_FORMAT.register(Cast)
+def _format_cast(value: Cast) -> str:
+    return f"cast({format_value(value.x)}, {value.dtype.name})"
+
+
+@_FORMAT.register(Reduce)
+def _format_reduce(value: Reduce) -> str:
+    bound = ", ".join(f"{n} < {e}" for n, e in value.indices)
+    return f"{value.op}[{bound}]({format_value(value.body)})"
 
 
 def format_shape(shape: tuple[Expr, ...]) -> str:

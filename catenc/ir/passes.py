@@ -18,6 +18,7 @@ from catenc.ir.nodes import (
     Graph,
     Load,
     Reduce,
+    Role,
     SymInt,
     Unary,
     Value,
@@ -83,7 +84,7 @@ def split_constant_slices(graph: Graph) -> Graph:
     first constant index of a load is the one taken (after the first axis, along one of more
     than one index: an axis of one has nothing to slice)."""
     views: dict[tuple[str, int, int], Buffer] = {}
-    inputs = {b.name: b for b in graph.buffers if b.role == "input" and len(b.shape) >= 2}
+    inputs = {b.name: b for b in graph.buffers if b.role == Role.INPUT and len(b.shape) >= 2}
     taken = {b.name for b in graph.buffers}
 
     def view(load: Load) -> Value:
@@ -106,7 +107,7 @@ def split_constant_slices(graph: Graph) -> Graph:
                 name += "_"
             taken.add(name)
             shape = base.shape[1:] if axis == 0 else base.shape
-            views[key] = Buffer(name, base.dtype, shape, "view", (base.name, at), axis)
+            views[key] = Buffer(name, base.dtype, shape, Role.VIEW, (base.name, at), axis)
         index = load.index[1:] if axis == 0 else load.index[:axis] + (ZERO,) + load.index[axis + 1 :]
         return replace(load, buffer=views[key].name, index=index)
 
@@ -121,14 +122,14 @@ def split_constant_slices(graph: Graph) -> Graph:
 
 def remove_dead_computes(graph: Graph) -> Graph:
     """Drop computes whose values never reach an output."""
-    needed = {b.name for b in graph.buffers if b.role in ("output", "status")}
+    needed = {b.name for b in graph.buffers if b.role in (Role.OUTPUT, Role.STATUS)}
     kept: list[Compute] = []
     for compute in reversed(graph.computes):
         if compute.name in needed:
             kept.append(compute)
             needed |= {load.buffer for load in loads(compute.body)}
     names = {c.name for c in kept} | {b.name for b in graph.inputs}
-    buffers = tuple(b for b in graph.buffers if b.name in names or b.role != "temp")
+    buffers = tuple(b for b in graph.buffers if b.name in names or b.role != Role.TEMP)
     return replace(graph, buffers=buffers, computes=tuple(reversed(kept)))
 
 
@@ -276,7 +277,7 @@ class _Inliner:
         self.serial = count(1)  # numbers the copies of inlined bodies (their reductions' names)
         self.computes = {c.name: c for c in graph.computes}  # in graph order
         self.position = {c.name: k for k, c in enumerate(graph.computes)}
-        self.temps = {b.name for b in graph.buffers if b.role == "temp"}
+        self.temps = {b.name for b in graph.buffers if b.role == Role.TEMP}
         self.itemsize = {b.name: b.dtype.itemsize for b in graph.buffers}
         self.reads = {c.name: dict.fromkeys(loaded_buffers(c.body)) for c in graph.computes}
         self.readers: dict[str, set[str]] = {}  # buffer -> the computes that load it

@@ -33,6 +33,7 @@ from catenc.ir.nodes import (
     Load,
     Local,
     Reduce,
+    Role,
     SymInt,
     Unary,
     Value,
@@ -41,8 +42,8 @@ from catenc.ir.nodes import (
 )
 from catenc.symbolic import ONE, ZERO, Call, Expr, Facts, const, maximum, minimum, prove_nonneg, replace_atom, sym
 
-ROLES = ("input", "output", "temp", "status", "view")
-WRITTEN_BY_CALLER = ("input", "view")  # a view is a slice of an input
+ROLES = tuple(Role)
+WRITTEN_BY_CALLER = (Role.INPUT, Role.VIEW)  # a view is a slice of an input
 COMPARISONS = frozenset({"lt", "le", "eq", "ne"})
 LOGICAL = frozenset({"and", "or", "xor"})
 TESTS = frozenset({"isnan", "isinf", "not"})  # unary ops whose result is a bool
@@ -99,7 +100,7 @@ def verify_graph(graph: Graph, facts: Facts | None = None) -> list[str]:
         problems += [f"{where}: {p}" for p in _verify_value(compute.body, buffers, written, scope, set(names), sizes)]
         written.add(compute.name)
     for buf in graph.buffers:
-        if buf.role in ("output", "status") and buf.name not in computed:
+        if buf.role in (Role.OUTPUT, Role.STATUS) and buf.name not in computed:
             problems.append(f"{buf.role} {buf.name}: no compute writes it")
     return problems
 
@@ -117,11 +118,11 @@ def _verify_buffers(graph: Graph) -> list[str]:
         seen.add(buf.name)
         if buf.role not in ROLES:
             problems.append(f"buffer {buf.name}: unknown role '{buf.role}' (one of {', '.join(ROLES)})")
-        if (buf.role == "view") != (buf.view_of is not None):
+        if (buf.role == Role.VIEW) != (buf.view_of is not None):
             problems.append(f"buffer {buf.name}: role {buf.role} with view_of {buf.view_of}")
         if buf.view_of is not None:
             base = next((b for b in graph.buffers if b.name == buf.view_of[0]), None)
-            if base is None or base.role != "input":
+            if base is None or base.role != Role.INPUT:
                 problems.append(f"buffer {buf.name}: a view of {buf.view_of[0]}, which is not an input")
     return problems
 

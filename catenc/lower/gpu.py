@@ -16,9 +16,12 @@ The renderers decide only spelling (index builtins, barrier, shuffles, qualifier
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from catenc.dispatch import Table
 from catenc.dtypes import I64, DType
+from catenc.enums import StrEnum
 from catenc.ir.nodes import Binary, Const, Load, Local, SymInt, format_value, walk
 from catenc.lower.loops import (
     Assign,
@@ -40,16 +43,17 @@ from catenc.symbolic import Expr, product, sym
 
 
 @dataclass(frozen=True)
-class ThreadLoop:
+class ThreadLoop(Stmt):
     """`for index = local_id; index < extent; index += block`: the work-group shares the loop."""
 
     index: str
     extent: Expr
     body: tuple[Stmt, ...]
+    child_fields = ("body",)
 
 
 @dataclass(frozen=True)
-class BlockReduce:
+class BlockReduce(Stmt):
     """Every work-item's partial `acc` combined with `op` across the work-group; all get the result."""
 
     acc: str
@@ -58,15 +62,16 @@ class BlockReduce:
 
 
 @dataclass(frozen=True)
-class Barrier:
+class Barrier(Stmt):
     """Every work-item of the group waits here; memory written before is visible after."""
 
 
 @dataclass(frozen=True)
-class FirstItem:
+class FirstItem(Stmt):
     """Statements only the group's first work-item runs (a row's single stores)."""
 
     body: tuple[Stmt, ...]
+    child_fields = ("body",)
 
 
 @dataclass(frozen=True)
@@ -86,12 +91,18 @@ class GemmTile:
 
 
 @dataclass(frozen=True)
-class TiledGemm:
+class TiledGemm(Stmt):
     contraction: Contraction
     tile: GemmTile
 
 
-GpuStmt = Stmt | ThreadLoop | BlockReduce | Barrier | FirstItem | TiledGemm
+class GridMapping(StrEnum):
+    """How a kernel's work spreads over the grid (the module doc says each)."""
+
+    ELEMENT = "element"
+    ROW = "row"
+    GEMM = "gemm"
+
 
 REDUCIBLE = ("add", "mul", "max", "min")  # the combine ops of `_accumulate`'s accumulators
 
@@ -99,9 +110,9 @@ REDUCIBLE = ("add", "mul", "max", "min")  # the combine ops of `_accumulate`'s a
 @dataclass(frozen=True)
 class GpuKernel:
     name: str
-    mapping: str  # "element", "row" or "gemm"
+    mapping: GridMapping
     points: tuple[tuple[str, Expr], ...]  # the indices the grid enumerates (not for gemm)
-    body: tuple[GpuStmt, ...]
+    body: tuple[Stmt, ...]
     block: int  # work-items per group
     buffers: tuple[str, ...]
     symbols: tuple[str, ...]
@@ -112,14 +123,14 @@ class GpuKernel:
     @property
     def groups(self) -> Expr:
         """Work-groups to launch (the host evaluates this at run time)."""
-        if self.mapping == "gemm":
+        if self.mapping is GridMapping.GEMM:
             (stmt,) = self.body
             c, tile = stmt.contraction, stmt.tile
             rows, cols = (product([e for _, e in axes]) for axes in (c.rows, c.cols))
             batch = product([e for _, e in c.batch])
             return batch * ((rows + tile.rows - 1) // tile.rows) * ((cols + tile.cols - 1) // tile.cols)
         total = product([e for _, e in self.points])
-        if self.mapping == "row":
+        if self.mapping is GridMapping.ROW:
             return total
         return (total + self.block - 1) // self.block
 
@@ -144,14 +155,14 @@ def lower_gpu(kernel: LoopKernel, block: int, tile: GemmTile) -> GpuKernel:
     if len(kernel.body) == 1 and isinstance(kernel.body[0], Gemm):
         gemm = kernel.body[0]
         body = (TiledGemm(gemm.contraction, tile),)
-        return GpuKernel(kernel.name, "gemm", (), body, tile.threads, **base)
+        return GpuKernel(kernel.name, GridMapping.GEMM, (), body, tile.threads, **base)
     prefix, points, row = _peel_nest(kernel.body)
     if _shares_well(row, alone=not points):
         shared = _share_row(row)
         if shared and isinstance(shared[-1], Barrier):  # nothing follows in the group
             shared = shared[:-1]
-        return GpuKernel(kernel.name, "row", points, prefix + shared, block, **base)
-    return GpuKernel(kernel.name, "element", points, prefix + row, block, **base)
+        return GpuKernel(kernel.name, GridMapping.ROW, points, prefix + shared, block, **base)
+    return GpuKernel(kernel.name, GridMapping.ELEMENT, points, prefix + row, block, **base)
 
 
 def _peel_nest(body: tuple[Stmt, ...]) -> tuple[tuple[Stmt, ...], tuple[tuple[str, Expr], ...], tuple[Stmt, ...]]:
@@ -251,12 +262,12 @@ def _walks_last_index(loop: For) -> bool:
     return False
 
 
-def _share_row(row: tuple[Stmt, ...], declared: set[str] | None = None) -> tuple[GpuStmt, ...]:
+def _share_row(row: tuple[Stmt, ...], declared: set[str] | None = None) -> tuple[Stmt, ...]:
     """The row's loops shared by the group, each followed by the group reductions of the
     accumulators it updates (declared: the row's accumulators, from outside any `if`)."""
     if declared is None:
         declared = {s.name for s in _row_level(row) if isinstance(s, Declare)}
-    out: list[GpuStmt] = []
+    out: list[Stmt] = []
     for stmt in row:
         if isinstance(stmt, For):
             reductions = _reductions(stmt, declared) or {}
@@ -285,36 +296,61 @@ def format_gpu(kernels: tuple[GpuKernel, ...]) -> str:
         lines.append(f"kernel {kernel.name}({args}):  # fuses {', '.join(kernel.fused)}")
         lines.append(f"  grid {kernel.groups} x block {kernel.block}, {kernel.mapping} mapping")
         if kernel.points:
-            per = "group" if kernel.mapping == "row" else "work-item"
+            per = "group" if kernel.mapping is GridMapping.ROW else "work-item"
             points = ", ".join(f"{n} < {e}" for n, e in kernel.points)
             lines.append(f"  one {per} per ({points}):")
         _format_gpu_body(kernel.body, 2, lines)
     return "\n".join(lines)
 
 
-def _format_gpu_body(body: tuple[GpuStmt, ...], depth: int, lines: list[str]) -> None:
+_FORMAT: Table[Callable[[Stmt, str, int, list[str]], None]] = Table("format_gpu")
+
+
+def _format_gpu_body(body: tuple[Stmt, ...], depth: int, lines: list[str]) -> None:
     pad = "  " * depth
     for stmt in body:
-        if isinstance(stmt, ThreadLoop):
-            lines.append(f"{pad}for {stmt.index} in 0..{stmt.extent} shared by the group:")
-            format_body(stmt.body, depth + 1, lines)
-        elif isinstance(stmt, BlockReduce):
-            lines.append(f"{pad}{stmt.acc} = group_{stmt.op}({stmt.acc})")
-        elif isinstance(stmt, Barrier):
-            lines.append(f"{pad}barrier")
-        elif isinstance(stmt, FirstItem):
-            lines.append(f"{pad}first item only:")
-            format_body(stmt.body, depth + 1, lines)
-        elif isinstance(stmt, TiledGemm):
-            c, t = stmt.contraction, stmt.tile
-            lines.append(
-                f"{pad}{c.output} += a * b in {t.rows}x{t.cols} tiles, depth {t.depth} per step, "
-                f"{t.threads} items: a = {format_value(c.a)}, b = {format_value(c.b)}"
-            )
-            if c.epilogue is not None:
-                lines.append(f"{pad}epilogue: {format_value(c.epilogue)}")
-        elif isinstance(stmt, If):
-            lines.append(f"{pad}if {format_value(stmt.cond)}:")
-            _format_gpu_body(stmt.body, depth + 1, lines)
-        else:
-            format_body((stmt,), depth, lines)
+        _FORMAT[type(stmt)](stmt, pad, depth, lines)
+
+
+@_FORMAT.register(Stmt)
+def _format_loop_stmt(stmt: Stmt, pad: str, depth: int, lines: list[str]) -> None:
+    format_body((stmt,), depth, lines)
+
+
+@_FORMAT.register(ThreadLoop)
+def _format_thread_loop(stmt: ThreadLoop, pad: str, depth: int, lines: list[str]) -> None:
+    lines.append(f"{pad}for {stmt.index} in 0..{stmt.extent} shared by the group:")
+    format_body(stmt.body, depth + 1, lines)
+
+
+@_FORMAT.register(BlockReduce)
+def _format_block_reduce(stmt: BlockReduce, pad: str, depth: int, lines: list[str]) -> None:
+    lines.append(f"{pad}{stmt.acc} = group_{stmt.op}({stmt.acc})")
+
+
+@_FORMAT.register(Barrier)
+def _format_barrier(stmt: Barrier, pad: str, depth: int, lines: list[str]) -> None:
+    lines.append(f"{pad}barrier")
+
+
+@_FORMAT.register(FirstItem)
+def _format_first_item(stmt: FirstItem, pad: str, depth: int, lines: list[str]) -> None:
+    lines.append(f"{pad}first item only:")
+    format_body(stmt.body, depth + 1, lines)
+
+
+@_FORMAT.register(TiledGemm)
+def _format_tiled_gemm(stmt: TiledGemm, pad: str, depth: int, lines: list[str]) -> None:
+    c, t = stmt.contraction, stmt.tile
+    lines.append(
+        f"{pad}{c.output} += a * b in {t.rows}x{t.cols} tiles, depth {t.depth} per step, "
+        f"{t.threads} items: a = {format_value(c.a)}, b = {format_value(c.b)}"
+    )
+    if c.epilogue is not None:
+        lines.append(f"{pad}epilogue: {format_value(c.epilogue)}")
+
+
+@_FORMAT.register(If)
+def _format_group_if(stmt: If, pad: str, depth: int, lines: list[str]) -> None:
+    lines.append(f"{pad}if {format_value(stmt.cond)}:")
+    _format_gpu_body(stmt.body, depth + 1, lines)

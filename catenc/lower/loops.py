@@ -9,9 +9,11 @@ row); a reduction under a `where` guard stays under an `if` so guarded reads sta
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from itertools import count
 
+from catenc.dispatch import Table
 from catenc.dtypes import BOOL, I64, DType
 from catenc.ir.cost import element_work
 from catenc.ir.nodes import (
@@ -38,41 +40,61 @@ from catenc.symbolic import ONE, ZERO, Expr, call_atoms, sym
 
 
 @dataclass(frozen=True)
-class For:
+class Stmt:
+    """A statement of a loop nest; `child_fields` names the field that holds its nested
+    statements (a loop's or an if's body: one at most), as `Value.child_fields` does for values."""
+
+    child_fields = ()
+
+    def children(self) -> tuple[Stmt, ...]:
+        return tuple(stmt for name in self.child_fields for stmt in getattr(self, name))
+
+    def with_children(self, children: tuple[Stmt, ...]) -> Stmt:
+        """The same statement over a new body (a pass's way to rebuild a nest)."""
+        if not self.child_fields:
+            return self
+        (name,) = self.child_fields
+        return replace(self, **{name: tuple(children)})
+
+
+@dataclass(frozen=True)
+class For(Stmt):
     index: str
     extent: Expr
     body: tuple[Stmt, ...]
     parallel: bool = False
+    child_fields = ("body",)
 
 
 @dataclass(frozen=True)
-class Declare:
+class Declare(Stmt):
     name: str
     dtype: DType
     value: Value
 
 
 @dataclass(frozen=True)
-class Assign:
+class Assign(Stmt):
     name: str
     value: Value
 
 
 @dataclass(frozen=True)
-class If:
+class If(Stmt):
     cond: Value
     body: tuple[Stmt, ...]
+    child_fields = ("body",)
 
 
 @dataclass(frozen=True)
-class Store:
+class Store(Stmt):
     buffer: str
     index: tuple[Expr, ...]
     value: Value
 
 
 @dataclass(frozen=True)
-class LaneReduce:
+class LaneReduce(Stmt):
     """`acc = op(acc, value)` for index in 0..extent, kept in `lanes` independent partial
     accumulators (lane l takes the indices = l mod lanes) combined in a fixed order at the end:
     vector code without reassociating across a compiler's back."""
@@ -94,14 +116,11 @@ class LaneReduce:
 
 
 @dataclass(frozen=True)
-class Gemm:
+class Gemm(Stmt):
     """One call of the packed gemm driver for `contraction` (panels in buffer `pack`)."""
 
     contraction: Contraction
     pack: str
-
-
-Stmt = For | Declare | Assign | If | Store | LaneReduce | Gemm
 
 
 @dataclass(frozen=True)
@@ -237,21 +256,33 @@ class _KernelLowerer:
             name = f"{base}{next(self.serial)}"
         return name
 
+    _LOWER: Table[Callable[[_KernelLowerer, Value, tuple[Value, ...]], Value]] = Table("lower")
+
     def lower(self, value: Value, guards: tuple[Value, ...]) -> Value:
-        if isinstance(value, Load) and value.buffer in self.kernel.scalars:
-            return Local(value.dtype, value.buffer)
-        if isinstance(value, Where):
-            cond = self.lower(value.cond, guards)
-            a = self.lower(value.a, guards + (cond,))
-            b = self.lower(value.b, guards + (Unary(BOOL, "not", cond),))
-            return Where(value.dtype, cond, a, b)
-        if isinstance(value, Reduce):
-            return self.reduce(value, guards)
+        """The value as the loop nest computes it: its reductions and its hoisted parts
+        computed into locals in enclosing frames, `guards` the conditions it sits under."""
+        return self._LOWER[type(value)](self, value, guards)
+
+    @_LOWER.register(Value)
+    def lower_node(self, value: Value, guards: tuple[Value, ...]) -> Value:
         if not guards and _worth_hoisting(value):
             hoisted = self.hoist(value)
             if hoisted is not None:
                 return hoisted
         return value.with_children(tuple(self.lower(c, guards) for c in value.children()))
+
+    @_LOWER.register(Load)
+    def lower_load(self, value: Load, guards: tuple[Value, ...]) -> Value:
+        if value.buffer in self.kernel.scalars:
+            return Local(value.dtype, value.buffer)
+        return self.lower_node(value, guards)
+
+    @_LOWER.register(Where)
+    def lower_where(self, value: Where, guards: tuple[Value, ...]) -> Value:
+        cond = self.lower(value.cond, guards)
+        a = self.lower(value.a, guards + (cond,))
+        b = self.lower(value.b, guards + (Unary(BOOL, "not", cond),))
+        return Where(value.dtype, cond, a, b)
 
     def interchanged(self, frames: list[_Frame], name: str, index: tuple[Expr, ...], body: Value) -> None:
         """A compute whose one reduction runs outside its last loop (frames[-1], dropped):
@@ -291,6 +322,7 @@ class _KernelLowerer:
             self.hoisted[key] = Local(value.dtype, name)
         return self.hoisted[key]
 
+    @_LOWER.register(Reduce)
     def reduce(self, value: Reduce, guards: tuple[Value, ...]) -> Value:
         frames = tuple(self.stack)  # the frames themselves: an id() could be a dead frame's, reused
         unguarded = self.reduced.get((value, (), frames))
@@ -407,26 +439,45 @@ def _product(exprs) -> Expr:
 
 
 def iter_stmts(body: tuple[Stmt, ...]):
-    """Every statement of a body, nested ones included (any statement with a body: loops,
+    """Every statement of a body, nested ones included (any statement with children: loops,
     ifs, and the GPU lowering's shared loops)."""
     for stmt in body:
         yield stmt
-        inner = getattr(stmt, "body", None)
-        if isinstance(inner, tuple):
-            yield from iter_stmts(inner)
+        yield from iter_stmts(stmt.children())
+
+
+_VALUES: Table[Callable[[Stmt], list[Value]]] = Table("stmt_values")
 
 
 def stmt_values(stmt: Stmt) -> list[Value]:
-    if isinstance(stmt, LaneReduce):
-        return [value for _, value in stmt.reductions]
-    if isinstance(stmt, (Declare, Assign, Store)):
-        return [stmt.value]
-    if isinstance(stmt, If):
-        return [stmt.cond]
-    if isinstance(stmt, Gemm):
-        c = stmt.contraction
-        return [c.a, c.b] + ([c.epilogue] if c.epilogue is not None else [])
+    """The values a statement computes (not those of its nested statements)."""
+    return _VALUES[type(stmt)](stmt)
+
+
+@_VALUES.register(Stmt)
+def _no_values(stmt: Stmt) -> list[Value]:
     return []
+
+
+@_VALUES.register(LaneReduce)
+def _reduced_values(stmt: LaneReduce) -> list[Value]:
+    return [value for _, value in stmt.reductions]
+
+
+@_VALUES.register(Declare, Assign, Store)
+def _assigned_value(stmt: Declare | Assign | Store) -> list[Value]:
+    return [stmt.value]
+
+
+@_VALUES.register(If)
+def _condition(stmt: If) -> list[Value]:
+    return [stmt.cond]
+
+
+@_VALUES.register(Gemm)
+def _operands(stmt: Gemm) -> list[Value]:
+    c = stmt.contraction
+    return [c.a, c.b] + ([c.epilogue] if c.epilogue is not None else [])
 
 
 def gemm_axes(gemm: Gemm) -> tuple[tuple[str, Expr], ...]:
@@ -434,45 +485,88 @@ def gemm_axes(gemm: Gemm) -> tuple[tuple[str, Expr], ...]:
     return c.batch + c.rows + c.cols + c.depth
 
 
+# What a statement itself writes, binds and needs (of its own fields; its values' loads and
+# symbols are added by the walks below).
+_WRITES: Table[Callable[[Stmt], set[str]]] = Table("buffers written")
+_BINDS: Table[Callable[[Stmt], set[str]]] = Table("names bound")
+_NEEDS: Table[Callable[[Stmt], set[str]]] = Table("symbols needed")
+
+
+@_WRITES.register(Stmt)
+@_BINDS.register(Stmt)
+def _nothing(stmt: Stmt) -> set[str]:
+    return set()
+
+
+@_WRITES.register(Store)
+def _stored(stmt: Store) -> set[str]:
+    return {stmt.buffer}
+
+
+@_WRITES.register(LaneReduce)
+def _lanes_stored(stmt: LaneReduce) -> set[str]:
+    return set() if stmt.store is None else {stmt.store[0]}
+
+
+@_WRITES.register(Gemm)
+def _gemm_writes(stmt: Gemm) -> set[str]:
+    return {stmt.contraction.output, stmt.pack}
+
+
+@_BINDS.register(For, LaneReduce)
+def _loop_index(stmt: For | LaneReduce) -> set[str]:
+    return {stmt.index}
+
+
+@_BINDS.register(Declare)
+def _declared(stmt: Declare) -> set[str]:
+    return {stmt.name}
+
+
+@_BINDS.register(Gemm)
+def _gemm_indices(stmt: Gemm) -> set[str]:
+    return {name for name, _ in gemm_axes(stmt)}
+
+
+@_NEEDS.register(Stmt)
+def _needs_nothing(stmt: Stmt) -> set[str]:
+    return set()
+
+
+@_NEEDS.register(For, LaneReduce)
+def _extent_symbols(stmt: For | LaneReduce) -> set[str]:
+    return stmt.extent.free_symbols()
+
+
+@_NEEDS.register(Gemm)
+def _gemm_symbols(stmt: Gemm) -> set[str]:
+    c = stmt.contraction
+    out = c.offset.free_symbols() | c.row_stride.free_symbols() | c.col_stride.free_symbols()
+    return out.union(*(extent.free_symbols() for _, extent in gemm_axes(stmt)))
+
+
+@_NEEDS.register(Store)
+def _index_symbols(stmt: Store) -> set[str]:
+    return set().union(*(e.free_symbols() for e in stmt.index))
+
+
 def _buffers(body: tuple[Stmt, ...], order: list[str]) -> tuple[str, ...]:
     names: set[str] = set()
     for stmt in iter_stmts(body):
-        if isinstance(stmt, Store):
-            names.add(stmt.buffer)
-        if isinstance(stmt, LaneReduce) and stmt.store is not None:
-            names.add(stmt.store[0])
-        if isinstance(stmt, Gemm):
-            names |= {stmt.contraction.output, stmt.pack}
+        names |= _WRITES[type(stmt)](stmt)
         for v in stmt_values(stmt):
             names |= {n.buffer for n in walk(v) if isinstance(n, Load)}
     return tuple(n for n in order if n in names)
 
 
 def _bound_names(body: tuple[Stmt, ...]) -> set[str]:
-    names: set[str] = set()
-    for stmt in iter_stmts(body):
-        if isinstance(stmt, (For, LaneReduce)):
-            names.add(stmt.index)
-        elif isinstance(stmt, Declare):
-            names.add(stmt.name)
-        elif isinstance(stmt, Gemm):
-            names |= {name for name, _ in gemm_axes(stmt)}
-    return names
+    return set().union(*(_BINDS[type(stmt)](stmt) for stmt in iter_stmts(body)))
 
 
 def _free_symbols(body: tuple[Stmt, ...]) -> set[str]:
     out: set[str] = set()
     for stmt in iter_stmts(body):
-        if isinstance(stmt, (For, LaneReduce)):
-            out |= stmt.extent.free_symbols()
-        if isinstance(stmt, Gemm):
-            c = stmt.contraction
-            for _, extent in gemm_axes(stmt):
-                out |= extent.free_symbols()
-            out |= c.offset.free_symbols() | c.row_stride.free_symbols() | c.col_stride.free_symbols()
-        if isinstance(stmt, Store):
-            for e in stmt.index:
-                out |= e.free_symbols()
+        out |= _NEEDS[type(stmt)](stmt)
         for v in stmt_values(stmt):
             out |= value_symbols(v)
     return out
@@ -490,43 +584,73 @@ def format_loops(kernels: tuple[LoopKernel, ...]) -> str:
     return "\n".join(lines)
 
 
+_FORMAT: Table[Callable[[Stmt, str, int, list[str]], None]] = Table("format_body")
+
+
 def format_body(body: tuple[Stmt, ...], depth: int, lines: list[str]) -> None:
     pad = "  " * depth
     for stmt in body:
-        if isinstance(stmt, For):
-            mark = "parallel " if stmt.parallel else ""
-            lines.append(f"{pad}{mark}for {stmt.index} in 0..{stmt.extent}:")
-            format_body(stmt.body, depth + 1, lines)
-        elif isinstance(stmt, If):
-            lines.append(f"{pad}if {format_value(stmt.cond)}:")
-            format_body(stmt.body, depth + 1, lines)
-        elif isinstance(stmt, Declare):
-            lines.append(f"{pad}{stmt.dtype.name} {stmt.name} = {format_value(stmt.value)}")
-        elif isinstance(stmt, Assign):
-            lines.append(f"{pad}{stmt.name} = {format_value(stmt.value)}")
-        elif isinstance(stmt, Store):
-            idx = ", ".join(str(e) for e in stmt.index)
-            lines.append(f"{pad}{stmt.buffer}[{idx}] = {format_value(stmt.value)}")
-        elif isinstance(stmt, LaneReduce):
-            stored = ""
-            if stmt.store is not None:
-                stored = f", stored to {stmt.store[0]}[{', '.join(str(e) for e in stmt.store[1])}]"
-            updates = "; ".join(f"{acc} = {stmt.op}({acc}, {format_value(v)})" for acc, v in stmt.reductions)
-            lines.append(f"{pad}{updates} for {stmt.index} in 0..{stmt.extent}  # {stmt.lanes} lanes{stored}")
-        elif isinstance(stmt, Gemm):
-            c = stmt.contraction
+        _FORMAT[type(stmt)](stmt, pad, depth, lines)
 
-            def axes(pairs) -> str:
-                return ", ".join(f"{n} < {e}" for n, e in pairs)
 
-            if c.batch:
-                lines.append(f"{pad}for each ({axes(c.batch)}):")
-                pad += "  "
-            lines.append(
-                f"{pad}gemm {c.output}[{c.offset} + m*{c.row_stride} + n*{c.col_stride}] = "
-                f"sum[{axes(c.depth)}](a * b), m = ({axes(c.rows)}), n = ({axes(c.cols)}), panels in {stmt.pack}"
-            )
-            lines.append(f"{pad}  a = {format_value(c.a)}")
-            lines.append(f"{pad}  b = {format_value(c.b)}")
-            if c.epilogue is not None:
-                lines.append(f"{pad}  then {c.output}[...] = {format_value(c.epilogue)}")
+@_FORMAT.register(Stmt)
+def _format_nothing(stmt: Stmt, pad: str, depth: int, lines: list[str]) -> None:
+    """Statements of later lowerings print through their own printers (lower/gpu.py)."""
+
+
+@_FORMAT.register(For)
+def _format_for(stmt: For, pad: str, depth: int, lines: list[str]) -> None:
+    mark = "parallel " if stmt.parallel else ""
+    lines.append(f"{pad}{mark}for {stmt.index} in 0..{stmt.extent}:")
+    format_body(stmt.body, depth + 1, lines)
+
+
+@_FORMAT.register(If)
+def _format_if(stmt: If, pad: str, depth: int, lines: list[str]) -> None:
+    lines.append(f"{pad}if {format_value(stmt.cond)}:")
+    format_body(stmt.body, depth + 1, lines)
+
+
+@_FORMAT.register(Declare)
+def _format_declare(stmt: Declare, pad: str, depth: int, lines: list[str]) -> None:
+    lines.append(f"{pad}{stmt.dtype.name} {stmt.name} = {format_value(stmt.value)}")
+
+
+@_FORMAT.register(Assign)
+def _format_assign(stmt: Assign, pad: str, depth: int, lines: list[str]) -> None:
+    lines.append(f"{pad}{stmt.name} = {format_value(stmt.value)}")
+
+
+@_FORMAT.register(Store)
+def _format_store(stmt: Store, pad: str, depth: int, lines: list[str]) -> None:
+    idx = ", ".join(str(e) for e in stmt.index)
+    lines.append(f"{pad}{stmt.buffer}[{idx}] = {format_value(stmt.value)}")
+
+
+@_FORMAT.register(LaneReduce)
+def _format_lanes(stmt: LaneReduce, pad: str, depth: int, lines: list[str]) -> None:
+    stored = ""
+    if stmt.store is not None:
+        stored = f", stored to {stmt.store[0]}[{', '.join(str(e) for e in stmt.store[1])}]"
+    updates = "; ".join(f"{acc} = {stmt.op}({acc}, {format_value(v)})" for acc, v in stmt.reductions)
+    lines.append(f"{pad}{updates} for {stmt.index} in 0..{stmt.extent}  # {stmt.lanes} lanes{stored}")
+
+
+@_FORMAT.register(Gemm)
+def _format_gemm(stmt: Gemm, pad: str, depth: int, lines: list[str]) -> None:
+    c = stmt.contraction
+
+    def axes(pairs) -> str:
+        return ", ".join(f"{n} < {e}" for n, e in pairs)
+
+    if c.batch:
+        lines.append(f"{pad}for each ({axes(c.batch)}):")
+        pad += "  "
+    lines.append(
+        f"{pad}gemm {c.output}[{c.offset} + m*{c.row_stride} + n*{c.col_stride}] = "
+        f"sum[{axes(c.depth)}](a * b), m = ({axes(c.rows)}), n = ({axes(c.cols)}), panels in {stmt.pack}"
+    )
+    lines.append(f"{pad}  a = {format_value(c.a)}")
+    lines.append(f"{pad}  b = {format_value(c.b)}")
+    if c.epilogue is not None:
+        lines.append(f"{pad}  then {c.output}[...] = {format_value(c.epilogue)}")

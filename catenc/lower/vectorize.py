@@ -15,12 +15,14 @@ for arguments <= 0 (no overflow handling; templates/vecmath.c.j2 states its accu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from catenc.dispatch import Table
 from catenc.dtypes import DType
 from catenc.ir.nodes import Binary, Const, Load, Local, Unary, Value, contains, value_symbols, walk
 from catenc.ir.passes import calls_expensive, replace_node, substitute
-from catenc.lower.loops import Assign, Declare, For, If, LaneReduce, LoopKernel, Stmt, Store
+from catenc.lower.loops import Assign, Declare, For, LaneReduce, LoopKernel, Stmt, Store
 from catenc.symbolic import Expr, sym
 
 LANE_OPS = frozenset({"add", "mul", "max", "min"})
@@ -54,8 +56,7 @@ def _jam_rows(body: tuple[Stmt, ...], jam: int) -> tuple[Stmt, ...]:
     The leftover iterations run as before."""
     out: list[Stmt] = []
     for stmt in body:
-        if isinstance(stmt, (For, If)):
-            stmt = replace(stmt, body=_jam_rows(stmt.body, jam))
+        stmt = stmt.with_children(_jam_rows(stmt.children(), jam))
         out += _jammed(stmt, jam) if isinstance(stmt, For) else [stmt]
     return tuple(out)
 
@@ -94,19 +95,32 @@ def _jammed(loop: For, jam: int) -> list[Stmt]:
     return [main, For(rest, left, tuple(_renamed(s, {}, at) for s in loop.body))]
 
 
+_RENAMED: Table[Callable[[Stmt, dict[str, str], dict], Stmt]] = Table("_renamed")
+
+
 def _renamed(stmt: Stmt, names: dict[str, str], at: dict) -> Stmt:
     """A statement with its locals renamed and the loop index replaced."""
+    return _RENAMED[type(stmt)](stmt, names, at)
 
-    def value(v: Value) -> Value:
-        return _rename_locals(substitute(v, at), names)
 
-    if isinstance(stmt, Declare):
-        return replace(stmt, name=names.get(stmt.name, stmt.name), value=value(stmt.value))
-    if isinstance(stmt, Store):
-        return replace(stmt, index=tuple(e.substitute(at) for e in stmt.index), value=value(stmt.value))
-    if isinstance(stmt, LaneReduce):
-        return replace(stmt, value=value(stmt.value), extent=stmt.extent.substitute(at))
-    raise TypeError(stmt)
+def _renamed_value(v: Value, names: dict[str, str], at: dict) -> Value:
+    return _rename_locals(substitute(v, at), names)
+
+
+@_RENAMED.register(Declare)
+def _renamed_declare(stmt: Declare, names: dict[str, str], at: dict) -> Stmt:
+    return replace(stmt, name=names.get(stmt.name, stmt.name), value=_renamed_value(stmt.value, names, at))
+
+
+@_RENAMED.register(Store)
+def _renamed_store(stmt: Store, names: dict[str, str], at: dict) -> Stmt:
+    index = tuple(e.substitute(at) for e in stmt.index)
+    return replace(stmt, index=index, value=_renamed_value(stmt.value, names, at))
+
+
+@_RENAMED.register(LaneReduce)
+def _renamed_lanes(stmt: LaneReduce, names: dict[str, str], at: dict) -> Stmt:
+    return replace(stmt, value=_renamed_value(stmt.value, names, at), extent=stmt.extent.substitute(at))
 
 
 def _rename_locals(v: Value, names: dict[str, str]) -> Value:
@@ -120,11 +134,9 @@ def _rewrite(body: tuple[Stmt, ...], vector_lanes: int) -> tuple[Stmt, ...]:
     for stmt in body:
         if isinstance(stmt, For):
             lane = _as_lanes(stmt, vector_lanes)
-            out.append(lane if lane is not None else replace(stmt, body=_rewrite(stmt.body, vector_lanes)))
-        elif isinstance(stmt, If):
-            out.append(replace(stmt, body=_rewrite(stmt.body, vector_lanes)))
+            out.append(lane if lane is not None else stmt.with_children(_rewrite(stmt.body, vector_lanes)))
         else:
-            out.append(stmt)
+            out.append(stmt.with_children(_rewrite(stmt.children(), vector_lanes)))
     return tuple(out)
 
 
@@ -145,7 +157,7 @@ def _as_lanes(loop: For, vector_lanes: int) -> LaneReduce | None:
 
 def _reuse(body: tuple[Stmt, ...], storage: dict[str, DType]) -> tuple[Stmt, ...]:
     """reuse_reduced_values over every statement list of a loop nest."""
-    out = [replace(s, body=_reuse(s.body, storage)) if isinstance(s, (For, If)) else s for s in body]
+    out = [s.with_children(_reuse(s.children(), storage)) for s in body]
     for k, stmt in enumerate(out):
         if not isinstance(stmt, LaneReduce) or stmt.store is not None or not calls_expensive(stmt.value):
             continue
@@ -197,12 +209,11 @@ def _buffers_of(value: Value) -> set[str]:
 
 def _reads_or_writes_any(stmt: Stmt, buffers: set[str]) -> bool:
     """Whether a statement between the two could change what the reduced value reads."""
-    inner = stmt.body if isinstance(stmt, (For, If)) else ()
     if isinstance(stmt, Store) and stmt.buffer in buffers:
         return True
     if isinstance(stmt, LaneReduce) and stmt.store is not None and stmt.store[0] in buffers:
         return True
-    return any(_reads_or_writes_any(s, buffers) for s in inner)
+    return any(_reads_or_writes_any(s, buffers) for s in stmt.children())
 
 
 @dataclass(frozen=True)
@@ -222,8 +233,7 @@ def _bound_shifted_exps(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
     out: list[Stmt] = []
     maxima: dict[str, _Maximum] = {}
     for stmt in body:
-        if isinstance(stmt, (For, If)):
-            stmt = replace(stmt, body=_bound_shifted_exps(stmt.body))
+        stmt = stmt.with_children(_bound_shifted_exps(stmt.children()))
         if isinstance(stmt, LaneReduce):
             stmt = replace(stmt, **_bounded_values(stmt, maxima))
         for name, maximum in list(maxima.items()):
@@ -261,5 +271,4 @@ def _assigns(stmt: Stmt) -> set[str]:
         return {stmt.name}
     if isinstance(stmt, LaneReduce):
         return {acc for acc, _ in stmt.reductions}
-    inner = stmt.body if isinstance(stmt, (For, If)) else ()
-    return set().union(*(_assigns(s) for s in inner))
+    return set().union(*(_assigns(s) for s in stmt.children()))

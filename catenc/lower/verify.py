@@ -7,16 +7,17 @@ index or buffer at fault); an empty list means the loop nests are well formed. I
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from catenc.ir.nodes import Buffer, Load, Local, Reduce, SymInt, Value, Where
+from catenc.dispatch import Table
+from catenc.ir.nodes import Buffer, Load, Local, Reduce, Role, SymInt, Value, Where
 from catenc.ir.verify import bounds_problems, guard_facts, show
 from catenc.lower.loops import Assign, Declare, For, Gemm, If, LaneReduce, LoopKernel, Stmt, Store, gemm_axes
 from catenc.schedule.contractions import ACC
 from catenc.symbolic import Call, Expr, Facts, const
 
-WRITABLE = ("output", "temp", "status")
+WRITABLE = (Role.OUTPUT, Role.TEMP, Role.STATUS)
 
 
 def verify_loops(
@@ -69,41 +70,55 @@ class _KernelChecker:
         for stmt in stmts:
             self.stmt(stmt, scope)
 
+    _STMT: Table[Callable[[_KernelChecker, Stmt, _Scope], None]] = Table("verify_loops")
+
     def stmt(self, stmt: Stmt, scope: _Scope) -> None:
-        if isinstance(stmt, For):
-            self.expr(stmt.extent, scope, f"extent of loop {stmt.index}")
-            inner = self.bind(stmt.index, stmt.extent, scope)
-            self.body(stmt.body, inner)
-        elif isinstance(stmt, Declare):
-            self.value(stmt.value, scope)
-            if stmt.name in scope.locals or stmt.name in scope.indices:
-                self.problems.append(f"local {stmt.name} is declared again where it is already bound")
-            if stmt.value.dtype != stmt.dtype:
-                self.problems.append(f"local {stmt.name}: {stmt.dtype.name} given a {stmt.value.dtype.name} value")
-            scope.locals[stmt.name] = stmt.dtype
-        elif isinstance(stmt, Assign):
-            self.value(stmt.value, scope)
-            self.assigned(stmt.name, stmt.value, scope)
-        elif isinstance(stmt, If):
-            self.value(stmt.cond, scope)
-            self.body(stmt.body, scope.inner(*guard_facts(stmt.cond, scope.facts)[0]))
-        elif isinstance(stmt, Store):
-            self.store(stmt.buffer, stmt.index, scope)
-            self.value(stmt.value, scope)
-        elif isinstance(stmt, LaneReduce):
-            self.expr(stmt.extent, scope, f"extent of loop {stmt.index}")
-            inner = self.bind(stmt.index, stmt.extent, scope)
-            for acc, value in stmt.reductions:
-                self.value(value, inner)
-                self.assigned(acc, value, scope)
-            if stmt.store is not None:
-                self.store(stmt.store[0], stmt.store[1], inner)
-        elif isinstance(stmt, Gemm):
-            self.gemm(stmt, scope)
-        else:  # a statement of a later lowering: check what it holds
-            inner = getattr(stmt, "body", None)
-            if isinstance(inner, tuple):
-                self.body(inner, scope.inner())
+        self._STMT[type(stmt)](self, stmt, scope)
+
+    @_STMT.register(Stmt)
+    def other(self, stmt: Stmt, scope: _Scope) -> None:
+        """A statement of a later lowering: check what it holds."""
+        self.body(stmt.children(), scope.inner())
+
+    @_STMT.register(For)
+    def loop(self, stmt: For, scope: _Scope) -> None:
+        self.expr(stmt.extent, scope, f"extent of loop {stmt.index}")
+        inner = self.bind(stmt.index, stmt.extent, scope)
+        self.body(stmt.body, inner)
+
+    @_STMT.register(Declare)
+    def declare(self, stmt: Declare, scope: _Scope) -> None:
+        self.value(stmt.value, scope)
+        if stmt.name in scope.locals or stmt.name in scope.indices:
+            self.problems.append(f"local {stmt.name} is declared again where it is already bound")
+        if stmt.value.dtype != stmt.dtype:
+            self.problems.append(f"local {stmt.name}: {stmt.dtype.name} given a {stmt.value.dtype.name} value")
+        scope.locals[stmt.name] = stmt.dtype
+
+    @_STMT.register(Assign)
+    def assign(self, stmt: Assign, scope: _Scope) -> None:
+        self.value(stmt.value, scope)
+        self.assigned(stmt.name, stmt.value, scope)
+
+    @_STMT.register(If)
+    def branch(self, stmt: If, scope: _Scope) -> None:
+        self.value(stmt.cond, scope)
+        self.body(stmt.body, scope.inner(*guard_facts(stmt.cond, scope.facts)[0]))
+
+    @_STMT.register(Store)
+    def store_stmt(self, stmt: Store, scope: _Scope) -> None:
+        self.store(stmt.buffer, stmt.index, scope)
+        self.value(stmt.value, scope)
+
+    @_STMT.register(LaneReduce)
+    def lane_reduce(self, stmt: LaneReduce, scope: _Scope) -> None:
+        self.expr(stmt.extent, scope, f"extent of loop {stmt.index}")
+        inner = self.bind(stmt.index, stmt.extent, scope)
+        for acc, value in stmt.reductions:
+            self.value(value, inner)
+            self.assigned(acc, value, scope)
+        if stmt.store is not None:
+            self.store(stmt.store[0], stmt.store[1], inner)
 
     def bind(self, index: str, extent: Expr, scope: _Scope) -> _Scope:
         if index in scope.indices or index in scope.locals or index in self.params:
@@ -133,9 +148,10 @@ class _KernelChecker:
             self.expr(e, scope, f"index of a store to {name}")
         self.problems += [f"store to {name}: {p}" for p in bounds_problems(index, buf, scope.facts)]
 
+    @_STMT.register(Gemm)
     def gemm(self, stmt: Gemm, scope: _Scope) -> None:
         c = stmt.contraction
-        panels = () if stmt.pack is None else ((stmt.pack, ("temp",)),)  # a GPU gemm has none
+        panels = () if stmt.pack is None else ((stmt.pack, (Role.TEMP,)),)  # a GPU gemm has none
         for name, role in ((c.output, WRITABLE), *panels):
             buf = self.buffers.get(name)
             if buf is None or buf.role not in role:
@@ -170,28 +186,43 @@ class _KernelChecker:
             else:
                 stack += [(child, facts) for child in node.children()]
 
+    _NODE: Table[Callable[[_KernelChecker, Value, _Scope, Facts], None]] = Table("verify_loops node")
+
     def node(self, node: Value, scope: _Scope, facts: Facts) -> None:
-        if isinstance(node, Local):
-            if node.name not in scope.locals:
-                self.problems.append(f"local {node.name} is used before it is declared")
-            elif scope.locals[node.name] != node.dtype:
-                self.problems.append(f"local {node.name} is {scope.locals[node.name].name}, read as {node.dtype.name}")
-        elif isinstance(node, Reduce):
-            self.problems.append(f"{show(node)}: a reduction left in a loop nest")
-        elif isinstance(node, Load):
-            self.used.add(node.buffer)
-            buf = self.buffers.get(node.buffer)
-            if buf is None:
-                self.problems.append(f"{show(node)}: reads unknown buffer {node.buffer}")
-            elif len(node.index) != len(buf.shape):
-                rank = len(buf.shape)
-                self.problems.append(f"{show(node)}: {len(node.index)} indices for {buf.name} of rank {rank}")
-            else:
-                self.problems += [f"{show(node)}: {p}" for p in bounds_problems(node.index, buf, facts, node)]
-            for e in node.index:
-                self.expr(e, scope, f"index of {node.buffer}")
-        elif isinstance(node, SymInt):
-            self.expr(node.expr, scope, f"({node.expr})")
+        self._NODE[type(node)](self, node, scope, facts)
+
+    @_NODE.register(Value)
+    def plain(self, node: Value, scope: _Scope, facts: Facts) -> None:
+        """Nothing of its own to check: its children are checked in turn."""
+
+    @_NODE.register(Local)
+    def local(self, node: Local, scope: _Scope, facts: Facts) -> None:
+        if node.name not in scope.locals:
+            self.problems.append(f"local {node.name} is used before it is declared")
+        elif scope.locals[node.name] != node.dtype:
+            self.problems.append(f"local {node.name} is {scope.locals[node.name].name}, read as {node.dtype.name}")
+
+    @_NODE.register(Reduce)
+    def reduction(self, node: Reduce, scope: _Scope, facts: Facts) -> None:
+        self.problems.append(f"{show(node)}: a reduction left in a loop nest")
+
+    @_NODE.register(Load)
+    def load(self, node: Load, scope: _Scope, facts: Facts) -> None:
+        self.used.add(node.buffer)
+        buf = self.buffers.get(node.buffer)
+        if buf is None:
+            self.problems.append(f"{show(node)}: reads unknown buffer {node.buffer}")
+        elif len(node.index) != len(buf.shape):
+            rank = len(buf.shape)
+            self.problems.append(f"{show(node)}: {len(node.index)} indices for {buf.name} of rank {rank}")
+        else:
+            self.problems += [f"{show(node)}: {p}" for p in bounds_problems(node.index, buf, facts, node)]
+        for e in node.index:
+            self.expr(e, scope, f"index of {node.buffer}")
+
+    @_NODE.register(SymInt)
+    def symint(self, node: SymInt, scope: _Scope, facts: Facts) -> None:
+        self.expr(node.expr, scope, f"({node.expr})")
 
 
 def unfold_mod(e: Expr) -> Expr:

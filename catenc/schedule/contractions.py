@@ -21,6 +21,7 @@ from catenc.ir.nodes import (
     Load,
     Local,
     Reduce,
+    Role,
     Value,
     Where,
     value_symbols,
@@ -83,7 +84,7 @@ def extract_contractions(graph: Graph) -> tuple[Graph, dict[str, Contraction], l
             used = value_symbols(reduce.body) - {n for n, _ in reduce.indices}
             axes = tuple((n, e) for n, e in compute.indices if n in used)
             name = _fresh(f"{compute.name}_mm", taken)
-            temp = Buffer(name, reduce.dtype, tuple(e for _, e in axes), "temp")
+            temp = Buffer(name, reduce.dtype, tuple(e for _, e in axes), Role.TEMP)
             contraction = _contraction(replace(graph, buffers=graph.buffers + (temp,)), name, axes, reduce)
             if contraction is None:
                 taken.discard(name)
@@ -117,7 +118,7 @@ def materialise_costly_operands(graph: Graph) -> tuple[Graph, list[str]]:
                 used = value_symbols(operand)
                 axes = tuple(ax for ax in compute.indices + reduce.indices if ax[0] in used)
                 name = _fresh(f"{compute.name}_operand", taken)
-                buffers.append(Buffer(name, operand.dtype, tuple(e for _, e in axes), "temp"))
+                buffers.append(Buffer(name, operand.dtype, tuple(e for _, e in axes), Role.TEMP))
                 computes.append(Compute(name, axes, operand))
                 body = replace_node(body, operand, Load(operand.dtype, name, tuple(sym(n) for n, _ in axes)))
                 notes.append(f"{name}: a costly contraction operand, computed once before {compute.name}")

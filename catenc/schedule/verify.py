@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from math import gcd
 
-from catenc.ir.nodes import Buffer, Graph, loads
+from catenc.ir.nodes import Buffer, Graph, Role, loads
 from catenc.ir.verify import proved_nonneg, verify_graph
 from catenc.schedule.kernels import WORKSPACE_ALIGNMENT, Schedule, Slot, buffer_bytes
 from catenc.symbolic import ONE, Call, Expr, Facts, sym
 
-STORED_ROLES = ("temp", "status")  # values that live in the workspace unless they are scalars
+STORED_ROLES = (Role.TEMP, Role.STATUS)  # values that live in the workspace unless they are scalars
 
 
 def verify_schedule(schedule: Schedule, facts: Facts | None = None) -> list[str]:
@@ -82,7 +82,7 @@ def _verify_kernel(schedule: Schedule, k: int, buffers: dict[str, Buffer], last_
             problems.append(f"gemm writes {kernel.contraction.output}, its member is {kernel.members[0].name}")
         if kernel.outer or kernel.scalars:
             problems.append("a gemm kernel with row loops or scalars")
-        if kernel.pack is not None and getattr(buffers.get(kernel.pack), "role", None) != "temp":
+        if kernel.pack is not None and getattr(buffers.get(kernel.pack), "role", None) != Role.TEMP:
             problems.append(f"panels in {kernel.pack}, which is no temp buffer")
         return problems
     if kernel.pack is not None:
@@ -102,7 +102,7 @@ def _verify_kernel(schedule: Schedule, k: int, buffers: dict[str, Buffer], last_
         if name not in members or member is None:
             problems.append(f"scalar {name} is not one of its members")
             continue
-        if getattr(buffers.get(name), "role", None) != "temp":
+        if getattr(buffers.get(name), "role", None) != Role.TEMP:
             problems.append(f"scalar {name} is not a temp")
         if any(extent != ONE for _, extent in member.indices[rows:]):
             problems.append(f"scalar {name} has more than one element per row")
@@ -170,7 +170,7 @@ def _live_ranges(schedule: Schedule, buffers: dict[str, Buffer]) -> dict[str, tu
             role = getattr(buffers.get(m.name), "role", None)
             if role in STORED_ROLES and m.name not in kernel.scalars:
                 first.setdefault(m.name, k)
-                last[m.name] = end if role == "status" else max(last.get(m.name, k), k)
+                last[m.name] = end if role == Role.STATUS else max(last.get(m.name, k), k)
         for m in kernel.members:
             for ld in loads(m.body):
                 if ld.buffer in first:

@@ -8,10 +8,11 @@ rounds them: when stored to an output and at an explicit `cast`.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from catenc.dispatch import Table
 from catenc.dtypes import DType, bf16_to_f32, f32_to_bf16
 from catenc.frontend import typed as T
 from catenc.registry import OPS, REDUCTION_OPS
@@ -81,22 +82,28 @@ class _Interpreter:
         return {name: env[name] for name, _ in program.outputs}
 
     # ---- array form ----
-    def eval(self, node: T.Node, env: dict[str, np.ndarray]) -> np.ndarray:
-        method = getattr(self, f"eval_{type(node).__name__}")
-        return method(node, env)
+    _EVAL: Table[Callable[..., np.ndarray | tuple[np.ndarray, ...]]] = Table("reference")
 
+    def eval(self, node: T.Node, env: dict[str, np.ndarray]) -> np.ndarray:
+        return self._EVAL[type(node)](self, node, env)
+
+    @_EVAL.register(T.Ref)
     def eval_Ref(self, node: T.Ref, env) -> np.ndarray:
         return env[node.name]
 
+    @_EVAL.register(T.Lit)
     def eval_Lit(self, node: T.Lit, env) -> np.ndarray:
         return np.asarray(node.value, dtype=compute_dtype(node.type.dtype))
 
+    @_EVAL.register(T.SymVal)
     def eval_SymVal(self, node: T.SymVal, env) -> np.ndarray:
         return np.asarray(node.expr.evaluate(self.symbols), dtype=compute_dtype(node.type.dtype))
 
+    @_EVAL.register(T.IndexVal)
     def eval_IndexVal(self, node: T.IndexVal, env) -> np.ndarray:
         return env[node.name]
 
+    @_EVAL.register(T.Apply)
     def eval_Apply(self, node: T.Apply, env) -> np.ndarray:
         args = [self.eval(a, env) for a in node.args]
         out = apply(
@@ -107,10 +114,12 @@ class _Interpreter:
         )
         return np.asarray(out, dtype=compute_dtype(node.type.dtype))
 
+    @_EVAL.register(T.Reduce)
     def eval_Reduce(self, node: T.Reduce, env) -> np.ndarray:
         x = self.eval(node.arg, env)
         return reduce(node.op, x, node.axes, node.keepdims, node.arg.type.dtype)
 
+    @_EVAL.register(T.ArgReduce)
     def eval_ArgReduce(self, node: T.ArgReduce, env) -> np.ndarray:
         x = self.eval(node.arg, env)
         if x.shape[node.axis] == 0:
@@ -122,21 +131,26 @@ class _Interpreter:
         out = fn(x, axis=node.axis, keepdims=node.keepdims)
         return out.astype(np.int64)
 
+    @_EVAL.register(T.MatMul)
     def eval_MatMul(self, node: T.MatMul, env) -> np.ndarray:
         a, b = self.eval(node.a, env), self.eval(node.b, env)
         if a.dtype == np.bool_:
             a, b = a.astype(np.int64), b.astype(np.int64)
         return np.matmul(a, b).astype(compute_dtype(node.type.dtype))
 
+    @_EVAL.register(T.Reshape)
     def eval_Reshape(self, node: T.Reshape, env) -> np.ndarray:
         return self.eval(node.arg, env).reshape([self.dim(d) for d in node.type.shape])
 
+    @_EVAL.register(T.Permute)
     def eval_Permute(self, node: T.Permute, env) -> np.ndarray:
         return np.transpose(self.eval(node.arg, env), node.perm)
 
+    @_EVAL.register(T.Expand)
     def eval_Expand(self, node: T.Expand, env) -> np.ndarray:
         return np.broadcast_to(self.eval(node.arg, env), [self.dim(d) for d in node.type.shape])
 
+    @_EVAL.register(T.Slice)
     def eval_Slice(self, node: T.Slice, env) -> np.ndarray:
         x = self.eval(node.arg, env)
         shape = [self.dim(d) for d in node.type.shape]
@@ -152,9 +166,11 @@ class _Interpreter:
                 x = np.take(x, start, axis=k)
         return x
 
+    @_EVAL.register(T.Concat)
     def eval_Concat(self, node: T.Concat, env) -> np.ndarray:
         return np.concatenate([self.eval(a, env) for a in node.args], axis=node.axis)
 
+    @_EVAL.register(T.Pad)
     def eval_Pad(self, node: T.Pad, env) -> np.ndarray:
         x = self.eval(node.arg, env)
         value = self.eval(node.value, env)
@@ -164,6 +180,7 @@ class _Interpreter:
         ]
         return np.pad(x, widths, constant_values=value)
 
+    @_EVAL.register(T.Take)
     def eval_Take(self, node: T.Take, env) -> np.ndarray:
         x = self.eval(node.arg, env)
         arrays = []
@@ -180,9 +197,11 @@ class _Interpreter:
         rank = out.ndim - len(rest)
         return np.moveaxis(out, list(range(rank)), list(range(node.at, node.at + rank)))
 
+    @_EVAL.register(T.Arange)
     def eval_Arange(self, node: T.Arange, env) -> np.ndarray:
         return np.arange(self.dim(node.type.shape[0])).astype(compute_dtype(node.type.dtype))
 
+    @_EVAL.register(T.Call)
     def eval_Call(self, node: T.Call, env) -> tuple[np.ndarray, ...]:
         key = id(node)
         if key not in self.calls:
@@ -195,6 +214,7 @@ class _Interpreter:
             self.calls[key] = tuple(results[name] for name, _ in node.program.outputs)
         return self.calls[key]
 
+    @_EVAL.register(T.CallOut)
     def eval_CallOut(self, node: T.CallOut, env) -> np.ndarray:
         return self.eval_Call(node.call, env)[node.index]
 
@@ -209,16 +229,27 @@ class _Interpreter:
         value = np.broadcast_to(value, tuple(extents) + (1,) * (total - len(names)))
         return np.asarray(value).reshape(extents)
 
-    def eval_Access(self, node, env):  # pragma: no cover - only inside _IndexGrid
-        raise AssertionError("Access outside index form")
+
+_REDUCTION_INDICES: Table[Callable[[T.Node], int]] = Table("reduction indices")
 
 
 def _count_reduction_indices(node: T.Node) -> int:
-    if isinstance(node, T.IndexReduce):
-        return len(node.indices) + _count_reduction_indices(node.body)
-    if isinstance(node, T.Apply):
-        return sum(_count_reduction_indices(a) for a in node.args)
+    return _REDUCTION_INDICES[type(node)](node)
+
+
+@_REDUCTION_INDICES.register(T.Node)
+def _none_reduced(node: T.Node) -> int:
     return 0
+
+
+@_REDUCTION_INDICES.register(T.IndexReduce)
+def _reduced_here(node: T.IndexReduce) -> int:
+    return len(node.indices) + _count_reduction_indices(node.body)
+
+
+@_REDUCTION_INDICES.register(T.Apply)
+def _reduced_in_args(node: T.Apply) -> int:
+    return sum(_count_reduction_indices(a) for a in node.args)
 
 
 class _IndexGrid:
@@ -238,19 +269,27 @@ class _IndexGrid:
         shape[axis] = extent
         return np.arange(extent, dtype=np.int64).reshape(shape)
 
+    _EVAL: Table[Callable[..., np.ndarray]] = Table("reference index form")
+
     def eval(self, node: T.Node) -> np.ndarray:
-        if isinstance(node, T.Access):
-            return self.access(node)
-        if isinstance(node, T.IndexReduce):
-            return self.reduce(node)
-        if isinstance(node, T.Apply):
-            args = [self.eval(a) for a in node.args]
-            out = apply(node.op, args, node.type.dtype, node.args[0].type.dtype)
-            return np.asarray(out, dtype=compute_dtype(node.type.dtype))
-        if isinstance(node, T.IndexVal):
-            return self.env[node.name]
+        return self._EVAL[type(node)](self, node)
+
+    @_EVAL.register(T.Node)
+    def tensor(self, node: T.Node) -> np.ndarray:
+        """A whole-tensor expression inside an index expression: evaluated in array form."""
         return self.interp.eval(node, self.env)
 
+    @_EVAL.register(T.Apply)
+    def elementwise(self, node: T.Apply) -> np.ndarray:
+        args = [self.eval(a) for a in node.args]
+        out = apply(node.op, args, node.type.dtype, node.args[0].type.dtype)
+        return np.asarray(out, dtype=compute_dtype(node.type.dtype))
+
+    @_EVAL.register(T.IndexVal)
+    def index(self, node: T.IndexVal) -> np.ndarray:
+        return self.env[node.name]
+
+    @_EVAL.register(T.Access)
     def access(self, node: T.Access) -> np.ndarray:
         tensor = self.env[node.name]
         env = {**self.interp.symbols, **{n: self.env[n] for n in self.axes}}
@@ -264,6 +303,7 @@ class _IndexGrid:
             return np.zeros(shape, dtype=tensor.dtype)
         return tensor[tuple(index)] if index else tensor
 
+    @_EVAL.register(T.IndexReduce)
     def reduce(self, node: T.IndexReduce) -> np.ndarray:
         reduced = []
         for name, extent_expr in node.indices:
