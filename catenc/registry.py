@@ -17,26 +17,59 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from catenc.enums import StrEnum
+
 FLOATS = ("f32", "f64", "f16", "bf16")
 INTEGERS = ("i32", "i64", "i8", "u8")
 NUMBERS = FLOATS + INTEGERS
 
-# Dtype rules: which operands an op takes and what it gives (docs/language.md, sections 5 and 6).
-RULES = {
-    "float": "float operands (literals alone give f32); the result has their dtype",
-    "numeric": "numbers, not bool; the result has their dtype",
-    "float_predicate": "a float operand; the result is bool",
-    "order": "numbers; the result is bool",
-    "equality": "operands of any one dtype; the result is bool",
-    "bits": "bool or integer operands; the result has their dtype",
-    "select": "a bool condition and two values of one dtype",
-    "cast": "anything; the result has the dtype given",
-    "round_half": "an f32 value rounded to f16 or bf16 precision (IR only)",
+
+class Rule(StrEnum):
+    """Which operands an op takes and what it gives (docs/language.md, sections 5 and 6)."""
+
+    FLOAT = "float"
+    NUMERIC = "numeric"
+    FLOAT_PREDICATE = "float_predicate"
+    ORDER = "order"
+    EQUALITY = "equality"
+    BITS = "bits"
+    SELECT = "select"
+    CAST = "cast"
+    ROUND_HALF = "round_half"
+
+
+RULES: dict[Rule, str] = {
+    Rule.FLOAT: "float operands (literals alone give f32); the result has their dtype",
+    Rule.NUMERIC: "numbers, not bool; the result has their dtype",
+    Rule.FLOAT_PREDICATE: "a float operand; the result is bool",
+    Rule.ORDER: "numbers; the result is bool",
+    Rule.EQUALITY: "operands of any one dtype; the result is bool",
+    Rule.BITS: "bool or integer operands; the result has their dtype",
+    Rule.SELECT: "a bool condition and two values of one dtype",
+    Rule.CAST: "anything; the result has the dtype given",
+    Rule.ROUND_HALF: "an f32 value rounded to f16 or bf16 precision (IR only)",
 }
-# Cost classes: what a pass may duplicate freely (cheap) and what it should compute once.
-COSTS = ("cheap", "divide", "transcendental", "reduction")
-# Kinds: a function called by name, an operator written as a symbol, or a primitive of the IR only.
-KINDS = ("function", "operator", "ir")
+
+
+class OpCost(StrEnum):
+    """What a pass may duplicate freely (cheap) and what it should compute once."""
+
+    CHEAP = "cheap"
+    DIVIDE = "divide"
+    TRANSCENDENTAL = "transcendental"
+    REDUCTION = "reduction"
+
+
+class OpKind(StrEnum):
+    """A function called by name, an operator written as a symbol, or a primitive of the IR only."""
+
+    FUNCTION = "function"
+    OPERATOR = "operator"
+    IR = "ir"
+
+
+COSTS = tuple(OpCost)
+KINDS = tuple(OpKind)
 
 
 @dataclass(frozen=True)
@@ -68,16 +101,16 @@ class Row:
     reduced: bool = False  # the output drops the last axis
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Op:
     """One elementwise op. `primitive`: an op of the IR's Unary/Binary nodes under this name;
     otherwise `lowering` spells it in primitives over x (and y), unless ir/build.py lowers it."""
 
     name: str
     arity: int
-    rule: str
-    cost: str
-    kind: str = "function"
+    rule: Rule
+    cost: OpCost
+    kind: OpKind = OpKind.FUNCTION
     primitive: bool = True
     lowering: str | None = None
     numpy: Callable[..., np.ndarray] | None = None  # the meaning on numpy arrays (reference)
@@ -92,7 +125,7 @@ class Op:
         return self.c.vector_f32 is not None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Reduction:
     """One reduction: `surface`, a function of the body language; `primitive`, an op of the IR's
     Reduce nodes (mean is a sum divided by the count)."""
@@ -102,7 +135,7 @@ class Reduction:
     surface: bool = True
     primitive: bool = True
     rows: tuple[Row, ...] = ()
-    cost: str = "reduction"
+    cost: OpCost = OpCost.REDUCTION
 
 
 # ---- numpy meanings that numpy lacks or spells differently -------------------------------------
@@ -165,19 +198,29 @@ def _fn_row(name: str, reference: str, low: float, high: float) -> tuple[Row, ..
     return (Row(name, f"y = {name}(x)", reference, FLOATS, (("x", low, high),)),)
 
 
-def _unary_float(name: str, cost: str, numpy, reference: str, low: float, high: float, vector: str | None = None) -> Op:
+def _unary_float(
+    name: str, cost: OpCost, numpy, reference: str, low: float, high: float, vector: str | None = None
+) -> Op:
     """A float function that is also an IR primitive, spelled as libm's function of its name."""
     spelling = Spelling(float=_libm(name), vector_f32=vector)
-    return Op(name, 1, "float", cost, numpy=numpy, c=spelling, rows=_fn_row(name, reference, low, high))
+    return Op(
+        name=name,
+        arity=1,
+        rule=Rule.FLOAT,
+        cost=cost,
+        numpy=numpy,
+        c=spelling,
+        rows=_fn_row(name, reference, low, high),
+    )
 
 
 def _composite(name: str, lowering: str, numpy, reference: str, low: float, high: float) -> Op:
     """A float function of the body language that lowers to several primitives."""
     return Op(
-        name,
-        1,
-        "float",
-        "transcendental",
+        name=name,
+        arity=1,
+        rule=Rule.FLOAT,
+        cost=OpCost.TRANSCENDENTAL,
         primitive=False,
         lowering=lowering,
         numpy=numpy,
@@ -185,18 +228,37 @@ def _composite(name: str, lowering: str, numpy, reference: str, low: float, high
     )
 
 
-def _operator(name: str, rule: str, numpy, body: str, reference: str, dtypes, c: Spelling, **kw) -> Op:
+def _operator(name: str, rule: Rule, numpy, body: str, reference: str, dtypes, c: Spelling, **kw) -> Op:
     """A binary operator of the body language that is also an IR primitive."""
     row = Row(kw.pop("row_name", name), body, reference, dtypes, kw.pop("ranges", ()), kw.pop("output", "T"), 2)
     return Op(
-        name, 2, rule, kw.pop("cost", "cheap"), kind="operator", numpy=numpy, c=c, rows=(row, *kw.pop("rows", ())), **kw
+        name=name,
+        arity=2,
+        rule=rule,
+        cost=kw.pop("cost", OpCost.CHEAP),
+        kind=OpKind.OPERATOR,
+        numpy=numpy,
+        c=c,
+        rows=(row, *kw.pop("rows", ())),
+        **kw,
     )
 
 
-def _compare(name: str, symbol: str, numpy, rule: str, primitive: bool, lowering: str | None = None) -> Op:
+def _compare(name: str, symbol: str, numpy, rule: Rule, primitive: bool, lowering: str | None = None) -> Op:
     row = Row(name, f"y = x {symbol} w", f"x {symbol} w", NUMBERS, output="bool", operands=2)
     spelling = Spelling(any=f"({{0}} {symbol} {{1}})") if primitive else Spelling()
-    return Op(name, 2, rule, "cheap", "operator", primitive, lowering, numpy, c=spelling, rows=(row,))
+    return Op(
+        name=name,
+        arity=2,
+        rule=rule,
+        cost=OpCost.CHEAP,
+        kind=OpKind.OPERATOR,
+        primitive=primitive,
+        lowering=lowering,
+        numpy=numpy,
+        c=spelling,
+        rows=(row,),
+    )
 
 
 def _wrapped(symbol: str) -> Spelling:
@@ -213,90 +275,90 @@ def _helper(name: str, float_: bool = True) -> Spelling:
 _OPS: tuple[Op, ...] = (
     # -- numbers --
     Op(
-        "abs",
-        1,
-        "numeric",
-        "cheap",
+        name="abs",
+        arity=1,
+        rule=Rule.NUMERIC,
+        cost=OpCost.CHEAP,
         numpy=np.abs,
         c=Spelling(float="fabs{s}({0})", int="({0} < 0 ? ({c})(0 - ({u}){0}) : {0})"),
         rows=(Row("abs", "y = abs(x)", "np.abs(x)", NUMBERS),),
     ),
     Op(
-        "neg",
-        1,
-        "numeric",
-        "cheap",
+        name="neg",
+        arity=1,
+        rule=Rule.NUMERIC,
+        cost=OpCost.CHEAP,
         numpy=np.negative,
         numpy_int=lambda x: (np.zeros_like(x) - x).astype(x.dtype),
         c=Spelling(float="(-{0})", int="({c})(0 - ({u}){0})"),
         rows=(Row("neg", "y = neg(x)", "-x", NUMBERS),),
     ),
     Op(
-        "sign",
-        1,
-        "numeric",
-        "cheap",
+        name="sign",
+        arity=1,
+        rule=Rule.NUMERIC,
+        cost=OpCost.CHEAP,
         primitive=False,
         numpy=np.sign,
         rows=(Row("sign", "y = sign(x)", "np.sign(x)", NUMBERS),),
     ),
     Op(
-        "relu",
-        1,
-        "numeric",
-        "cheap",
+        name="relu",
+        arity=1,
+        rule=Rule.NUMERIC,
+        cost=OpCost.CHEAP,
         primitive=False,
         lowering="max(x, 0)",
         numpy=lambda x: np.maximum(x, np.zeros((), x.dtype)),
         rows=(Row("relu", "y = relu(x)", "np.maximum(x, 0)", NUMBERS),),
     ),
     # -- exponentials and logarithms --
-    _unary_float("exp", "transcendental", np.exp, "np.exp(x)", -5, 5, "catenc_vexp_f32"),
-    _unary_float("exp2", "transcendental", np.exp2, "np.exp2(x)", -5, 5),
-    _unary_float("log", "transcendental", np.log, "np.log(x)", 0.01, 10, "catenc_vlog_f32"),
-    _unary_float("log2", "transcendental", np.log2, "np.log2(x)", 0.01, 10),
-    _unary_float("log1p", "transcendental", np.log1p, "np.log1p(x)", -0.9, 10, "catenc_vlog1p_f32"),
-    _unary_float("expm1", "transcendental", np.expm1, "np.expm1(x)", -5, 5, "catenc_vexpm1_f32"),
+    _unary_float("exp", OpCost.TRANSCENDENTAL, np.exp, "np.exp(x)", -5, 5, "catenc_vexp_f32"),
+    _unary_float("exp2", OpCost.TRANSCENDENTAL, np.exp2, "np.exp2(x)", -5, 5),
+    _unary_float("log", OpCost.TRANSCENDENTAL, np.log, "np.log(x)", 0.01, 10, "catenc_vlog_f32"),
+    _unary_float("log2", OpCost.TRANSCENDENTAL, np.log2, "np.log2(x)", 0.01, 10),
+    _unary_float("log1p", OpCost.TRANSCENDENTAL, np.log1p, "np.log1p(x)", -0.9, 10, "catenc_vlog1p_f32"),
+    _unary_float("expm1", OpCost.TRANSCENDENTAL, np.expm1, "np.expm1(x)", -5, 5, "catenc_vexpm1_f32"),
     # -- roots and reciprocals --
-    _unary_float("sqrt", "divide", np.sqrt, "np.sqrt(x)", 0, 10),
+    _unary_float("sqrt", OpCost.DIVIDE, np.sqrt, "np.sqrt(x)", 0, 10),
     _composite("rsqrt", "recip(sqrt(x))", lambda x: 1.0 / np.sqrt(x), "1 / np.sqrt(x)", 0.01, 10),
     _composite("reciprocal", "recip(x)", lambda x: 1.0 / x, "1 / x", 0.1, 10),
-    Op("recip", 1, "float", "divide", kind="ir", c=Spelling(float="({one} / {0})")),
+    Op(name="recip", arity=1, rule=Rule.FLOAT, cost=OpCost.DIVIDE, kind=OpKind.IR, c=Spelling(float="({one} / {0})")),
     # -- trigonometric and hyperbolic --
-    _unary_float("sin", "transcendental", np.sin, "np.sin(x)", -6, 6),
-    _unary_float("cos", "transcendental", np.cos, "np.cos(x)", -6, 6),
-    _unary_float("tan", "transcendental", np.tan, "np.tan(x)", -1.5, 1.5),
-    _unary_float("tanh", "transcendental", np.tanh, "np.tanh(x)", -5, 5, "catenc_vtanh_f32"),
-    _unary_float("sinh", "transcendental", np.sinh, "np.sinh(x)", -5, 5),
-    _unary_float("cosh", "transcendental", np.cosh, "np.cosh(x)", -5, 5),
-    _unary_float("asin", "transcendental", np.arcsin, "np.arcsin(x)", -1, 1),
-    _unary_float("acos", "transcendental", np.arccos, "np.arccos(x)", -1, 1),
-    _unary_float("atan", "transcendental", np.arctan, "np.arctan(x)", -5, 5),
+    _unary_float("sin", OpCost.TRANSCENDENTAL, np.sin, "np.sin(x)", -6, 6),
+    _unary_float("cos", OpCost.TRANSCENDENTAL, np.cos, "np.cos(x)", -6, 6),
+    _unary_float("tan", OpCost.TRANSCENDENTAL, np.tan, "np.tan(x)", -1.5, 1.5),
+    _unary_float("tanh", OpCost.TRANSCENDENTAL, np.tanh, "np.tanh(x)", -5, 5, "catenc_vtanh_f32"),
+    _unary_float("sinh", OpCost.TRANSCENDENTAL, np.sinh, "np.sinh(x)", -5, 5),
+    _unary_float("cosh", OpCost.TRANSCENDENTAL, np.cosh, "np.cosh(x)", -5, 5),
+    _unary_float("asin", OpCost.TRANSCENDENTAL, np.arcsin, "np.arcsin(x)", -1, 1),
+    _unary_float("acos", OpCost.TRANSCENDENTAL, np.arccos, "np.arccos(x)", -1, 1),
+    _unary_float("atan", OpCost.TRANSCENDENTAL, np.arctan, "np.arctan(x)", -5, 5),
     # -- special functions --
     _unary_float(
         "erf",
-        "transcendental",
+        OpCost.TRANSCENDENTAL,
         erf64,
         "np.vectorize(math.erf)(x.astype(np.float64))",
         -3,
         3,
         "catenc_verf_f32",
     ),
-    _unary_float("erfc", "transcendental", erfc64, "np.vectorize(math.erfc)(x.astype(np.float64))", -3, 3),
+    _unary_float("erfc", OpCost.TRANSCENDENTAL, erfc64, "np.vectorize(math.erfc)(x.astype(np.float64))", -3, 3),
     # -- rounding --
-    _unary_float("floor", "cheap", np.floor, "np.floor(x)", -5, 5),
-    _unary_float("ceil", "cheap", np.ceil, "np.ceil(x)", -5, 5),
+    _unary_float("floor", OpCost.CHEAP, np.floor, "np.floor(x)", -5, 5),
+    _unary_float("ceil", OpCost.CHEAP, np.ceil, "np.ceil(x)", -5, 5),
     Op(
-        "round",
-        1,
-        "float",
-        "cheap",
+        name="round",
+        arity=1,
+        rule=Rule.FLOAT,
+        cost=OpCost.CHEAP,
         numpy=np.round,
         c=Spelling(float="rint{s}({0})"),
         rows=_fn_row("round", "np.round(x)", -5, 5),
         doc="half to even, like numpy",
     ),
-    _unary_float("trunc", "cheap", np.trunc, "np.trunc(x)", -5, 5),
+    _unary_float("trunc", OpCost.CHEAP, np.trunc, "np.trunc(x)", -5, 5),
     # -- activations --
     _composite(
         "sigmoid",
@@ -340,28 +402,28 @@ _OPS: tuple[Op, ...] = (
     ),
     # -- float predicates --
     Op(
-        "isnan",
-        1,
-        "float_predicate",
-        "cheap",
+        name="isnan",
+        arity=1,
+        rule=Rule.FLOAT_PREDICATE,
+        cost=OpCost.CHEAP,
         numpy=np.isnan,
         c=Spelling(float="(isnan({0}) != 0)"),
         rows=(Row("isnan", "y = isnan(x / x)", "np.isnan(x / x)", FLOATS, output="bool"),),
     ),
     Op(
-        "isinf",
-        1,
-        "float_predicate",
-        "cheap",
+        name="isinf",
+        arity=1,
+        rule=Rule.FLOAT_PREDICATE,
+        cost=OpCost.CHEAP,
         numpy=np.isinf,
         c=Spelling(float="(isinf({0}) != 0)"),
         rows=(Row("isinf", "y = isinf(x / x)", "np.isinf(x / x)", FLOATS, output="bool"),),
     ),
     Op(
-        "isfinite",
-        1,
-        "float_predicate",
-        "cheap",
+        name="isfinite",
+        arity=1,
+        rule=Rule.FLOAT_PREDICATE,
+        cost=OpCost.CHEAP,
         primitive=False,
         lowering="not(or(isnan(x), isinf(x)))",
         numpy=np.isfinite,
@@ -369,30 +431,30 @@ _OPS: tuple[Op, ...] = (
     ),
     # -- functions of two values --
     Op(
-        "maximum",
-        2,
-        "numeric",
-        "cheap",
+        name="maximum",
+        arity=2,
+        rule=Rule.NUMERIC,
+        cost=OpCost.CHEAP,
         primitive=False,
         lowering="max(x, y)",
         numpy=np.maximum,
         rows=(Row("maximum", "y = maximum(x, w)", "np.maximum(x, w)", NUMBERS, operands=2),),
     ),
     Op(
-        "minimum",
-        2,
-        "numeric",
-        "cheap",
+        name="minimum",
+        arity=2,
+        rule=Rule.NUMERIC,
+        cost=OpCost.CHEAP,
         primitive=False,
         lowering="min(x, y)",
         numpy=np.minimum,
         rows=(Row("minimum", "y = minimum(x, w)", "np.minimum(x, w)", NUMBERS, operands=2),),
     ),
     Op(
-        "pow",
-        2,
-        "numeric",
-        "transcendental",
+        name="pow",
+        arity=2,
+        rule=Rule.NUMERIC,
+        cost=OpCost.TRANSCENDENTAL,
         numpy=np.power,
         numpy_int=_int_pow,
         c=Spelling(float="pow{s}({0}, {1})", int="catenc_pow_{t}({0}, {1})"),
@@ -409,38 +471,38 @@ _OPS: tuple[Op, ...] = (
         doc="also the operator **",
     ),
     Op(
-        "atan2",
-        2,
-        "float",
-        "transcendental",
+        name="atan2",
+        arity=2,
+        rule=Rule.FLOAT,
+        cost=OpCost.TRANSCENDENTAL,
         numpy=np.arctan2,
         c=Spelling(float="atan2{s}({0}, {1})"),
         rows=(Row("atan2", "y = atan2(x, w)", "np.arctan2(x, w)", FLOATS, operands=2),),
     ),
     Op(
-        "clip",
-        3,
-        "numeric",
-        "cheap",
+        name="clip",
+        arity=3,
+        rule=Rule.NUMERIC,
+        cost=OpCost.CHEAP,
         primitive=False,
         numpy=np.clip,
         rows=(Row("clip", "y = clip(x, -0.5, 0.5)", "np.clip(x, -0.5, 0.5)", FLOATS),),
         doc="the checker writes it as minimum(maximum(x, lo), hi)",
     ),
     Op(
-        "where",
-        3,
-        "select",
-        "cheap",
+        name="where",
+        arity=3,
+        rule=Rule.SELECT,
+        cost=OpCost.CHEAP,
         primitive=False,
         numpy=np.where,
         rows=(Row("where", "y = where(x > w, x, w)", "np.where(x > w, x, w)", NUMBERS, operands=2),),
     ),
     Op(
-        "cast",
-        1,
-        "cast",
-        "cheap",
+        name="cast",
+        arity=1,
+        rule=Rule.CAST,
+        cost=OpCost.CHEAP,
         primitive=False,
         rows=(
             Row("cast_f32", "y = cast(x, f32)", "x.astype(np.float32)", NUMBERS, output="f32"),
@@ -455,23 +517,23 @@ _OPS: tuple[Op, ...] = (
         ),
     ),
     # -- arithmetic operators --
-    _operator("add", "numeric", np.add, "y = x + w", "(x + w).astype(x.dtype)", NUMBERS, _wrapped("+")),
-    _operator("sub", "numeric", np.subtract, "y = x - w", "(x - w).astype(x.dtype)", NUMBERS, _wrapped("-")),
-    _operator("mul", "numeric", np.multiply, "y = x * w", "(x * w).astype(x.dtype)", NUMBERS, _wrapped("*")),
+    _operator("add", Rule.NUMERIC, np.add, "y = x + w", "(x + w).astype(x.dtype)", NUMBERS, _wrapped("+")),
+    _operator("sub", Rule.NUMERIC, np.subtract, "y = x - w", "(x - w).astype(x.dtype)", NUMBERS, _wrapped("-")),
+    _operator("mul", Rule.NUMERIC, np.multiply, "y = x * w", "(x * w).astype(x.dtype)", NUMBERS, _wrapped("*")),
     _operator(
         "div",
-        "float",
+        Rule.FLOAT,
         np.divide,
         "y = x / w",
         "x / w",
         FLOATS,
         Spelling(float="({0} / {1})"),
         ranges=(("w", 0.5, 4),),
-        cost="divide",
+        cost=OpCost.DIVIDE,
     ),
     _operator(
         "floordiv",
-        "numeric",
+        Rule.NUMERIC,
         np.floor_divide,
         "y = x // w",
         "np.where(w == 0, 0, np.floor_divide(x, np.where(w == 0, 1, w)))",
@@ -483,7 +545,7 @@ _OPS: tuple[Op, ...] = (
     ),
     _operator(
         "mod",
-        "numeric",
+        Rule.NUMERIC,
         np.mod,
         "y = x % w",
         "np.where(w == 0, 0, np.mod(x, np.where(w == 0, 1, w)))",
@@ -493,19 +555,19 @@ _OPS: tuple[Op, ...] = (
         numpy_int=_int_mod,
         rows=(Row("mod_float", "y = x % w", "np.mod(x, w)", FLOATS, (("w", 0.5, 4),), operands=2),),
     ),
-    Op("max", 2, "numeric", "cheap", kind="ir", c=_helper("max")),
-    Op("min", 2, "numeric", "cheap", kind="ir", c=_helper("min")),
+    Op(name="max", arity=2, rule=Rule.NUMERIC, cost=OpCost.CHEAP, kind=OpKind.IR, c=_helper("max")),
+    Op(name="min", arity=2, rule=Rule.NUMERIC, cost=OpCost.CHEAP, kind=OpKind.IR, c=_helper("min")),
     # -- comparisons (a > b is b < a in the IR) --
-    _compare("lt", "<", np.less, "order", True),
-    _compare("le", "<=", np.less_equal, "order", True),
-    _compare("gt", ">", np.greater, "order", False, "lt(y, x)"),
-    _compare("ge", ">=", np.greater_equal, "order", False, "le(y, x)"),
-    _compare("eq", "==", np.equal, "equality", True),
-    _compare("ne", "!=", np.not_equal, "equality", True),
+    _compare("lt", "<", np.less, Rule.ORDER, True),
+    _compare("le", "<=", np.less_equal, Rule.ORDER, True),
+    _compare("gt", ">", np.greater, Rule.ORDER, False, "lt(y, x)"),
+    _compare("ge", ">=", np.greater_equal, Rule.ORDER, False, "le(y, x)"),
+    _compare("eq", "==", np.equal, Rule.EQUALITY, True),
+    _compare("ne", "!=", np.not_equal, Rule.EQUALITY, True),
     # -- bitwise and logical (bool operands: logical) --
     _operator(
         "and",
-        "bits",
+        Rule.BITS,
         np.bitwise_and,
         "y = x & w",
         "x & w",
@@ -515,7 +577,7 @@ _OPS: tuple[Op, ...] = (
     ),
     _operator(
         "or",
-        "bits",
+        Rule.BITS,
         np.bitwise_or,
         "y = x | w",
         "x | w",
@@ -525,7 +587,7 @@ _OPS: tuple[Op, ...] = (
     ),
     _operator(
         "xor",
-        "bits",
+        Rule.BITS,
         np.bitwise_xor,
         "y = x ^ w",
         "x ^ w",
@@ -534,45 +596,59 @@ _OPS: tuple[Op, ...] = (
         row_name="bitxor",
     ),
     Op(
-        "not",
-        1,
-        "bits",
-        "cheap",
-        kind="operator",
+        name="not",
+        arity=1,
+        rule=Rule.BITS,
+        cost=OpCost.CHEAP,
+        kind=OpKind.OPERATOR,
         numpy=np.invert,
         c=Spelling(int="({c})(~{0})", bool="(!{0})"),
         rows=(Row("bitnot", "y = ~x", "~x", INTEGERS),),
     ),
     # -- rounding to half precision (casts to f16 and bf16) --
-    Op("round_f16", 1, "round_half", "cheap", kind="ir", c=Spelling(float="catenc_round_f16_{t}({0})")),
-    Op("round_bf16", 1, "round_half", "cheap", kind="ir", c=Spelling(float="catenc_round_bf16_{t}({0})")),
+    Op(
+        name="round_f16",
+        arity=1,
+        rule=Rule.ROUND_HALF,
+        cost=OpCost.CHEAP,
+        kind=OpKind.IR,
+        c=Spelling(float="catenc_round_f16_{t}({0})"),
+    ),
+    Op(
+        name="round_bf16",
+        arity=1,
+        rule=Rule.ROUND_HALF,
+        cost=OpCost.CHEAP,
+        kind=OpKind.IR,
+        c=Spelling(float="catenc_round_bf16_{t}({0})"),
+    ),
 )
 
 _REDUCTIONS: tuple[Reduction, ...] = (
     Reduction(
-        "sum",
-        np.sum,
+        name="sum",
+        numpy=np.sum,
         rows=(Row("reduce_sum", "y = sum(x, axis=-1)", "x.astype(np.float64).sum(-1)", FLOATS, reduced=True),),
     ),
     Reduction(
-        "mean",
-        np.mean,
+        name="mean",
+        numpy=np.mean,
         primitive=False,
         rows=(Row("reduce_mean", "y = mean(x, axis=-1)", "x.astype(np.float64).mean(-1)", FLOATS, reduced=True),),
     ),
     Reduction(
-        "max",
-        np.max,
+        name="max",
+        numpy=np.max,
         rows=(Row("reduce_max", "y = max(x, axis=-1)", "x.max(-1, initial=-np.inf)", FLOATS, reduced=True),),
     ),
     Reduction(
-        "min",
-        np.min,
+        name="min",
+        numpy=np.min,
         rows=(Row("reduce_min", "y = min(x, axis=-1)", "x.min(-1, initial=np.inf)", FLOATS, reduced=True),),
     ),
     Reduction(
-        "prod",
-        np.prod,
+        name="prod",
+        numpy=np.prod,
         rows=(
             Row(
                 "reduce_prod",
@@ -585,12 +661,12 @@ _REDUCTIONS: tuple[Reduction, ...] = (
         ),
     ),
     Reduction(
-        "argmax",
-        np.argmax,
+        name="argmax",
+        numpy=np.argmax,
         surface=False,
         rows=(Row("argmax", "y = argmax(x, axis=-1)", "x.argmax(-1)", FLOATS, output="i64", reduced=True),),
     ),
-    Reduction("argmin", np.argmin, surface=False),
+    Reduction(name="argmin", numpy=np.argmin, surface=False),
 )
 
 OPS: dict[str, Op] = {op.name: op for op in _OPS}
@@ -644,18 +720,18 @@ def _names(keep: Callable[[Op], bool]) -> frozenset[str]:
     return frozenset(op.name for op in _OPS if keep(op))
 
 
-def _function(arity: int, rule: str) -> Callable[[Op], bool]:
-    return lambda op: op.kind == "function" and op.arity == arity and op.rule == rule
+def _function(arity: int, rule: Rule) -> Callable[[Op], bool]:
+    return lambda op: op.kind is OpKind.FUNCTION and op.arity == arity and op.rule == rule
 
 
 # The body language's functions, by dtype rule (frontend/check.py)
-UNARY_FLOAT = _names(_function(1, "float"))
-UNARY_NUMERIC = _names(_function(1, "numeric"))
-FLOAT_PREDICATES = _names(lambda op: op.kind == "function" and op.rule == "float_predicate")
-BINARY_NUMERIC = _names(_function(2, "numeric"))
-BINARY_FLOAT = _names(_function(2, "float"))
-ELEMENTWISE = _names(lambda op: op.kind == "function")
-ARITY: dict[str, int] = {op.name: op.arity for op in _OPS if op.kind == "function"}
+UNARY_FLOAT = _names(_function(1, Rule.FLOAT))
+UNARY_NUMERIC = _names(_function(1, Rule.NUMERIC))
+FLOAT_PREDICATES = _names(lambda op: op.kind is OpKind.FUNCTION and op.rule is Rule.FLOAT_PREDICATE)
+BINARY_NUMERIC = _names(_function(2, Rule.NUMERIC))
+BINARY_FLOAT = _names(_function(2, Rule.FLOAT))
+ELEMENTWISE = _names(lambda op: op.kind is OpKind.FUNCTION)
+ARITY: dict[str, int] = {op.name: op.arity for op in _OPS if op.kind is OpKind.FUNCTION}
 REDUCTIONS = tuple(r.name for r in _REDUCTIONS if r.surface)
 
 # The IR's primitives (ir/nodes.py)
@@ -663,9 +739,9 @@ UNARY_OPS = _names(lambda op: op.primitive and op.arity == 1)
 BINARY_OPS = _names(lambda op: op.primitive and op.arity == 2)
 REDUCE_OPS = frozenset(r.name for r in _REDUCTIONS if r.primitive)
 # Primitives worth computing once rather than recomputing per use (ir/passes.py)
-EXPENSIVE_OPS = _names(lambda op: op.primitive and op.cost in ("divide", "transcendental"))
+EXPENSIVE_OPS = _names(lambda op: op.primitive and op.cost in (OpCost.DIVIDE, OpCost.TRANSCENDENTAL))
 # Primitives the cost model counts as transcendental calls (ir/cost.py)
-TRANSCENDENTAL_OPS = _names(lambda op: op.primitive and op.cost == "transcendental")
+TRANSCENDENTAL_OPS = _names(lambda op: op.primitive and op.cost is OpCost.TRANSCENDENTAL)
 # test-runtime's rows of the language's own functions (testing/coverage.py)
 ROWS: tuple[Row, ...] = tuple(row for op in _OPS for row in op.rows) + tuple(row for r in _REDUCTIONS for row in r.rows)
 

@@ -3,6 +3,7 @@ stages' tables come from it."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import jinja2
@@ -27,18 +28,37 @@ def test_every_op_is_declared_once_with_known_facts():
     names = [op.name for op in registry.OPS.values()]
     assert len(names) == len(set(names))
     for op in registry.OPS.values():
-        assert op.rule in registry.RULES, op.name
-        assert op.cost in registry.COSTS, op.name
-        assert op.kind in registry.KINDS, op.name
-        assert op.kind != "ir" or op.primitive, op.name
-        if op.kind != "ir" and op.rule != "cast":
+        assert isinstance(op.rule, registry.Rule) and op.rule in registry.RULES, op.name
+        assert isinstance(op.cost, registry.OpCost), op.name
+        assert isinstance(op.kind, registry.OpKind), op.name
+        assert op.kind is not registry.OpKind.IR or op.primitive, op.name
+        if op.kind is not registry.OpKind.IR and op.rule is not registry.Rule.CAST:
             assert op.numpy is not None, f"{op.name}: no numpy meaning for the reference"
+    assert set(registry.RULES) == set(registry.Rule)
+    assert all(isinstance(r.cost, registry.OpCost) for r in registry.REDUCTION_OPS.values())
+
+
+def test_declarations_name_every_field():
+    with pytest.raises(TypeError):
+        registry.Op("abs", 1, registry.Rule.NUMERIC, registry.OpCost.CHEAP)
+    with pytest.raises(TypeError):
+        registry.Reduction("sum", np.sum)
+
+
+def test_closed_sets_read_and_print_as_their_names():
+    """Members compare equal to, format as and serialise to the strings they replace."""
+    op = registry.OPS["exp"]
+    assert op.cost == "transcendental" and op.kind == "function" and op.rule == "float"
+    assert f"{op.rule}/{op.cost}" == "float/transcendental" and str(op.kind) == "function"
+    assert json.dumps([op.rule, op.cost, op.kind]) == '["float", "transcendental", "function"]'
+    assert registry.COSTS == ("cheap", "divide", "transcendental", "reduction")
+    assert registry.KINDS == ("function", "operator", "ir")
 
 
 def test_lowerings_name_only_declared_ops_and_every_non_primitive_lowers():
     built_here = {"sign", "where", "cast", "clip"}  # ir/build.py (clip: the checker) builds their nodes
     for op in registry.OPS.values():
-        if op.kind != "ir" and not op.primitive and op.name not in built_here:
+        if op.kind is not registry.OpKind.IR and not op.primitive and op.name not in built_here:
             assert op.name in registry.LOWERINGS, op.name
 
     def ops_in(tree):

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import count
 
+from catenc.dispatch import Table
 from catenc.dtypes import BOOL, DTYPES, F32, I64, DType
 from catenc.frontend import typed as T
 from catenc.ir.nodes import (
@@ -25,12 +26,13 @@ from catenc.ir.nodes import (
     Graph,
     Load,
     Reduce,
+    Role,
     SymInt,
     Unary,
     Value,
     Where,
 )
-from catenc.registry import LOWERINGS, OPS, TRANSCENDENTAL_OPS, Lowering
+from catenc.registry import LOWERINGS, OPS, TRANSCENDENTAL_OPS, Lowering, Rule
 from catenc.symbolic import ONE, ZERO, Expr, Facts, const, prove_less, prove_nonneg, simplify, sym
 
 Index = tuple[Expr, ...]
@@ -60,7 +62,7 @@ def build_graph(program: T.Program) -> Graph:
             builder.used |= dim.free_symbols()  # symbols become C parameters: never reuse their names
     scope: dict[str, Lazy] = {}
     for name, ttype in program.inputs:
-        builder.buffers.append(Buffer(name, ttype.dtype, ttype.shape, "input"))
+        builder.buffers.append(Buffer(name, ttype.dtype, ttype.shape, Role.INPUT))
         builder.used.add(name)
         scope[name] = builder.load_tensor(name, ttype)
     for name, _ in program.outputs:
@@ -125,7 +127,7 @@ class _Builder:
         self.computes.append(Compute(name, indices, body))
         dtype = storage or compute_dtype(value.dtype)
         self.buffers.append(Buffer(name, dtype, value.shape, role))
-        return self.load_tensor(name, T.TType(dtype if role != "output" else value.dtype, value.shape))
+        return self.load_tensor(name, T.TType(dtype if role != Role.OUTPUT else value.dtype, value.shape))
 
     def statements(self, program: T.Program, scope: dict[str, Lazy], prefix: str, outputs: dict[str, T.TType]) -> None:
         for stmt in program.statements:
@@ -134,7 +136,7 @@ class _Builder:
             if isinstance(stmt, T.Assign):
                 value = self.lower(stmt.value, scope)
                 storage = outputs[stmt.target].dtype if is_output else None
-                scope[stmt.target] = self.materialise(name, value, "output" if is_output else "temp", storage)
+                scope[stmt.target] = self.materialise(name, value, Role.OUTPUT if is_output else Role.TEMP, storage)
             else:
                 scope[stmt.target] = self.index_statement(stmt, scope, name, is_output)
 
@@ -143,26 +145,32 @@ class _Builder:
         mapping = {typed: idx for (typed, _), idx in zip(stmt.indices, self.index_of(indices))}
         body = self.scalar(stmt.body, scope, mapping)
         self.computes.append(Compute(name, indices, body))
-        role = "output" if is_output else "temp"
+        role = Role.OUTPUT if is_output else Role.TEMP
         storage = stmt.type.dtype if is_output else compute_dtype(stmt.type.dtype)
         self.buffers.append(Buffer(name, storage, stmt.type.shape, role))
         return self.load_tensor(name, T.TType(storage, stmt.type.shape))
 
     # -- array form --
-    def lower(self, node: T.Node, scope: dict[str, Lazy]) -> Lazy:
-        return getattr(self, f"lower_{type(node).__name__}")(node, scope)
+    _LOWER: Table[Callable[..., Lazy | tuple[Lazy, ...]]] = Table("build_graph")
 
+    def lower(self, node: T.Node, scope: dict[str, Lazy]) -> Lazy:
+        return self._LOWER[type(node)](self, node, scope)
+
+    @_LOWER.register(T.Ref)
     def lower_Ref(self, node: T.Ref, scope) -> Lazy:
         return scope[node.name]
 
+    @_LOWER.register(T.Lit)
     def lower_Lit(self, node: T.Lit, scope) -> Lazy:
         value = Const(compute_dtype(node.type.dtype), node.value)
         return Lazy(node.type.dtype, (), lambda idx: value)
 
+    @_LOWER.register(T.SymVal)
     def lower_SymVal(self, node: T.SymVal, scope) -> Lazy:
         value = symint(node.expr, compute_dtype(node.type.dtype))
         return Lazy(node.type.dtype, (), lambda idx: value)
 
+    @_LOWER.register(T.Apply)
     def lower_Apply(self, node: T.Apply, scope) -> Lazy:
         args = [self.lower(a, scope) for a in node.args]
         shape = node.type.shape
@@ -175,6 +183,7 @@ class _Builder:
 
         return Lazy(node.type.dtype, shape, at)
 
+    @_LOWER.register(T.Reduce)
     def lower_Reduce(self, node: T.Reduce, scope) -> Lazy:
         arg = self.lower(node.arg, scope)
         op = "sum" if node.op == "mean" else node.op
@@ -198,8 +207,9 @@ class _Builder:
                 value = Binary(dtype, "div", value, count_value)
             return value
 
-        return self.materialise(self.unique("t"), Lazy(node.type.dtype, node.type.shape, at), "temp")
+        return self.materialise(self.unique("t"), Lazy(node.type.dtype, node.type.shape, at), Role.TEMP)
 
+    @_LOWER.register(T.ArgReduce)
     def lower_ArgReduce(self, node: T.ArgReduce, scope) -> Lazy:
         arg = self.lower(node.arg, scope)
         red = self.fresh_indices((arg.shape[node.axis],), "r")
@@ -211,8 +221,9 @@ class _Builder:
             full = idx[: node.axis] + [self.index_of(red)[0]] + idx[node.axis :]
             return Reduce(I64, node.op, red, arg.at(tuple(full)))
 
-        return self.materialise(self.unique("t"), Lazy(I64, node.type.shape, at), "temp")
+        return self.materialise(self.unique("t"), Lazy(I64, node.type.shape, at), Role.TEMP)
 
+    @_LOWER.register(T.MatMul)
     def lower_MatMul(self, node: T.MatMul, scope) -> Lazy:
         a, b = self.lower(node.a, scope), self.lower(node.b, scope)
         k_extent = a.shape[-1]
@@ -226,8 +237,9 @@ class _Builder:
             b_idx = broadcast_index(batch, b.shape[:-2]) + (k, j)
             return Reduce(dtype, "sum", red, Binary(dtype, "mul", a.at(a_idx), b.at(b_idx)))
 
-        return self.materialise(self.unique("t"), Lazy(node.type.dtype, node.type.shape, at), "temp")
+        return self.materialise(self.unique("t"), Lazy(node.type.dtype, node.type.shape, at), Role.TEMP)
 
+    @_LOWER.register(T.Reshape)
     def lower_Reshape(self, node: T.Reshape, scope) -> Lazy:
         arg = self.lower(node.arg, scope)
         out_shape = node.type.shape
@@ -245,6 +257,7 @@ class _Builder:
 
         return Lazy(node.type.dtype, out_shape, at)
 
+    @_LOWER.register(T.Permute)
     def lower_Permute(self, node: T.Permute, scope) -> Lazy:
         arg = self.lower(node.arg, scope)
 
@@ -256,10 +269,12 @@ class _Builder:
 
         return Lazy(node.type.dtype, node.type.shape, at)
 
+    @_LOWER.register(T.Expand)
     def lower_Expand(self, node: T.Expand, scope) -> Lazy:
         arg = self.lower(node.arg, scope)
         return Lazy(node.type.dtype, node.type.shape, lambda idx: arg.at(broadcast_index(idx, arg.shape)))
 
+    @_LOWER.register(T.Slice)
     def lower_Slice(self, node: T.Slice, scope) -> Lazy:
         arg = self.lower(node.arg, scope)
 
@@ -270,6 +285,7 @@ class _Builder:
 
         return Lazy(node.type.dtype, node.type.shape, at)
 
+    @_LOWER.register(T.Concat)
     def lower_Concat(self, node: T.Concat, scope) -> Lazy:
         parts = [self.lower(a, scope) for a in node.args]
         axis = node.axis
@@ -294,6 +310,7 @@ class _Builder:
 
         return Lazy(node.type.dtype, node.type.shape, at)
 
+    @_LOWER.register(T.Pad)
     def lower_Pad(self, node: T.Pad, scope) -> Lazy:
         arg = self.lower(node.arg, scope)
         fill = self.lower(node.value, scope)
@@ -316,6 +333,7 @@ class _Builder:
 
         return Lazy(node.type.dtype, node.type.shape, at)
 
+    @_LOWER.register(T.Take)
     def lower_Take(self, node: T.Take, scope) -> Lazy:
         arg = self.lower(node.arg, scope)
         arrays = [self.lower(i, scope) for i in node.indices]
@@ -350,7 +368,7 @@ class _Builder:
                 return self.gather(source, idx[:axis] + (ZERO,) + idx[axis + own :], axis, value, dtype)
 
             shape = source.shape[:axis] + array.shape + source.shape[axis + 1 :]
-            source = self.materialise(self.unique("gathered"), Lazy(node.type.dtype, shape, first), "temp")
+            source = self.materialise(self.unique("gathered"), Lazy(node.type.dtype, shape, first), Role.TEMP)
             reads = reads[:axis] + list(broadcast_index(probe_index, array.shape)) + reads[axis + 1 :]
             gathered = [axis for axis, read in enumerate(reads) if isinstance(read, Lazy)]
 
@@ -397,7 +415,7 @@ class _Builder:
             if through is not None:
                 return through
         if id(source) not in self.copies:
-            self.copies[id(source)] = (source, self.materialise(self.unique("gathered"), source, "temp"))
+            self.copies[id(source)] = (source, self.materialise(self.unique("gathered"), source, Role.TEMP))
         load = self.copies[id(source)][1].at(index)
         return Gather(load.dtype, load.buffer, load.index, axis, position)
 
@@ -436,12 +454,14 @@ class _Builder:
         body = Reduce(I64, "sum", red, Cast(I64, bad)) if red else Cast(I64, bad)
         name = self.unique("index_errors")
         self.computes.append(Compute(name, (), body))
-        self.buffers.append(Buffer(name, I64, (), "status"))
+        self.buffers.append(Buffer(name, I64, (), Role.STATUS))
 
+    @_LOWER.register(T.Arange)
     def lower_Arange(self, node: T.Arange, scope) -> Lazy:
         dtype = compute_dtype(node.type.dtype)
         return Lazy(node.type.dtype, node.type.shape, lambda idx: symint(idx[0], dtype))
 
+    @_LOWER.register(T.Call)
     def lower_Call(self, node: T.Call, scope) -> tuple[Lazy, ...]:
         key = id(node)
         if key not in self.calls:
@@ -453,37 +473,47 @@ class _Builder:
             self.calls[key] = tuple(inner[name] for name, _ in node.program.outputs)
         return self.calls[key]
 
+    @_LOWER.register(T.CallOut)
     def lower_CallOut(self, node: T.CallOut, scope) -> Lazy:
         return self.lower_Call(node.call, scope)[node.index]
 
     # -- index form --
+    _SCALAR: Table[Callable[..., Value]] = Table("build_graph index form")
+
     def scalar(self, node: T.Node, scope: dict[str, Lazy], mapping: dict[str, Expr]) -> Value:
-        if isinstance(node, T.Access):
-            index = tuple(e.substitute(mapping) for e in node.indices)
-            return scope[node.name].at(index)
-        if isinstance(node, T.IndexVal):
-            return symint(mapping[node.name])
-        if isinstance(node, T.IndexReduce):
-            red = self.fresh_indices(tuple(e for _, e in node.indices), "r")
-            inner = dict(mapping)
-            for (typed, _), idx in zip(node.indices, self.index_of(red)):
-                inner[typed] = idx
-            dtype = compute_dtype(node.type.dtype)
-            body = self.scalar(node.body, scope, inner)
-            if node.op == "mean":
-                total = Reduce(dtype, "sum", red, body)
-                return Binary(dtype, "div", total, symint(_product(e for _, e in red), dtype))
-            return Reduce(dtype, node.op, red, body)
-        if isinstance(node, T.Apply):
-            args = [self.scalar(a, scope, mapping) for a in node.args]
-            return apply(
-                node.op,
-                args,
-                compute_dtype(node.type.dtype),
-                node.type.dtype,
-                node.args[0].type.dtype,
-            )
+        return self._SCALAR[type(node)](self, node, scope, mapping)
+
+    @_SCALAR.register(T.Node)
+    def scalar_tensor(self, node: T.Node, scope: dict[str, Lazy], mapping: dict[str, Expr]) -> Value:
+        """A whole-tensor expression inside an index expression: a scalar, lowered in array form."""
         return self.lower(node, scope).at(())
+
+    @_SCALAR.register(T.Access)
+    def scalar_access(self, node: T.Access, scope: dict[str, Lazy], mapping: dict[str, Expr]) -> Value:
+        index = tuple(e.substitute(mapping) for e in node.indices)
+        return scope[node.name].at(index)
+
+    @_SCALAR.register(T.IndexVal)
+    def scalar_index(self, node: T.IndexVal, scope: dict[str, Lazy], mapping: dict[str, Expr]) -> Value:
+        return symint(mapping[node.name])
+
+    @_SCALAR.register(T.IndexReduce)
+    def scalar_reduce(self, node: T.IndexReduce, scope: dict[str, Lazy], mapping: dict[str, Expr]) -> Value:
+        red = self.fresh_indices(tuple(e for _, e in node.indices), "r")
+        inner = dict(mapping)
+        for (typed, _), idx in zip(node.indices, self.index_of(red)):
+            inner[typed] = idx
+        dtype = compute_dtype(node.type.dtype)
+        body = self.scalar(node.body, scope, inner)
+        if node.op == "mean":
+            total = Reduce(dtype, "sum", red, body)
+            return Binary(dtype, "div", total, symint(_product(e for _, e in red), dtype))
+        return Reduce(dtype, node.op, red, body)
+
+    @_SCALAR.register(T.Apply)
+    def scalar_apply(self, node: T.Apply, scope: dict[str, Lazy], mapping: dict[str, Expr]) -> Value:
+        args = [self.scalar(a, scope, mapping) for a in node.args]
+        return apply(node.op, args, compute_dtype(node.type.dtype), node.type.dtype, node.args[0].type.dtype)
 
 
 def _product(exprs) -> Expr:
@@ -555,7 +585,7 @@ def apply(op: str, args: list[Value], dtype: DType, result: DType, arg_dtype: DT
         return Where(x.dtype, Binary(BOOL, "lt", Const(x.dtype, 0), x), Const(x.dtype, 1), inner)
     entry = OPS[op]
     # a unary function computes in its operand's dtype; operators and binary functions in the result's
-    compute = x.dtype if entry.arity == 1 and entry.rule != "bits" else dtype
+    compute = x.dtype if entry.arity == 1 and entry.rule is not Rule.BITS else dtype
     if entry.primitive:
         return _primitive(op, args, compute)
     return _expand(LOWERINGS[op], args, compute)
@@ -565,7 +595,8 @@ def _primitive(op: str, args: list[Value], compute: DType) -> Value:
     """A primitive op's node: bool for predicates and comparisons, bitwise ops in their operand's
     dtype, the rest in `compute`."""
     rule = OPS[op].rule
-    dtype = BOOL if rule in ("float_predicate", "order", "equality") else args[0].dtype if rule == "bits" else compute
+    predicate = rule in (Rule.FLOAT_PREDICATE, Rule.ORDER, Rule.EQUALITY)
+    dtype = BOOL if predicate else args[0].dtype if rule is Rule.BITS else compute
     return Unary(dtype, op, args[0]) if len(args) == 1 else Binary(dtype, op, args[0], args[1])
 
 
