@@ -8,6 +8,9 @@ import pytest
 
 from catenc.onnx import families  # noqa: F401  (registers every converter)
 from catenc.onnx.builder import (
+    ALL,
+    ELLIPSIS,
+    NEW_AXIS,
     BuildError,
     Group,
     Index,
@@ -18,15 +21,21 @@ from catenc.onnx.builder import (
     call,
     cast,
     lit,
+    matmul,
     num,
+    poly,
+    read,
     reduce,
     render,
+    size,
+    span,
+    subscript,
     where,
 )
 from catenc.onnx.emitter import Emitter, Names
 from catenc.onnx.registry import CONVERTERS, OnnxNode, Unsupported, normalize
 from catenc.onnx.values import Value, dims, known_value
-from catenc.symbolic import sym
+from catenc.symbolic import const, sym
 
 X = Ref("x", "f32", dims((2, 3)))
 Y = Ref("y", "f32", dims((3,)))
@@ -173,3 +182,51 @@ def test_top_k_before_opset_10_takes_k_as_an_input() -> None:
     assert old.opset == 10 and old.attrs == {} and old.inputs[1].known.tolist() == 2 and old.label(1) == "attribute k"
     k = known_value(np.array([2], np.int64), "i64")
     assert _convert(_node("TopK", 1, (x,), k=2)) == _convert(_node("TopK", 11, (x, k)))
+
+
+def test_subscripts_render_as_numpy_writes_them() -> None:
+    """Slices, markers and index arrays; trailing `:` items are left out, and nothing left is x itself."""
+    assert render(subscript(X, [span(1, -1), span(None, None, -2)], dims((0, 2)))) == "x[1:-1, ::-2]"
+    assert render(subscript(X, [span(None, size(sym("H") + 1)), ALL], dims((2, 3)))) == "x[:(H + 1)]"
+    assert subscript(X, [ALL, span()], X.shape) is X
+    positions = call("arange", 4, dtype="i64", shape=dims((4,)))
+    assert render(read(positions, [ALL, NEW_AXIS], dims((4, 1)))) == "arange(4)[:, None]"
+    assert render(read(X, [ELLIPSIS, span(0, 3, 2)], dims((2, 2)))) == "x[..., 0:3:2]"
+    with pytest.raises(BuildError, match="a slice bound of type f64"):
+        span(0.5)
+    with pytest.raises(BuildError, match="needs its result's shape"):
+        read(X, [ALL, 0])
+
+
+def test_polynomial_positions_render_as_sizes_and_are_scope_checked() -> None:
+    """An index polynomial writes what symbolic.Expr writes, and its indices are in scope or refused."""
+    u, v = Index("u"), Index("v")
+    assert render(poly([(u, 4), (v, 1)])) == "(4*u + v)"
+    assert render(poly([(u, -1)], sym("W") * 2 - 2, bare=True)) == "2*W - u - 2"
+    assert render(poly([], const(3), bare=True)) == "3"
+    emit = Emitter(Names())
+    emit.outputs = ("y",)
+    emit.out_index([u], X[0, poly([(u, 1)], -1, bare=True)], "f32", dims((3,)))
+    assert emit.lines == ["y[u < 3] = x[0, u - 1]"]
+    with pytest.raises(BuildError, match="index v is used outside"):
+        emit.out_index([u], where(poly([(u, 2), (v, 1)]) < 3, X[0, u], 0.0), "f32", dims((3,)))
+
+
+def test_matmul_renders_with_the_precedence_of_a_product() -> None:
+    a = Ref("a", "f32", dims((2, 3)))
+    b = Ref("b", "f32", dims((3, 4)))
+    assert render(matmul(a, b, dims((2, 4))) + 1.0) == "a @ b + 1.0"
+    assert render(matmul(Group(a - 1.0), b, dims((2, 4))) * 2.0) == "(a - 1.0) @ b * 2.0"
+    with pytest.raises(BuildError, match="@ of f32 and i64 operands"):
+        matmul(a, N, dims((2, 3)))
+
+
+def test_eye_like_takes_its_index_names_from_the_emitter() -> None:
+    """EyeLike wrote fixed indices `i` and `j`, which clashed with a tensor of the body named i."""
+    names = Names()
+    names.fresh("i")
+    emit = Emitter(names)
+    emit.outputs = ("out",)
+    x = Value("f32", (sym("N"), sym("M")), "x")
+    CONVERTERS["EyeLike"](_node("EyeLike", 9, (x,), k=1), emit)
+    assert emit.lines == ["out[i_ < N, j < M] = cast(j - i_ == 1, f32)"]

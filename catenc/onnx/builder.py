@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from catenc.onnx.registry import ModelError
 from catenc.onnx.values import FLOATS, Shape, broadcast, literal
-from catenc.symbolic import Expr, const
+from catenc.symbolic import Expr, const, sym
 
 
 class BuildError(ModelError):
@@ -155,11 +155,45 @@ class TypeName(Node):
 
 @dataclass(frozen=True, eq=False)
 class Slice(Node):
-    """A basic-indexing item of a subscript: `1:-1`, `::2`, `:` or `None`."""
+    """A basic-indexing slice of a subscript: `1:-1`, `::-2`, `:(H - 1)`, or `:` with no bounds."""
+
+    start: Node | None = None
+    stop: Node | None = None
+    step: Node | None = None
+    dtype: str = "slice"
+    shape: Shape = ()
+
+    @property
+    def full(self) -> bool:
+        """`:`, the whole axis."""
+        return self.start is None and self.stop is None and self.step is None
+
+
+@dataclass(frozen=True, eq=False)
+class Marker(Node):
+    """`None` (a new axis) or `...` (the axes left) in a subscript."""
 
     text: str
     dtype: str = "slice"
     shape: Shape = ()
+
+
+ALL = Slice()
+NEW_AXIS = Marker("None")
+ELLIPSIS = Marker("...")
+
+
+@dataclass(frozen=True, eq=False)
+class Poly(Node):
+    """An integer polynomial of indices and sizes, written as catenc.symbolic writes it (`2*W - i1`,
+    `(4*i3 + i4)`); its indices are checked for scope like any other."""
+
+    expr: Expr
+    indices: tuple[Index, ...]
+    bare: bool = False  # as a subscript: no parentheses
+    dtype: str = "i64"
+    shape: Shape = ()
+    weak: bool = True
 
 
 @dataclass(frozen=True, eq=False)
@@ -340,16 +374,16 @@ def binary(op: str, a: Operand, b: Operand) -> Bin:
     return Bin(op, left, right, result, meet_shape(op, [left, right]), weak)
 
 
-def read(of: Node, items: Sequence[Operand | Slice], shape: Shape | None = None) -> Read:
-    """`of[items]`: with only index items, one element (shape ()); with slices or index arrays,
-    numpy's indexing, whose shape the caller gives."""
-    nodes = tuple(operand(i) if not isinstance(i, Slice) else i for i in items)
+def read(of: Node, items: Sequence[Operand], shape: Shape | None = None) -> Read:
+    """`of[items]`: with only index items, one element (shape ()); with slices, markers or index
+    arrays, numpy's indexing, whose shape the caller gives."""
+    nodes = tuple(operand(i) for i in items)
     if not nodes:
         raise BuildError("a subscript without items")
     for n in nodes:
         if n.dtype not in ("slice", "i64", "i32", "bool"):
             raise BuildError(f"a subscript item of type {n.dtype}")
-    elementwise = all(n.shape == () and not isinstance(n, Slice) for n in nodes)
+    elementwise = all(n.shape == () and n.dtype != "slice" for n in nodes)
     if elementwise and len(nodes) > len(of.shape) and of.shape:
         raise BuildError(f"{len(nodes)} subscripts for a tensor of rank {len(of.shape)}")
     if shape is None:
@@ -357,6 +391,39 @@ def read(of: Node, items: Sequence[Operand | Slice], shape: Shape | None = None)
             raise BuildError("numpy indexing needs its result's shape")
         shape = ()
     return Read(of, nodes, of.dtype, shape)
+
+
+def subscript(of: Node, items: Sequence[Operand], shape: Shape) -> Node:
+    """`of[items]` without its trailing `:` items, or `of` itself when nothing is left to index."""
+    kept = list(items)
+    while kept and isinstance(kept[-1], Slice) and kept[-1].full:
+        kept.pop()
+    return read(of, kept, shape) if kept else of
+
+
+def span(start: Operand | None = None, stop: Operand | None = None, step: Operand | None = None) -> Slice:
+    """The slice `start:stop:step`; a bound left out is None (`:stop`, `::step`)."""
+    parts = [None if p is None else _integer(operand(p), "a slice bound") for p in (start, stop, step)]
+    return Slice(*parts)
+
+
+def _integer(node: Node, what: str) -> Node:
+    if node.dtype not in ("i64", "i32") or node.shape != ():
+        raise BuildError(f"{what} of type {node.dtype}")
+    return node
+
+
+def poly(terms: Sequence[tuple[Index, Expr | int]], offset: Expr | int = 0, bare: bool = False) -> Poly:
+    """The polynomial sum(coefficient * index) + offset (`sizes` may be symbolic)."""
+    total = offset if isinstance(offset, Expr) else const(offset)
+    for index, c in terms:
+        total = total + sym(index.name) * c
+    return Poly(total, tuple(index for index, _ in terms), bare)
+
+
+def matmul(a: Node, b: Node, shape: Shape) -> Bin:
+    """`a @ b`, of the caller's result shape."""
+    return Bin("@", _value(a, "@"), _value(b, "@"), meet("@", [a, b]), shape)
 
 
 def reduce(op: str, ranges: Sequence[tuple[Index, Operand]], body: Node) -> Node:
@@ -422,6 +489,9 @@ FUNCTIONS: dict[str, tuple[int, int, str]] = {
     **dict.fromkeys(("sum", "mean", "max", "min", "prod", "argmax", "argmin"), (1, 1, "given")),
     **dict.fromkeys(("reshape", "expand", "transpose", "unsqueeze", "take", "pad"), (2, 3, "given")),
     **dict.fromkeys(("triu", "tril", "arange"), (1, 1, "given")),
+    **dict.fromkeys(("concat", "stack", "zeros", "attention"), (1, 4, "given")),
+    **dict.fromkeys(("quantize_linear", "dequantize_linear"), (3, 3, "given")),
+    "matmul_integer": (2, 4, "given"),
     "layernorm": (3, 3, "same"),
     "rmsnorm": (2, 2, "same"),
     "groupnorm": (3, 3, "same"),
@@ -456,7 +526,7 @@ def call(fn: str, *args: Operand, dtype: str | None = None, shape: Shape | None 
 
 # ---- rendering ----------------------------------------------------------------------------------
 
-_PRECEDENCE = {"|": 4, "^": 5, "&": 6, "+": 8, "-": 8, "*": 9, "/": 9, "//": 9, "%": 9}
+_PRECEDENCE = {"|": 4, "^": 5, "&": 6, "+": 8, "-": 8, "*": 9, "@": 9, "/": 9, "//": 9, "%": 9}
 _COMPARE, _UNARY, _ATOM = 3, 10, 20
 
 
@@ -508,6 +578,15 @@ def _size(node: Size) -> str:
     return str(node.size) if node.bare else dim_text(node.size)
 
 
+def _poly(node: Poly) -> str:
+    return str(node.expr) if node.bare else dim_text(node.expr)
+
+
+def _slice(node: Slice) -> str:
+    start, stop = (render(p) if p is not None else "" for p in (node.start, node.stop))
+    return f"{start}:{stop}" + (f":{render(node.step)}" if node.step is not None else "")
+
+
 def dim_text(d: Expr) -> str:
     """A size as body text: `4`, `H`, or `(H + 2)`."""
     text = str(d)
@@ -520,7 +599,9 @@ _RENDER: dict[type, Callable] = {
     Size: _size,
     Index: lambda n: n.name,
     TypeName: lambda n: n.name,
-    Slice: lambda n: n.text,
+    Slice: _slice,
+    Marker: lambda n: n.text,
+    Poly: _poly,
     Seq: _seq,
     Unary: _unary,
     Bin: _bin,
@@ -555,6 +636,10 @@ def _children(node: Node) -> tuple[Node, ...]:
         return (node.inner,)
     if isinstance(node, Scaled):
         return (node.index,)
+    if isinstance(node, Slice):
+        return tuple(p for p in (node.start, node.stop, node.step) if p is not None)
+    if isinstance(node, Poly):
+        return node.indices
     return ()
 
 

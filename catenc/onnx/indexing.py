@@ -17,14 +17,32 @@ from dataclasses import dataclass
 import numpy as np
 
 from catenc.onnx import builder as B
-from catenc.onnx.builder import Group, Index, Lit, Node, Size, call, cast, reduce, seq, shape_list, where
+from catenc.onnx.builder import (
+    ALL,
+    NEW_AXIS,
+    Group,
+    Index,
+    Lit,
+    Node,
+    Size,
+    call,
+    cast,
+    num,
+    poly,
+    read,
+    reduce,
+    seq,
+    shape_list,
+    span,
+    subscript,
+    where,
+)
 from catenc.onnx.elementwise import FOLD_LIMIT
 from catenc.onnx.emitter import Emitter
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, known_ints
-from catenc.onnx.shape import reshaped, shape_text
+from catenc.onnx.shape import reshaped
 from catenc.onnx.values import NUMPY, ONNX_DTYPES, Shape, Value, dims, known_value, static
-from catenc.onnx.values import literal as lit
-from catenc.symbolic import Expr, const, floordiv, maximum, minimum, product, prove_nonneg, sym
+from catenc.symbolic import Expr, const, floordiv, maximum, minimum, product, prove_nonneg
 
 # |bound| at or beyond this means "to the end" (ONNX models write INT64_MAX, INT32_MAX or their negatives)
 _TO_END = (1 << 31) - 1
@@ -33,18 +51,6 @@ _TO_END = (1 << 31) - 1
 def small(x: Value) -> bool:
     """Whether a known value is small enough to fold operations on it at import."""
     return x.is_known and x.known.size <= FOLD_LIMIT
-
-
-def subscript(x_text: str, items: list[str]) -> str:
-    """`x[items]` without the trailing full slices (or x itself when nothing is indexed)."""
-    while items and items[-1] == ":":
-        items = items[:-1]
-    return f"{x_text}[{', '.join(items)}]" if items else x_text
-
-
-def _numbered(emit: Emitter, count: int) -> list[str]:
-    """`count` index names i0, i1, ... for one index-form statement, after its operands have their names."""
-    return [index.name for index in emit.index_names().numbered(count)]
 
 
 def _int(v) -> Expr:
@@ -74,10 +80,10 @@ def static_int(v, what: str) -> int:
 class AxisSlice:
     """One axis of a slice: numpy's subscript, or the positions to `take`; its length; the Python slice."""
 
-    text: str
+    item: B.Slice
     length: Expr
     piece: slice | None = None  # None when the axis is symbolic
-    positions: str | None = None  # `arange(seq)`: read by take (text is then ":")
+    positions: Node | None = None  # `arange(seq)`: read by take (item is then `:`)
 
 
 def slice_bounds(start, end, step: int, dim: Expr) -> AxisSlice:
@@ -88,38 +94,39 @@ def slice_bounds(start, end, step: int, dim: Expr) -> AxisSlice:
     |bound| >= 2**31 - 1 means "to the end" on a symbolic axis."""
     if step == 0:
         raise ModelError("a step of 0")
-    step_text = f":{step}" if step != 1 else ""
+    stride = num(step) if step != 1 else None
     if dim.is_const and not isinstance(start, Expr) and not isinstance(end, Expr):
         n = dim.value
         s, e, _ = slice(int(start), int(end), step).indices(n)
-        first = "" if s == (0 if step > 0 else n - 1) else str(s)
-        last = "" if (e == n if step > 0 else e < 0) else str(e)
+        first = None if s == (0 if step > 0 else n - 1) else num(s)
+        last = None if (e == n if step > 0 else e < 0) else num(e)
         piece = slice(s, None if e < 0 else e, step)
-        return AxisSlice(f"{first}:{last}{step_text}", const(len(range(s, e, step))), piece)
+        return AxisSlice(span(first, last, stride), const(len(range(s, e, step))), piece)
 
-    def bound(v, is_stop: bool) -> tuple[str, Expr | None]:
-        """The subscript text of a bound and its position from the front (None: omitted, to the end)."""
+    def bound(v, is_stop: bool) -> tuple[Node | None, Expr | None]:
+        """The subscript item of a bound (None: omitted) and its position from the front (None: to the end)."""
         if isinstance(v, Expr):
             back = v - dim  # a size computed as `dim - 1` is written as numpy writes it: -1
             if back.is_const and back.value < 0:
-                return str(back.value), v
+                return num(back.value), v
             if back == const(0) and is_stop == (step > 0):
-                return "", None
-            return lit(v, "i64"), v
+                return None, None
+            return Size(v), v
         v = int(v)
         if abs(v) >= _TO_END:
             if (v > 0) != (step > 0):
                 raise Unsupported("a slice bound beyond the wrong end of a symbolic axis")
-            return "", None
-        return ("" if v == 0 and not is_stop and step > 0 else str(v)), (const(v) if v >= 0 else dim + v)
+            return None, None
+        return (None if v == 0 and not is_stop and step > 0 else num(v)), (const(v) if v >= 0 else dim + v)
 
     (first, s), (last, e) = bound(start, False), bound(end, True)
     known_order = s is not None and prove_nonneg(s) and prove_nonneg(end - s) if isinstance(end, Expr) else False
     if step > 0 and known_order and not prove_nonneg(dim - end):
         count = floordiv(end - s + step - 1, step)
-        positions = f"arange({lit(count, 'i64')})" + (f" * {step}" if step != 1 else "")
-        positions += f" + {lit(s, 'i64')}" if s != const(0) else ""
-        return AxisSlice(":", count, positions=positions)
+        positions: Node = call("arange", Size(count), dtype="i64", shape=(count,))
+        positions = positions * step if step != 1 else positions
+        positions = positions + Size(s) if s != const(0) else positions
+        return AxisSlice(ALL, count, positions=positions)
     # numpy's clamping, as the body's slices compute it (catenc/frontend/indexing.py)
     if step > 0:
         s = const(0) if s is None else _at_least(s, const(0))
@@ -129,7 +136,7 @@ def slice_bounds(start, end, step: int, dim: Expr) -> AxisSlice:
         s = dim - 1 if s is None else _at_most(s, dim - 1)
         e = const(-1) if e is None else _at_least(e, const(-1))
         length = _at_least(floordiv(s - e + (-step) - 1, -step), const(0))
-    return AxisSlice(f"{first}:{last}{step_text}", length)
+    return AxisSlice(span(first, last, stride), length)
 
 
 def _at_least(value: Expr, low: Expr) -> Expr:
@@ -160,20 +167,23 @@ def slice_op(node: OnnxNode, emit: Emitter) -> list[Value]:
         for a, start, end, step in zip(axes, starts, ends, steps, strict=True)
     }
     shape = tuple(axis_slices[a].length if a in axis_slices else d for a, d in enumerate(x.shape))
-    items = [axis_slices[a].text if a in axis_slices else ":" for a in range(x.rank)]
+    items = [axis_slices[a].item if a in axis_slices else ALL for a in range(x.rank)]
     gathers = [(a, sl.positions) for a, sl in sorted(axis_slices.items()) if sl.positions is not None]
-    if all(i == ":" for i in items) and not gathers:
+    if all(i.full for i in items) and not gathers:
         return [x]
     pieces = [axis_slices[a].piece if a in axis_slices else slice(None) for a in range(x.rank)]
     if small(x) and all(p is not None for p in pieces):
         return [known_value(x.known[tuple(pieces)], x.dtype)]
-    expr = subscript(emit.text(x), items)
-    if gathers and expr != emit.text(x):
-        gathered = {a for a, _ in gathers}
-        partial = tuple(x.shape[a] if a in gathered else d for a, d in enumerate(shape))
-        expr = emit.temp(expr, x.dtype, partial, "sliced").name
+    xt = emit.ref(x)
+    gathered = {a for a, _ in gathers}
+    partial = tuple(x.shape[a] if a in gathered else d for a, d in enumerate(shape))
+    expr = subscript(xt, items, partial)
+    if gathers and expr is not xt:
+        expr = emit.ref(emit.temp(expr, x.dtype, partial, "sliced"))
+    taken = list(partial)
     for a, positions in gathers:
-        expr = f"take({expr}, {positions}, {a})"
+        taken[a] = shape[a]
+        expr = call("take", expr, positions, num(a), dtype=x.dtype, shape=tuple(taken))
     return [emit.out(expr, x.dtype, shape)]
 
 
@@ -211,10 +221,10 @@ def split(node: OnnxNode, emit: Emitter) -> list[Value]:
             piece = (slice(None),) * axis + (slice(offset.value, offset.value + size.value),)
             results.append(known_value(x.known[piece], x.dtype))
         else:
-            first = "" if offset == const(0) else lit(offset, "i64")
-            last = "" if offset + size == dim else lit(offset + size, "i64")
-            items = [":"] * axis + [f"{first}:{last}"]
-            results.append(emit.out(subscript(emit.text(x), items), x.dtype, shape, k))
+            first = None if offset == const(0) else Size(offset)
+            last = None if offset + size == dim else Size(offset + size)
+            items = [ALL] * axis + [span(first, last)]
+            results.append(emit.out(subscript(emit.ref(x), items, shape), x.dtype, shape, k))
         offset = offset + size
     return results
 
@@ -262,14 +272,16 @@ def _pad_amounts(node: OnnxNode, rank: int) -> list[tuple[int, int]]:
     return amounts
 
 
-def _pad_source(mode: str, j: Expr, lo: int, hi: int, n: Expr) -> tuple[Expr | None, Expr, Expr | None]:
+def _pad_source(mode: str, j: Index, lo: int, hi: int, n: Expr) -> tuple[Node | None, Node, Node | None]:
     """The source positions of output position j on a padded axis: (before the data, in it, after it)."""
-    inside = j - lo
+    inside = poly([(j, 1)], -lo, bare=True)
     if mode == "reflect":
-        return (const(lo) - j if lo else None), inside, (n * 2 - 2 - inside if hi else None)
-    if mode == "edge":
-        return (const(0) if lo else None), inside, (n - 1 if hi else None)
-    return (inside + n if lo else None), inside, (inside - n if hi else None)  # wrap
+        before, after = poly([(j, -1)], lo, bare=True), poly([(j, -1)], n * 2 - 2 + lo, bare=True)
+    elif mode == "edge":
+        before, after = poly([], 0, bare=True), poly([], n - 1, bare=True)
+    else:  # wrap
+        before, after = poly([(j, 1)], n - lo, bare=True), poly([(j, 1)], -lo - n, bare=True)
+    return (before if lo else None), inside, (after if hi else None)
 
 
 @converter("Pad")
@@ -286,12 +298,12 @@ def pad(node: OnnxNode, emit: Emitter) -> list[Value]:
     # negative pads remove elements: a slice first
     crop = [(max(-lo, 0), max(-hi, 0)) for lo, hi in amounts]
     if any(c != (0, 0) for c in crop):
-        items = [f"{c0}:{lit(d - c1, 'i64')}" if (c0, c1) != (0, 0) else ":" for (c0, c1), d in zip(crop, x.shape)]
+        items = [span(c0, Size(d - c1)) if (c0, c1) != (0, 0) else ALL for (c0, c1), d in zip(crop, x.shape)]
         shape = tuple(d - c0 - c1 for (c0, c1), d in zip(crop, x.shape, strict=True))
-        x = emit.temp(subscript(emit.text(x), items), x.dtype, shape, "crop")
+        x = emit.temp(subscript(emit.ref(x), items, shape), x.dtype, shape, "crop")
     amounts = [(max(lo, 0), max(hi, 0)) for lo, hi in amounts]
     if all(a == (0, 0) for a in amounts):
-        return [x] if x.name is None or not crop else [emit.out(emit.text(x), x.dtype, x.shape)]
+        return [x] if x.name is None or not crop else [emit.out(emit.ref(x), x.dtype, x.shape)]
     shape = tuple(d + lo + hi for d, (lo, hi) in zip(x.shape, amounts, strict=True))
     fixed = static(shape)
     if x.is_known and fixed is not None and int(np.prod(fixed)) <= FOLD_LIMIT and mode != "constant":
@@ -301,20 +313,24 @@ def pad(node: OnnxNode, emit: Emitter) -> list[Value]:
             return [known_value(np.pad(x.known, amounts, constant_values=value), x.dtype)]
         if isinstance(value, Value):
             return [_pad_with(x, amounts, value, shape, emit)]
-        widths = ", ".join(f"[{lo}, {hi}]" for lo, hi in amounts)
-        return [emit.out(f"pad({emit.text(x)}, [{widths}], value={lit(value, x.dtype)})", x.dtype, shape)]
+        padded = call("pad", emit.ref(x), _widths(amounts), dtype=x.dtype, shape=shape, value=B.lit(value, x.dtype))
+        return [emit.out(padded, x.dtype, shape)]
     padded = [a for a, (lo, hi) in enumerate(amounts) if lo or hi]
     for a in padded:
         x = _pad_axis(x, a, amounts[a], mode, emit, last=a == padded[-1])
     return [x]
 
 
+def _widths(amounts: list[tuple[int, int]]) -> B.Seq:
+    """pad's widths argument, `[[before, after], ...]`."""
+    return seq([seq(amount) for amount in amounts])
+
+
 def _pad_with(x: Value, amounts: list[tuple[int, int]], value: Value, shape: Shape, emit: Emitter) -> Value:
     """Constant padding by a value computed at run time (a scalar tensor): padded with 0, then selected."""
     if value.rank > 1 or (value.rank == 1 and value.shape[0] != const(1)):
         raise ModelError("constant_value must be a scalar")
-    widths = seq([seq(amount) for amount in amounts])
-    zeros = call("pad", emit.ref(x), widths, dtype=x.dtype, shape=shape, value=B.lit(0, x.dtype))
+    zeros = call("pad", emit.ref(x), _widths(amounts), dtype=x.dtype, shape=shape, value=B.lit(0, x.dtype))
     padded = emit.ref(emit.intermediate(zeros, "padded"))
     fill = emit.ref(value) if value.rank == 0 else emit.ref(value)[0]
     idx = emit.index_names().numbered(x.rank)
@@ -333,18 +349,18 @@ def _pad_axis(x: Value, a: int, amount: tuple[int, int], mode: str, emit: Emitte
     n = x.shape[a]
     if mode == "reflect" and n.is_const and max(lo, hi) >= n.value:
         raise Unsupported(f"reflect padding of {max(lo, hi)} on an axis of size {n.value}")
-    text = emit.text(x)
-    idx = _numbered(emit, x.rank)
-    before, inside, after = _pad_source(mode, sym(idx[a]), lo, hi, n)
+    xt = emit.ref(x)
+    idx = emit.index_names().numbered(x.rank)
+    before, inside, after = _pad_source(mode, idx[a], lo, hi, n)
 
-    def at(pos: Expr) -> str:
-        return f"{text}[{', '.join(str(pos) if k == a else i for k, i in enumerate(idx))}]"
+    def at(pos: Node) -> Node:
+        return xt[tuple(pos if k == a else i for k, i in enumerate(idx))]
 
     expr = at(inside)
     if after is not None:
-        expr = f"where({idx[a]} < {lit(n + lo, 'i64')}, {expr}, {at(after)})"
+        expr = where(idx[a] < Size(n + lo), expr, at(after))
     if before is not None:
-        expr = f"where({idx[a]} < {lo}, {at(before)}, {expr})"
+        expr = where(idx[a] < lo, at(before), expr)
     shape = x.shape[:a] + (n + lo + hi,) + x.shape[a + 1 :]
     if last:
         return emit.out_index(idx, expr, x.dtype, shape)
@@ -354,11 +370,13 @@ def _pad_axis(x: Value, a: int, amount: tuple[int, int], mode: str, emit: Emitte
 # ---- gathers -------------------------------------------------------------------------------------
 
 
-def _arange_along(size: Expr, axis: int, rank: int) -> str:
+def _arange_along(size: Expr, axis: int, rank: int) -> Node:
     """arange(size) shaped to broadcast along `axis` of a rank-`rank` index tuple."""
+    positions = call("arange", Size(size), dtype="i64", shape=(size,))
     if rank == 1:
-        return f"arange({lit(size, 'i64')})"
-    return f"arange({lit(size, 'i64')})[{', '.join(':' if k == axis else 'None' for k in range(rank))}]"
+        return positions
+    shape = tuple(size if k == axis else const(1) for k in range(rank))
+    return read(positions, [ALL if k == axis else NEW_AXIS for k in range(rank)], shape)
 
 
 def _check_indices(indices: Value) -> None:
@@ -378,8 +396,9 @@ def gather_elements(node: OnnxNode, emit: Emitter) -> list[Value]:
         if np.any((idx < 0) | (idx >= x.known.shape[axis])):
             raise ModelError("an index is out of range")
         return [known_value(np.take_along_axis(x.known, idx, axis), x.dtype)]
-    items = [emit.text(indices) if k == axis else _arange_along(d, k, x.rank) for k, d in enumerate(indices.shape)]
-    return [emit.out(f"{emit.text(x)}[{', '.join(items)}]", x.dtype, indices.shape)]
+    t = emit.ref(indices)
+    items = [t if k == axis else _arange_along(d, k, x.rank) for k, d in enumerate(indices.shape)]
+    return [emit.out(read(emit.ref(x), items, indices.shape), x.dtype, indices.shape)]
 
 
 @converter("GatherND")
@@ -394,13 +413,13 @@ def gather_nd(node: OnnxNode, emit: Emitter) -> list[Value]:
     if batch + m > x.rank:
         raise ModelError(f"indices address {batch + m} axes of data of rank {x.rank}")
     shape = indices.shape[:-1] + x.shape[batch + m :]
-    t = emit.text(indices)
+    t = emit.ref(indices)
     lead = indices.rank - 1
     items = [_arange_along(indices.shape[b], b, lead) for b in range(batch)]
-    items += [f"{t}[{', '.join([':'] * lead + [str(k)])}]" if lead else f"{t}[{k}]" for k in range(m)]
+    items += [read(t, [ALL] * lead + [k], indices.shape[:-1]) for k in range(m)]
     if lead == 0:  # one tuple of indices: a scalar index per axis
-        items = [f"{t}[{k}]" for k in range(m)]
-    return [emit.out(subscript(emit.text(x), items), x.dtype, shape)]
+        items = [t[k] for k in range(m)]
+    return [emit.out(subscript(emit.ref(x), items, shape), x.dtype, shape)]
 
 
 # ---- Trilu, OneHot, CumSum and CumProd, EyeLike ----------------------------------------------------------------
@@ -440,17 +459,19 @@ def one_hot(node: OnnxNode, emit: Emitter) -> list[Value]:
     shape = indices.shape[:axis] + (depth,) + indices.shape[axis:]
     dtype = values.dtype
     if values.is_known:
-        off, on = (lit(v, dtype) for v in values.known.reshape(-1)[:2])
+        off, on = (B.lit(v, dtype) for v in values.known.reshape(-1)[:2])
     else:
-        off, on = f"{emit.text(values)}[0]", f"{emit.text(values)}[1]"
-    t = emit.text(indices)
+        vt = emit.ref(values)
+        off, on = vt[0], vt[1]
+    t = emit.ref(indices)
     if indices.dtype != "i64":
-        t = f"cast({t}, i64)"
-    d = lit(depth, "i64")
-    idx = emit.temp(f"where({t} < 0, {t} + {d}, {t})", "i64", indices.shape, "ids")
-    positions = f"arange({d})" + (f"[:{', None' * (rank - 1 - axis)}]" if axis < rank - 1 else "")
-    hit = f"unsqueeze({idx.name}, {axis}) == {positions}"
-    return [emit.out(f"cast(where({hit}, {on}, {off}), {dtype})", dtype, shape)]
+        t = cast(t, "i64")
+    d = Size(depth)
+    ids = emit.ref(emit.temp(where(t < 0, t + d, t), "i64", indices.shape, "ids"))
+    positions = _arange_along(depth, 0, rank - axis)
+    unsqueezed = indices.shape[:axis] + (const(1),) + indices.shape[axis:]
+    hit = call("unsqueeze", ids, num(axis), dtype="i64", shape=unsqueezed).eq(positions)
+    return [emit.out(cast(where(hit, on, off), dtype), dtype, shape)]
 
 
 @converter("CumSum", "CumProd")
@@ -490,7 +511,8 @@ def eye_like(node: OnnxNode, emit: Emitter) -> list[Value]:
     fixed = static(x.shape)
     if fixed is not None and fixed[0] * fixed[1] <= FOLD_LIMIT:
         return [known_value(np.eye(fixed[0], fixed[1], k, dtype=NUMPY[dtype]), dtype)]
-    i, j = Index("i"), Index("j")
+    names = emit.index_names()
+    i, j = names("i"), names("j")
     return [emit.out_index([i, j], cast((j - i).eq(k), dtype), dtype, x.shape)]
 
 
@@ -509,10 +531,11 @@ def _rearranged(x: Value, split: Shape, perm: list[int], final: Shape, emit: Emi
     if small(x) and x.known.dtype != object:
         fixed = static(split)
         return known_value(x.known.reshape(fixed).transpose(perm).reshape(static(final)), x.dtype)
-    parts = emit.temp(f"reshape({emit.text(x)}, {shape_text(split)})", x.dtype, split, "blocks")
+    xt = emit.ref(x)
+    parts = emit.ref(emit.intermediate(call("reshape", xt, shape_list(split), dtype=x.dtype, shape=split), "blocks"))
     moved = tuple(split[p] for p in perm)
-    turned = emit.temp(f"transpose({parts.name}, {perm})", x.dtype, moved, "moved")
-    return emit.out(f"reshape({turned.name}, {shape_text(final)})", x.dtype, final)
+    turned = emit.ref(emit.intermediate(call("transpose", parts, seq(perm), dtype=x.dtype, shape=moved), "moved"))
+    return emit.result(call("reshape", turned, shape_list(final), dtype=x.dtype, shape=final))
 
 
 @converter("DepthToSpace")
@@ -564,8 +587,8 @@ def compress(node: OnnxNode, emit: Emitter) -> list[Value]:
     if small(x) and x.known.dtype != object:
         return [known_value(np.take(x.known, keep, axis), x.dtype)]
     shape = x.shape[:axis] + (const(len(keep)),) + x.shape[axis + 1 :]
-    ids = emit.text(known_value(keep.astype(np.int64), "i64"))
-    return [emit.out(f"take({emit.text(x)}, {ids}, {axis})", x.dtype, shape)]
+    xt, ids = emit.ref(x), emit.ref(known_value(keep.astype(np.int64), "i64"))
+    return [emit.out(call("take", xt, ids, num(axis), dtype=x.dtype, shape=shape), x.dtype, shape)]
 
 
 @converter("NonZero")
@@ -655,8 +678,8 @@ def scatter_nd(node: OnnxNode, emit: Emitter) -> list[Value]:
     tests = [_found(t_idx[(*us, k)], idx[k], x.shape[k]) for k in range(m)]
     found = functools.reduce(operator.and_, tests) if tests else Lit("True", "bool")
     ranges = [(u, Size(d)) for u, d in zip(us, lead, strict=True)]
-    # the update's row-major position, as a size in the index symbols (`i3*4 + i4`)
-    position = Size(sum((sym(u.name) * product(lead[k + 1 :]) for k, u in enumerate(us)), const(0)))
+    # the update's row-major position (`(4*i3 + i4)`)
+    position = poly([(u, product(lead[k + 1 :])) for k, u in enumerate(us)])
     update = t_upd[(*us, *idx[m:])]
     return [_scattered(node, x, idx, found, (ranges, position, update), emit)]
 
@@ -667,15 +690,15 @@ def reverse_sequence(node: OnnxNode, emit: Emitter) -> list[Value]:
     batch_axis, time_axis = node.attr("batch_axis", 1), node.attr("time_axis", 0)
     if x.rank < 2 or {batch_axis, time_axis} != {0, 1}:
         raise ModelError(f"batch_axis {batch_axis} and time_axis {time_axis} must be 0 and 1 of a rank >= 2 input")
-    text, lens = emit.text(x), emit.text(lengths)
-    i, j = _numbered(emit, 2)
+    xt, lens = emit.ref(x), emit.ref(lengths)
+    i, j = emit.index_names().numbered(2)
     t, b = (i, j) if time_axis == 0 else (j, i)
     # each sequence reversed within its length: the source position of each (time, batch) pair
-    source = f"where({t} < {lens}[{b}], {lens}[{b}] - 1 - {t}, {t})"
-    positions = emit.index_temp([i, j], source, "i64", x.shape[:2], "source")
-    items = [positions.name, positions.name]
+    source = where(t < lens[b], lens[b] - 1 - t, t)
+    positions = emit.ref(emit.index_temp([i, j], source, "i64", x.shape[:2], "source"))
+    items: list[Node] = [positions, positions]
     items[batch_axis] = _arange_along(x.shape[batch_axis], batch_axis, 2)
-    return [emit.out(f"{text}[{', '.join(items)}]", x.dtype, x.shape)]
+    return [emit.out(read(xt, items, x.shape), x.dtype, x.shape)]
 
 
 @converter("TensorScatter")
@@ -713,22 +736,23 @@ def center_crop_pad(node: OnnxNode, emit: Emitter) -> list[Value]:
     axes = [axis_of(a, x.rank) for a in axes]
     if len(sizes) != len(axes):
         raise ModelError(f"{len(sizes)} sizes for {len(axes)} axes")
-    crop, widths = [":"] * x.rank, [(0, 0)] * x.rank
+    pieces, widths = [slice(None)] * x.rank, [(0, 0)] * x.rank
     cropped = list(x.shape)
     for a, size in zip(axes, sizes, strict=True):
         dim = static_int(x.shape[a], "a cropped or padded axis")
         if size < dim:
             first = (dim - size) // 2
-            crop[a], cropped[a] = f"{first}:{first + size}", const(size)
+            pieces[a], cropped[a] = slice(first, first + size), const(size)
         elif size > dim:
             before = (size - dim) // 2
             widths[a] = (before, size - dim - before)
     shape = tuple(c + lo + hi for c, (lo, hi) in zip(cropped, widths, strict=True))
     if small(x) and x.known.dtype != object:
-        pieces = tuple(slice(*map(int, c.split(":"))) if c != ":" else slice(None) for c in crop)
-        return [known_value(np.pad(x.known[pieces], widths), x.dtype)]
-    text = subscript(emit.text(x), crop)
+        return [known_value(np.pad(x.known[tuple(pieces)], widths), x.dtype)]
+    xt = emit.ref(x)
+    crop = [ALL if p == slice(None) else span(p.start, p.stop) for p in pieces]
+    cut = subscript(xt, crop, tuple(cropped))
     if all(w == (0, 0) for w in widths):
-        return [x] if text == emit.text(x) else [emit.out(text, x.dtype, shape)]
-    pads = ", ".join(f"[{lo}, {hi}]" for lo, hi in widths)
-    return [emit.out(f"pad({text}, [{pads}], value={lit(0, x.dtype)})", x.dtype, shape)]
+        return [x] if cut is xt else [emit.out(cut, x.dtype, shape)]
+    padded = call("pad", cut, _widths(widths), dtype=x.dtype, shape=shape, value=B.lit(0, x.dtype))
+    return [emit.out(padded, x.dtype, shape)]
