@@ -199,6 +199,11 @@ def guarded(files_of: Callable[[dict], list[str]]):
             except RecursionError:
                 click.echo("catenc: error: the input nests too deeply for catenc; split it up", err=True)
                 sys.exit(EXIT_USER)
+            except BrokenPipeError:
+                # The reader of stdout went away (`catenc ... | head`): stop as a C tool killed by
+                # SIGPIPE would, without a traceback when Python flushes stdout at exit.
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                sys.exit(128 + signal.SIGPIPE)
             except Exception as err:
                 where = save_reproducer(argv, files_of(kw), err)
                 click.echo(

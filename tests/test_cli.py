@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -582,6 +583,24 @@ def test_verbose_and_quiet(work: Path) -> None:
     assert "model.c" in verbose.stdout + verbose.stderr
     quiet = ok(catenc_run(work, "compile", "model.toml", "-o", "out", "-q", "--test", SIZES))
     assert quiet.stdout == "" and quiet.stderr == ""
+
+
+def test_a_closed_stdout_stops_like_sigpipe(work: Path) -> None:
+    """`catenc compile -v | head -0`: the reader is gone before catenc writes; exit 128 + SIGPIPE,
+    no traceback, no internal error (was: internal compiler error: BrokenPipeError)."""
+    read_end, write_end = os.pipe()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "catenc", "compile", "model.toml", "-o", "out", "-S", "-v"],
+        cwd=work,
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(read_end)
+    os.close(write_end)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 128 + signal.SIGPIPE, (process.returncode, err)
+    assert err == ""
 
 
 # --------------------------------------------------------------------------- #
