@@ -7,10 +7,12 @@ so a target equal to `ignore_index`, wherever it lies, reads nothing; such a pos
 
 from __future__ import annotations
 
+from catenc.onnx.builder import Node, Size, call, cast, reduce, where
 from catenc.onnx.emitter import Emitter
+from catenc.onnx.reduce import reduction as reduced
 from catenc.onnx.registry import ModelError, OnnxNode, converter, need_float
 from catenc.onnx.values import Value
-from catenc.onnx.values import literal as lit
+from catenc.symbolic import const
 
 
 def _check(node: OnnxNode, x: Value, target: Value, weight: Value | None) -> str:
@@ -28,53 +30,55 @@ def _check(node: OnnxNode, x: Value, target: Value, weight: Value | None) -> str
     return reduction
 
 
-def _nll(node: OnnxNode, emit: Emitter, log_p: str, x: Value, target: Value, weight: Value | None) -> Value:
-    """The node's loss (output 0) of the log-probabilities `log_p` (a body name of x's shape)."""
+def _nll(node: OnnxNode, emit: Emitter, log_p: Node, x: Value, target: Value, weight: Value | None) -> Value:
+    """The node's loss (output 0) of the log-probabilities `log_p` (a tensor of x's shape)."""
     reduction = node.attr("reduction", "mean")
     ignore = node.attr("ignore_index")
-    t = emit.text(target)
+    t = emit.ref(target)
     if target.dtype != "i64":
-        t = emit.temp(f"cast({t}, i64)", "i64", target.shape, "target").name
-    w = emit.text(weight) if weight is not None else None
-    names = [i.name for i in emit.index_names().numbered(target.rank + 1)]
+        t = emit.ref(emit.temp(cast(t, "i64"), "i64", target.shape, "target"))
+    w = emit.ref(weight) if weight is not None else None
+    names = emit.index_names().numbered(target.rank + 1)
     idx, c = names[:-1], names[-1]
-    at = f"{t}[{', '.join(idx)}]"
-    read = f"{log_p}[{', '.join([idx[0], c, *idx[1:]])}]"
-    classes = f"{c} < {lit(x.shape[1], 'i64')}"
-    kept = None if ignore is None else f"{at} != {int(ignore)}"
+    at = t[tuple(idx)]
+    read = log_p[(idx[0], c, *idx[1:])]
+    kept = None if ignore is None else at.ne(int(ignore))
 
-    def picked(term: str) -> str:
-        value = f"sum[{classes}](where({c} == {at}, {term}, 0))"
-        return value if kept is None else f"where({kept}, {value}, 0)"
+    def picked(term: Node) -> Node:
+        value = reduce("sum", [(c, Size(x.shape[1]))], where(c.eq(at), term, 0))
+        return value if kept is None else where(kept, value, 0)
 
-    loss = f"-{picked(f'{read} * {w}[{c}]' if w else read)}"
+    loss = -picked(read * w[c] if w is not None else read)
     shape = target.shape
     if reduction == "none":
         return emit.out_index(idx, loss, x.dtype, shape)
-    losses = emit.index_temp(idx, loss, x.dtype, shape, "losses")
+    losses = emit.ref(emit.index_temp(idx, loss, x.dtype, shape, "losses"))
+    total = call("sum", losses, dtype=x.dtype, shape=())
     if reduction == "sum":
-        return emit.out(f"sum({losses.name})", x.dtype, ())
+        return emit.out(total, x.dtype, ())
     if w is None and kept is None:
-        return emit.out(f"mean({losses.name})", x.dtype, ())
-    weights = emit.index_temp(idx, picked(f"{w}[{c}]") if w else f"cast({kept}, {x.dtype})", x.dtype, shape, "weights")
-    return emit.out(f"sum({losses.name}) / sum({weights.name})", x.dtype, ())
+        return emit.out(call("mean", losses, dtype=x.dtype, shape=()), x.dtype, ())
+    weighed = picked(w[c]) if w is not None else cast(kept, x.dtype)
+    weights = emit.ref(emit.index_temp(idx, weighed, x.dtype, shape, "weights"))
+    return emit.out(total / call("sum", weights, dtype=x.dtype, shape=()), x.dtype, ())
 
 
 @converter("NegativeLogLikelihoodLoss")
 def nll_loss(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, target, weight = node.need(0), node.need(1), node.input(2)
     _check(node, x, target, weight)
-    return [_nll(node, emit, emit.text(x), x, target, weight)]
+    return [_nll(node, emit, emit.ref(x), x, target, weight)]
 
 
 @converter("SoftmaxCrossEntropyLoss")
 def softmax_cross_entropy(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, target, weight = node.need(0), node.need(1), node.input(2)
     _check(node, x, target, weight)
-    xt = emit.text(x)
-    shifted = emit.temp(f"{xt} - max({xt}, axis=1, keepdims=True)", x.dtype, x.shape, "shifted")
-    log_p_expr = f"{shifted.name} - log(sum(exp({shifted.name}), axis=1, keepdims=True))"
+    xt = emit.ref(x)
+    kept = x.shape[:1] + (const(1),) + x.shape[2:]
+    shifted = emit.ref(emit.temp(xt - reduced("max", xt, 1, True, kept), x.dtype, x.shape, "shifted"))
+    log_p_expr = shifted - call("log", reduced("sum", call("exp", shifted), 1, True, kept))
     wanted = len(node.outputs) > 1 and bool(node.outputs[1])
     log_p = emit.out(log_p_expr, x.dtype, x.shape, 1) if wanted else emit.temp(log_p_expr, x.dtype, x.shape, "log_p")
-    loss = _nll(node, emit, log_p.name, x, target, weight)
+    loss = _nll(node, emit, emit.ref(log_p), x, target, weight)
     return [loss, log_p] if wanted else [loss]

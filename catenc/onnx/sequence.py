@@ -8,11 +8,25 @@ picks the element of each rank below k.
 
 from __future__ import annotations
 
+from catenc.onnx import builder as B
+from catenc.onnx.builder import (
+    ELLIPSIS,
+    Group,
+    Index,
+    Node,
+    Size,
+    call,
+    num,
+    read,
+    reduce,
+    seq,
+    shape_list,
+    span,
+    where,
+)
 from catenc.onnx.emitter import Emitter
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, known_ints, need_float
-from catenc.onnx.shape import shape_text
-from catenc.onnx.values import Value
-from catenc.onnx.values import literal as lit
+from catenc.onnx.values import Shape, Value
 from catenc.symbolic import const, floordiv
 
 
@@ -23,9 +37,9 @@ def swiglu(node: OnnxNode, emit: Emitter) -> list[Value]:
     if a.shape != b.shape or a.dtype != b.dtype:
         raise ModelError("A and B must have one shape and one type")
     alpha = float(node.attr("alpha", 1.0))
-    ta, tb = emit.text(a), emit.text(b)
-    gate = f"sigmoid({ta})" if alpha == 1.0 else f"sigmoid({ta} * {lit(alpha, a.dtype)})"
-    return [emit.out(f"{ta} * {gate} * {tb}", a.dtype, a.shape)]
+    ta, tb = emit.ref(a), emit.ref(b)
+    gate = call("sigmoid", ta if alpha == 1.0 else ta * B.lit(alpha, a.dtype))
+    return [emit.out(ta * gate * tb, a.dtype, a.shape)]
 
 
 @converter("TopK")
@@ -44,22 +58,22 @@ def top_k(node: OnnxNode, emit: Emitter) -> list[Value]:
     if k.is_const and (k.value < 0 or (n.is_const and k.value > n.value)):
         raise ModelError(f"k={k} for an axis of size {n}")
     largest = bool(node.attr("largest", 1))
-    text = emit.text(x)
-    idx = [i.name for i in emit.index_names().numbered(x.rank + 1)]
+    xt = emit.ref(x)
+    idx = emit.index_names().numbered(x.rank + 1)
     p, q = idx[axis], idx[-1]
 
-    def at(position: str) -> str:
-        return f"{text}[{', '.join(position if a == axis else i for a, i in enumerate(idx[:-1]))}]"
+    def at(of: Node, position: Index) -> Node:
+        return of[tuple(position if a == axis else i for a, i in enumerate(idx[:-1]))]
 
-    before = ">" if largest else "<"
-    ahead = f"({at(q)} {before} {at(p)}) | (({at(q)} == {at(p)}) & ({q} < {p}))"
-    size = lit(n, "i64")
-    rank = emit.index_temp(idx[:-1], f"sum[{q} < {size}](where({ahead}, 1, 0))", "i64", x.shape, "rank")
+    before = B.binary(">" if largest else "<", at(xt, q), at(xt, p))
+    ahead = before | Group(at(xt, q).eq(at(xt, p)) & (q < p))
+    over = [(q, Size(n))]
+    rank = emit.ref(emit.index_temp(idx[:-1], reduce("sum", over, where(ahead, 1, 0)), "i64", x.shape, "rank"))
     shape = x.shape[:axis] + (k,) + x.shape[axis + 1 :]
     # output position r (the index named p) holds the element q of rank r
-    ranked = f"{rank.name}[{', '.join(q if a == axis else i for a, i in enumerate(idx[:-1]))}] == {p}"
-    positions = f"sum[{q} < {size}](where({ranked}, {q}, 0))"
-    values = f"sum[{q} < {size}](where({ranked}, {at(q)}, 0))"
+    ranked = at(rank, q).eq(p)
+    positions = reduce("sum", over, where(ranked, q, 0))
+    values = reduce("sum", over, where(ranked, at(xt, q), 0))
     results = [emit.out_index(idx[:-1], values, x.dtype, shape, 0)]
     if len(node.outputs) > 1 and node.outputs[1]:
         results.append(emit.out_index(idx[:-1], positions, "i64", shape, 1))
@@ -76,14 +90,15 @@ def rotary_embedding(node: OnnxNode, emit: Emitter) -> list[Value]:
     if x.rank == 3:
         if not heads:
             raise ModelError("num_heads is required for a 3-D input")
-        batch, seq, hidden = x.shape
+        batch, length, hidden = x.shape
         head_size = floordiv(hidden, heads)
-        work = (batch, seq, const(heads), head_size)
-        xt = emit.temp(f"reshape({emit.text(x)}, {shape_text(work)})", x.dtype, work, "heads").name
+        work = (batch, length, const(heads), head_size)
+        heads_of_x = call("reshape", emit.ref(x), shape_list(work), dtype=x.dtype, shape=work)
+        xt = emit.ref(emit.intermediate(heads_of_x, "heads"))
         head_axis = 2
     else:
-        batch, _, seq, head_size = x.shape
-        work, xt, head_axis = x.shape, emit.text(x), 1
+        batch, _, length, head_size = x.shape
+        work, xt, head_axis = x.shape, emit.ref(x), 1
     dim = node.attr("rotary_embedding_dim", 0) or head_size
     dim = const(dim) if isinstance(dim, int) else dim
     if not dim.is_const or dim.value % 2:
@@ -91,6 +106,7 @@ def rotary_embedding(node: OnnxNode, emit: Emitter) -> list[Value]:
     if head_size.is_const and dim.value > head_size.value:
         raise ModelError(f"rotary_embedding_dim={dim} is larger than the head size {head_size}")
     half = dim.value // 2
+    cache_shape = (batch, length, const(1), const(half)) if head_axis == 2 else (batch, const(1), length, const(half))
     caches = []
     for cache in (cos, sin):
         if cache.dtype != x.dtype or cache.rank != (2 if positions is not None else 3):
@@ -99,30 +115,35 @@ def rotary_embedding(node: OnnxNode, emit: Emitter) -> list[Value]:
             )
         if cache.shape[-1] != const(half):
             raise ModelError(f"the caches' last dim is {cache.shape[-1]}, not rotary_embedding_dim / 2 = {half}")
-        picked = f"{emit.text(cache)}[{emit.text(positions)}]" if positions is not None else emit.text(cache)
-        caches.append(f"unsqueeze({picked}, {head_axis})")
-    cache_shape = (batch, seq, const(1), const(half)) if head_axis == 2 else (batch, const(1), seq, const(half))
-    c, s = (emit.temp(t, x.dtype, cache_shape, h).name for t, h in zip(caches, ("cos", "sin"), strict=True))
+        picked = emit.ref(cache)
+        if positions is not None:
+            picked = read(picked, [emit.ref(positions)], positions.shape + cache.shape[1:])
+        caches.append(call("unsqueeze", picked, num(head_axis), dtype=x.dtype, shape=cache_shape))
+    c, s = (emit.ref(emit.temp(t, x.dtype, cache_shape, h)) for t, h in zip(caches, ("cos", "sin"), strict=True))
     interleaved = bool(node.attr("interleaved", 0))
-    x1, x2 = (
-        (f"{xt}[..., 0:{dim}:2]", f"{xt}[..., 1:{dim}:2]")
-        if interleaved
-        else (
-            f"{xt}[..., :{half}]",
-            f"{xt}[..., {half}:{dim}]",
-        )
-    )
     halves = (*work[:-1], const(half))
-    lo, hi = (emit.temp(t, x.dtype, halves, h).name for t, h in zip((x1, x2), ("x1", "x2"), strict=True))
-    real = emit.temp(f"{c} * {lo} - {s} * {hi}", x.dtype, halves, "real").name
-    imag = emit.temp(f"{s} * {lo} + {c} * {hi}", x.dtype, halves, "imag").name
+    pairs = (span(0, Size(dim), 2), span(1, Size(dim), 2)) if interleaved else (span(None, half), span(half, Size(dim)))
+    lo, hi = (
+        emit.ref(emit.temp(read(xt, [ELLIPSIS, pair], halves), x.dtype, halves, h))
+        for pair, h in zip(pairs, ("x1", "x2"), strict=True)
+    )
+    real = emit.ref(emit.temp(c * lo - s * hi, x.dtype, halves, "real"))
+    imag = emit.ref(emit.temp(s * lo + c * hi, x.dtype, halves, "imag"))
     rotated_shape = (*work[:-1], dim)
+    rotated = _joined("concat", [real, imag], rotated_shape)
     if interleaved:
-        rotated = f"reshape(stack([{real}, {imag}], axis=-1), {shape_text(rotated_shape)})"
-    else:
-        rotated = f"concat([{real}, {imag}], axis=-1)"
+        stacked = call("stack", seq([real, imag]), dtype=x.dtype, shape=(*halves, const(2)), axis=num(-1))
+        rotated = call("reshape", stacked, shape_list(rotated_shape), dtype=x.dtype, shape=rotated_shape)
     if dim != head_size:
-        rotated = f"concat([{emit.temp(rotated, x.dtype, rotated_shape, 'rotated').name}, {xt}[..., {dim}:]], axis=-1)"
+        first = emit.ref(emit.temp(rotated, x.dtype, rotated_shape, "rotated"))
+        rest = read(xt, [ELLIPSIS, span(Size(dim))], (*work[:-1], head_size - dim))
+        rotated = _joined("concat", [first, rest], work)
     if x.rank == 3:
-        rotated = f"reshape({emit.temp(rotated, x.dtype, work, 'rotated').name}, {shape_text(x.shape)})"
+        whole = emit.ref(emit.temp(rotated, x.dtype, work, "rotated"))
+        rotated = call("reshape", whole, shape_list(x.shape), dtype=x.dtype, shape=x.shape)
     return [emit.out(rotated, x.dtype, x.shape)]
+
+
+def _joined(fn: str, parts: list[Node], shape: Shape) -> Node:
+    """`concat([a, b], axis=-1)` of the parts' dtype, of the caller's shape."""
+    return call(fn, seq(parts), dtype=parts[0].dtype, shape=shape, axis=num(-1))
