@@ -153,17 +153,17 @@ def test_recurrent_layers_against_the_reference_and_onnxruntime(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("op", "inputs", "attrs", "message"),
+    ("op", "inputs", "outputs", "attrs", "message"),
     [
-        ("TopK", ["x", "k"], {}, r"k \(input 1\) must be known when the model is compiled"),
-        ("RNN", ["x", "w", "r"], {"hidden_size": 2}, "a sequence length computed at run time"),
-        ("NegativeLogLikelihoodLoss", ["x", "k"], {"reduction": "max"}, "invalid node: the input must be"),
+        ("TopK", ["x", "k"], ["y", "indices"], {}, r"k \(input 1\) must be known when the model is compiled"),
+        ("RNN", ["x", "w", "r"], ["y"], {"hidden_size": 2}, "a sequence length computed at run time"),
+        ("NegativeLogLikelihoodLoss", ["x", "k"], ["y"], {"reduction": "max"}, "invalid node: the input must be"),
     ],
 )
-def test_what_must_be_known_is_reported(op, inputs, attrs, message):
+def test_what_must_be_known_is_reported(op, inputs, outputs, attrs, message):
     shapes = {"x": ["T", 1, 3], "k": [1], "w": [1, 2, 3], "r": [1, 2, 2]}
     types = {"k": I64}
     ins = [tensor(name, types.get(name, F), shapes[name]) for name in inputs]
-    model = make_model([node(op, inputs, ["y"], **attrs)], ins, [tensor("y", F, None)], opset=22)
+    model = make_model([node(op, inputs, outputs, **attrs)], ins, [tensor(o, 0, None) for o in outputs], opset=22)
     with pytest.raises(CatencError, match=message):
         import_proto(model, "m.onnx")

@@ -62,8 +62,6 @@ def test_slices_pads_and_gathers_opset13(tmp_path):
         node("GatherElements", ["x", "ids"], "gathered", axis=0),
         node("GatherND", ["m", "nd"], "gathered_nd"),
         node("GatherND", ["x", "nd_b"], "gathered_nd_batch", batch_dims=1),
-        node("Trilu", ["m", "k"], "upper"),
-        node("Trilu", ["x"], "lower", upper=0),
         node("OneHot", ["classes", "depth", "onoff"], "onehot", axis=1),
         node("CumSum", ["m", "axis1"], "cumsum_rev_excl", exclusive=1, reverse=1),
         node("CumSum", ["x", "axis0"], "cumsum"),
@@ -94,7 +92,6 @@ def test_slices_pads_and_gathers_opset13(tmp_path):
         const("pads2", [2, 1, 1, 3]),
         const("nd", [[0, 6], [4, -1]]),
         const("nd_b", nd),
-        const("k", -1),
         const("depth", 8),
         const("onoff", [-1.0, 3.0], np.float32),
         const("axis1", 1),
@@ -151,7 +148,7 @@ def test_opset18_forms_and_symbolic_sizes(tmp_path):
     run(nodes, {"x": x}, inits, 18, tmp_path, shapes={"x": ["N", 7]}, hidden=hidden, N=5)
 
 
-def test_scatters_reverse_sequence_and_runtime_diagonal(tmp_path):
+def test_scatters_reverse_sequence_and_diagonals(tmp_path):
     data = RNG.standard_normal((4, 5)).astype(np.float32)
     ids = np.array([[1, -1, 0, 3, 3], [1, 2, 0, 0, 3]], dtype=np.int64)  # duplicates: the last one wins
     ups = RNG.standard_normal((2, 5)).astype(np.float32)
@@ -168,11 +165,13 @@ def test_scatters_reverse_sequence_and_runtime_diagonal(tmp_path):
         node("ReverseSequence", ["seq_b", "lens_b"], "reversed_batch", batch_axis=0, time_axis=1),
         node("Trilu", ["data", "k"], "upper_runtime_k"),
         node("Trilu", ["data", "k"], "lower_runtime_k", upper=0),
+        node("Trilu", ["data", "known_k"], "upper"),  # Trilu is of opset 14 on
+        node("Trilu", ["seq"], "lower", upper=0),  # a batch of matrices
     ]
     feeds = {"data": data, "ids": ids, "ups": ups, "ids_t": ids.T[:4, :2] % 5, "ups_t": ups.T[:4, :2].copy()}
     feeds |= {"nd_ids": nd_ids, "nd_ups": nd_ups, "seq": seq, "lens": np.array([4, 1, 2], np.int64)}
     feeds |= {"seq_b": seq, "lens_b": np.array([3, 1, 2, 0], np.int64), "k": np.array(-1, np.int64)}
-    run(nodes, feeds, [], 18, tmp_path)
+    run(nodes, feeds, [const("known_k", -1)], 18, tmp_path)
 
 
 def test_negative_pads_crop(tmp_path):
@@ -385,6 +384,8 @@ def test_invalid_nodes_get_diagnostics(op, shapes, attrs, message):
     inits = [const(n, np.ones(s), kind) for n, s in zip(names[1:], shapes[1:], strict=True)]
     if op == "Compress":
         inits = [const("in1", [0, 0, 0, 0, 1], np.bool_)]
-    model = make_model([node(op, names, "y", **attrs)], [tensor("in0", F, shapes[0])], [tensor("y", 0, None)], inits)
+    opset = 23 if op == "Attention" else 17  # Attention is of opset 23 on
+    ins, outs = [tensor("in0", F, shapes[0])], [tensor("y", 0, None)]
+    model = make_model([node(op, names, "y", **attrs)], ins, outs, inits, opset=opset)
     with pytest.raises(CatencError, match=message):
         import_proto(model, "m.onnx")

@@ -242,8 +242,9 @@ def _node_problems(node, label: str, opset: int, onnx, types: dict[str, int]) ->
         if formal.option == single and not name:
             yield f"{label}: input {i} ({formal.name}) is required, and is empty"
         kind = f"tensor({type_name(types[name]).lower()})" if name in types else None
-        if kind is not None and kind not in allowed.get(formal.type_str, [formal.type_str]):
-            yield f"{label}: input {i} ({formal.name}) is a {kind}; {schema.name} takes {formal.type_str} there"
+        takes = allowed.get(formal.type_str, [formal.type_str])
+        if kind is not None and kind not in takes:
+            yield f"{label}: input {i} ({formal.name}) is a {kind}; {schema.name} takes {_either(takes)} there"
 
 
 def _attribute_problems(attribute, schema, label: str, kinds) -> Iterator[str]:
@@ -266,3 +267,9 @@ def _count_problems(what: str, n: int, least: int, most: int, label: str) -> Ite
     if not least <= n <= most:
         takes = f"{least}" if least == most else f"{least} to {most}" if most < 2**31 - 1 else f"at least {least}"
         yield f"{label}: {n} {what}s; it takes {takes}"
+
+
+def _either(kinds) -> str:
+    """`a`, `a or b`, `a, b or c`: the types a formal parameter allows, in the schema's order."""
+    *rest, last = kinds
+    return f"{', '.join(rest)} or {last}" if rest else last
