@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from catenc.onnx import builder as B
 from catenc.onnx import nn
+from catenc.onnx.builder import ALL, NEW_AXIS, Group, Node, call, cast, matmul, read
 from catenc.onnx.emitter import Emitter
 from catenc.onnx.indexing import small
 from catenc.onnx.linalg import matmul_shape
 from catenc.onnx.model import type_name
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter
 from catenc.onnx.values import NUMPY, ONNX_DTYPES, Value, known_value
-from catenc.onnx.values import literal as lit
 from catenc.symbolic import const
 
 _INTEGERS = ("i8", "u8", "i16", "u16")  # the types ops/quantization.toml's composites take too
@@ -28,14 +29,23 @@ def _scalar(value: Value) -> bool:
     return value.rank == 0 or (value.rank == 1 and value.shape[0].is_const and value.shape[0].value == 1)
 
 
-def _scalar_text(value: Value, emit: Emitter) -> str:
+def _scalar_param(value: Value, emit: Emitter) -> Node:
     """A per-tensor scale or zero point (rank 0 or one element) as a rank-0 expression."""
     if value.is_known and value.known.dtype != object:
-        text = lit(value.known.reshape(-1)[0], value.dtype)
+        literal = B.lit(value.known.reshape(-1)[0], value.dtype)
         # a literal alone is f32 or i64 (docs/language.md, section 5): other types are cast
-        return text if value.dtype in ("f32", "i64") else f"cast({text}, {value.dtype})"
-    text = emit.text(value)
-    return text if value.rank == 0 else f"{text}[0]"
+        return literal if value.dtype in ("f32", "i64") else cast(literal, value.dtype)
+    ref = emit.ref(value)
+    return ref if value.rank == 0 else ref[0]
+
+
+def _along(value: Value, axis: int, rank: int, emit: Emitter) -> Node:
+    """A vector laid along `axis` of a rank-`rank` tensor (`v[:, None, None]`)."""
+    trailing = rank - 1 - axis
+    ref = emit.ref(value)
+    if not trailing:
+        return ref
+    return read(ref, [ALL] + [NEW_AXIS] * trailing, value.shape + (const(1),) * trailing)
 
 
 def _layout(node: OnnxNode, param: Value, x: Value) -> tuple[int, int] | None:
@@ -52,19 +62,18 @@ def _layout(node: OnnxNode, param: Value, x: Value) -> tuple[int, int] | None:
     return axis, block
 
 
-def broadcast_param(node: OnnxNode, param: Value, x: Value, emit: Emitter) -> str:
+def broadcast_param(node: OnnxNode, param: Value, x: Value, emit: Emitter) -> Node:
     """A scale or zero point as an expression that broadcasts against x: per tensor, per axis, per block."""
     layout = _layout(node, param, x)
     if layout is None:
-        return _scalar_text(param, emit)
+        return _scalar_param(param, emit)
     axis, block = layout
-    text = emit.text(param)
     if block:
-        idx = [i.name for i in emit.index_names().numbered(x.rank)]
-        subs = ", ".join(f"{i} // {block}" if k == axis else i for k, i in enumerate(idx))
-        return emit.index_temp(idx, f"{text}[{subs}]", param.dtype, x.shape, "blocks").name
-    trailing = x.rank - 1 - axis
-    return f"{text}[:{', None' * trailing}]" if trailing else text
+        ref = emit.ref(param)
+        idx = emit.index_names().numbered(x.rank)
+        blocks = ref[tuple(i // block if k == axis else i for k, i in enumerate(idx))]
+        return emit.ref(emit.index_temp(idx, blocks, param.dtype, x.shape, "blocks"))
+    return _along(param, axis, x.rank, emit)
 
 
 def _param_array(node: OnnxNode, param: Value, x: Value) -> np.ndarray:
@@ -98,14 +107,14 @@ def quantize_linear(node: OnnxNode, emit: Emitter) -> list[Value]:
     if node.attr("precision"):
         raise Unsupported("the precision attribute")
     per_tensor = _scalar(scale) and (zero_point is None or _scalar(zero_point))
-    zp = f"cast(0, {q})" if zero_point is None else broadcast_param(node, zero_point, x, emit)
+    zp = cast(0, q) if zero_point is None else broadcast_param(node, zero_point, x, emit)
     s = broadcast_param(node, scale, x, emit)
     if per_tensor and x.dtype == "f32" and scale.dtype == "f32":
-        return [emit.out(f"quantize_linear({emit.text(x)}, {s}, {zp})", q, x.shape)]
-    ratio = f"{emit.text(x)} / {s}"
+        return [emit.out(call("quantize_linear", emit.ref(x), s, zp, dtype=q, shape=x.shape), q, x.shape)]
+    ratio = emit.ref(x) / s
     if x.dtype != "f32":  # numpy rounds the quotient to x's type before rounding it to an integer
-        ratio = emit.temp(ratio, x.dtype, x.shape, "ratio").name
-    return [emit.out(f"cast(round(cast({ratio}, f32)) + cast({zp}, f32), {q})", q, x.shape)]
+        ratio = emit.ref(emit.temp(ratio, x.dtype, x.shape, "ratio"))
+    return [emit.out(cast(call("round", cast(ratio, "f32")) + cast(zp, "f32"), q), q, x.shape)]
 
 
 @converter("DequantizeLinear")
@@ -130,10 +139,13 @@ def dequantize_linear(node: OnnxNode, emit: Emitter) -> list[Value]:
     s = broadcast_param(node, scale, x, emit)
     zp = None if zero_point is None else broadcast_param(node, zero_point, x, emit)
     if per_tensor and out == "f32" and scale.dtype == "f32":
-        return [emit.out(f"dequantize_linear({emit.text(x)}, {s}, {zp or f'cast(0, {x.dtype})'})", out, x.shape)]
-    shifted = f"cast({emit.text(x)}, f32)" + (f" - cast({zp}, f32)" if zp else "")
-    scaled = f"({shifted}) * " + (s if scale.dtype == "f32" else f"cast({s}, f32)")
-    return [emit.out(scaled if out == "f32" else f"cast({scaled}, {out})", out, x.shape)]
+        point = zp if zp is not None else cast(0, x.dtype)
+        return [emit.out(call("dequantize_linear", emit.ref(x), s, point, dtype=out, shape=x.shape), out, x.shape)]
+    shifted = cast(emit.ref(x), "f32")
+    if zp is not None:
+        shifted = shifted - cast(zp, "f32")
+    scaled = Group(shifted) * (s if scale.dtype == "f32" else cast(s, "f32"))
+    return [emit.out(scaled if out == "f32" else cast(scaled, out), out, x.shape)]
 
 
 @converter("DynamicQuantizeLinear")
@@ -141,31 +153,36 @@ def dynamic_quantize_linear(node: OnnxNode, emit: Emitter) -> list[Value]:
     x = node.need(0)
     if x.dtype != "f32":
         raise ModelError(f"x of type {x.dtype}")
-    t = emit.text(x)
-    high = emit.temp(f"maximum(max({t}), 0.0)", "f32", (), "max")
-    low = emit.temp(f"minimum(min({t}), 0.0)", "f32", (), "min")
-    span = f"where({high.name} == {low.name}, 1.0, {high.name} - {low.name})"
-    scale = emit.out(f"{span} / 255.0", "f32", (), 1)
-    zp = emit.temp(f"round(clip(0.0 - {low.name} / {scale.name}, 0.0, 255.0))", "f32", (), "zp")
-    y = emit.out(f"cast(round({t} / {scale.name}) + {zp.name}, u8)", "u8", x.shape, 0)
-    return [y, scale, emit.out(f"cast({zp.name}, u8)", "u8", (), 2)]
+    t = emit.ref(x)
+    high = emit.ref(emit.temp(call("maximum", call("max", t, dtype="f32", shape=()), 0.0), "f32", (), "max"))
+    low = emit.ref(emit.temp(call("minimum", call("min", t, dtype="f32", shape=()), 0.0), "f32", (), "min"))
+    span = B.where(high.eq(low), 1.0, high - low)
+    scale = emit.out(span / 255.0, "f32", (), 1)
+    s = emit.ref(scale)
+    zp = emit.ref(emit.temp(call("round", call("clip", 0.0 - low / s, 0.0, 255.0)), "f32", (), "zp"))
+    y = emit.out(cast(call("round", t / s) + zp, "u8"), "u8", x.shape, 0)
+    return [y, scale, emit.out(cast(zp, "u8"), "u8", (), 2)]
 
 
-def _zero_point_rows(zero_point: Value, operand: Value, rows: bool, emit: Emitter) -> str:
+def _zero_point_rows(zero_point: Value, rows: bool, emit: Emitter) -> Node:
     """A zero point of a matrix product's operand: per tensor, per row of a, or per column of b."""
     if _scalar(zero_point):
-        return _scalar_text(zero_point, emit)
+        return _scalar_param(zero_point, emit)
     if zero_point.rank != 1:
         raise Unsupported(f"a zero point of rank {zero_point.rank}")
-    text = emit.text(zero_point)
-    return f"{text}[:, None]" if rows else text
+    return _along(zero_point, 0, 2 if rows else 1, emit)
 
 
-def _centred(operand: Value, zero_point: Value | None, rows: bool, emit: Emitter) -> str:
-    text = f"cast({emit.text(operand)}, i32)"
+def _centred(operand: Value, zero_point: Value | None, rows: bool, emit: Emitter) -> Node:
+    wide = cast(emit.ref(operand), "i32")
     if zero_point is None:
-        return text
-    return f"({text} - cast({_zero_point_rows(zero_point, operand, rows, emit)}, i32))"
+        return wide
+    return Group(wide - cast(_zero_point_rows(zero_point, rows, emit), "i32"))
+
+
+def _product(a: Value, a_zero: Value | None, b: Value, b_zero: Value | None, shape, emit: Emitter) -> Node:
+    """(a - a_zero) @ (b - b_zero) in i32."""
+    return matmul(_centred(a, a_zero, True, emit), _centred(b, b_zero, False, emit), shape)
 
 
 @converter("MatMulInteger")
@@ -176,10 +193,9 @@ def matmul_integer(node: OnnxNode, emit: Emitter) -> list[Value]:
         raise ModelError(f"operands of types {a.dtype} and {b.dtype}")
     library = a.rank == b.rank == 2 and a.dtype == b.dtype and a_zero is not None and b_zero is not None
     if library and _scalar(a_zero) and _scalar(b_zero):
-        args = ", ".join((emit.text(a), emit.text(b), _scalar_text(a_zero, emit), _scalar_text(b_zero, emit)))
-        return [emit.out(f"matmul_integer({args})", "i32", shape)]
-    expr = f"{_centred(a, a_zero, True, emit)} @ {_centred(b, b_zero, False, emit)}"
-    return [emit.out(expr, "i32", shape)]
+        args = (emit.ref(a), emit.ref(b), _scalar_param(a_zero, emit), _scalar_param(b_zero, emit))
+        return [emit.out(call("matmul_integer", *args, dtype="i32", shape=shape), "i32", shape)]
+    return [emit.out(_product(a, a_zero, b, b_zero, shape, emit), "i32", shape)]
 
 
 @converter("QLinearMatMul")
@@ -193,36 +209,41 @@ def qlinear_matmul(node: OnnxNode, emit: Emitter) -> list[Value]:
         raise ModelError(f"an output of type {q}")
     if not all(_scalar(s) for s in (a_scale, b_scale, y_scale)):
         raise Unsupported("per-row or per-column scales")
-    acc = emit.temp(f"{_centred(a, a_zero, True, emit)} @ {_centred(b, b_zero, False, emit)}", "i32", shape, "acc")
+    acc = emit.ref(emit.temp(_product(a, a_zero, b, b_zero, shape, emit), "i32", shape, "acc"))
     # the reference multiplies in the scales' type, then the i32 products by that factor in f64
     ft = a_scale.dtype
-    product = emit.temp(f"{_scalar_text(a_scale, emit)} * {_scalar_text(b_scale, emit)}", ft, (), "scales")
-    factor = emit.temp(f"{product.name} / {_scalar_text(y_scale, emit)}", ft, (), "factor")
-    expr = f"cast({acc.name}, f64) * cast({factor.name}, f64)"
+    scales = _scalar_param(a_scale, emit) * _scalar_param(b_scale, emit)
+    product = emit.ref(emit.temp(scales, ft, (), "scales"))
+    factor = emit.ref(emit.temp(product / _scalar_param(y_scale, emit), ft, (), "factor"))
+    return [emit.out(_requantized(cast(acc, "f64"), factor, y_zero, q, emit), q, shape)]
+
+
+def _requantized(acc: Node, factor: Node, y_zero: Value | None, q: str, emit: Emitter) -> Node:
+    """`cast(round(acc * factor + y_zero), q)`, computed in f64."""
+    expr = acc * cast(factor, "f64")
     if y_zero is not None:
-        expr += f" + cast({_scalar_text(y_zero, emit)}, f64)"
-    return [emit.out(f"cast(round({expr}), {q})", q, shape)]
+        expr = expr + cast(_scalar_param(y_zero, emit), "f64")
+    return cast(call("round", expr), q)
 
 
 # ---- integer convolutions: the float convolution (nn.py) of the shifted integers, exact in f64 ----
 
 
-def _per_channel(value: Value, rank: int, emit: Emitter, axis: int = 0) -> str:
+def _per_channel(value: Value, rank: int, emit: Emitter, axis: int = 0) -> Node:
     """A per-tensor or per-output-channel parameter broadcast along `axis` of a rank-`rank` tensor."""
     if _scalar(value):
-        return _scalar_text(value, emit)
+        return _scalar_param(value, emit)
     if value.rank != 1:
         raise ModelError(f"a parameter of rank {value.rank} (a scalar or one value per output channel)")
-    trailing = rank - 1 - axis
-    return f"{emit.text(value)}[:{', None' * trailing}]" if trailing else emit.text(value)
+    return _along(value, axis, rank, emit)
 
 
 def _shifted(operand: Value, zero_point: Value | None, emit: Emitter, hint: str) -> Value:
     """operand - zero_point as f64 (exact for 8-bit integers)."""
-    text = f"cast({emit.text(operand)}, f64)"
+    expr = cast(emit.ref(operand), "f64")
     if zero_point is not None:
-        text += f" - cast({_per_channel(zero_point, operand.rank, emit)}, f64)"
-    return emit.temp(text, "f64", operand.shape, hint)
+        expr = expr - cast(_per_channel(zero_point, operand.rank, emit), "f64")
+    return emit.temp(expr, "f64", operand.shape, hint)
 
 
 def _integer_conv(
@@ -233,7 +254,7 @@ def _integer_conv(
         raise ModelError(f"inputs of types {x.dtype} and {w.dtype}")
     xs, ws = _shifted(x, zps[0], emit, "x"), _shifted(w, zps[1], emit, "w")
     if bias is not None:
-        bias = emit.temp(f"cast({emit.text(bias)}, f64)", "f64", bias.shape, "bias")
+        bias = emit.temp(cast(emit.ref(bias), "f64"), "f64", bias.shape, "bias")
     attrs = {
         k: v
         for k, v in node.attrs.items()
@@ -253,7 +274,7 @@ def _integer_conv(
 def conv_integer(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, w = node.need(0), node.need(1)
     acc = _integer_conv(node, x, w, (node.input(2), node.input(3)), None, emit)
-    return [emit.out(f"cast({acc.name}, i32)", "i32", acc.shape)]
+    return [emit.out(cast(emit.ref(acc), "i32"), "i32", acc.shape)]
 
 
 @converter("QLinearConv")
@@ -264,10 +285,7 @@ def qlinear_conv(node: OnnxNode, emit: Emitter) -> list[Value]:
     q = x.dtype if y_zero is None else y_zero.dtype
     acc = _integer_conv(node, x, w, (x_zero, w_zero), bias, emit)
     # the reference multiplies the scales in their type, then the i32 sums by that factor in f64
-    scales = f"{_scalar_text(x_scale, emit)} * {_per_channel(w_scale, acc.rank, emit, 1)}"
+    scales = _scalar_param(x_scale, emit) * _per_channel(w_scale, acc.rank, emit, 1)
     factor_shape = () if _scalar(w_scale) else (w_scale.shape[0],) + (const(1),) * (acc.rank - 2)
-    factor = emit.temp(f"{scales} / {_scalar_text(y_scale, emit)}", x_scale.dtype, factor_shape, "factor")
-    expr = f"{acc.name} * cast({factor.name}, f64)"
-    if y_zero is not None:
-        expr += f" + cast({_scalar_text(y_zero, emit)}, f64)"
-    return [emit.out(f"cast(round({expr}), {q})", q, acc.shape)]
+    factor = emit.ref(emit.temp(scales / _scalar_param(y_scale, emit), x_scale.dtype, factor_shape, "factor"))
+    return [emit.out(_requantized(emit.ref(acc), factor, y_zero, q, emit), q, acc.shape)]
