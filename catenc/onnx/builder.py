@@ -197,6 +197,19 @@ class Poly(Node):
 
 
 @dataclass(frozen=True, eq=False)
+class Text(Node):
+    """A string argument (einsum's equation), written in double quotes."""
+
+    text: str
+    dtype: str = "str"
+    shape: Shape = ()
+
+    def __post_init__(self) -> None:
+        if '"' in self.text or "\\" in self.text:
+            raise BuildError(f"a string argument with a quote or backslash: {self.text!r}")
+
+
+@dataclass(frozen=True, eq=False)
 class Seq(Node):
     """A list `[2, 3]` or tuple `(2, 3)` argument (axes, a shape, pad widths)."""
 
@@ -357,7 +370,7 @@ def meet_shape(op: str, nodes: Sequence[Node]) -> Shape:
 
 
 def _value(node: Node, op: str) -> Node:
-    if node.dtype in ("type", "slice", "seq"):
+    if node.dtype in ("type", "slice", "seq", "str"):
         raise BuildError(f"a {node.dtype} is not an operand of {op}")
     return node
 
@@ -478,6 +491,7 @@ def shape_list(shape: Shape) -> Seq:
 _MATH = ("abs", "exp", "expm1", "log", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tan", "tanh")
 _MATH += ("sinh", "cosh", "asin", "acos", "atan", "erf", "floor", "ceil", "round", "sign", "relu")
 _MATH += ("sigmoid", "softplus", "silu", "gelu", "gelu_tanh", "trunc", "exp2", "softmax", "log_softmax")
+_OPERANDS = 1 << 10  # the operands einsum takes: any number
 FUNCTIONS: dict[str, tuple[int, int, str]] = {
     **dict.fromkeys(_MATH, (1, 1, "same")),
     **dict.fromkeys(("maximum", "minimum", "pow"), (2, 2, "same")),
@@ -489,7 +503,9 @@ FUNCTIONS: dict[str, tuple[int, int, str]] = {
     **dict.fromkeys(("sum", "mean", "max", "min", "prod", "argmax", "argmin"), (1, 1, "given")),
     **dict.fromkeys(("reshape", "expand", "transpose", "unsqueeze", "take", "pad"), (2, 3, "given")),
     **dict.fromkeys(("triu", "tril", "arange"), (1, 1, "given")),
-    **dict.fromkeys(("concat", "stack", "zeros", "attention"), (1, 4, "given")),
+    **dict.fromkeys(("concat", "stack", "zeros"), (1, 2, "given")),
+    **dict.fromkeys(("attention", "attention_masked"), (3, 4, "given")),
+    "einsum": (2, _OPERANDS + 1, "given"),
     **dict.fromkeys(("quantize_linear", "dequantize_linear"), (3, 3, "given")),
     "matmul_integer": (2, 4, "given"),
     "layernorm": (3, 3, "same"),
@@ -505,7 +521,7 @@ def call(fn: str, *args: Operand, dtype: str | None = None, shape: Shape | None 
     least, most, result = FUNCTIONS[fn]
     if not least <= len(args) <= most:
         raise BuildError(f"{fn} takes {least}..{most} arguments, not {len(args)}")
-    nodes = tuple(_value(operand(a), fn) if not isinstance(a, (TypeName, Seq)) else a for a in args)
+    nodes = tuple(_value(operand(a), fn) if not isinstance(a, (TypeName, Seq, Text)) else a for a in args)
     kws = tuple((k, operand(v)) for k, v in keywords.items())
     if result == "given":
         if dtype is None or shape is None:
@@ -599,6 +615,7 @@ _RENDER: dict[type, Callable] = {
     Size: _size,
     Index: lambda n: n.name,
     TypeName: lambda n: n.name,
+    Text: lambda n: f'"{n.text}"',
     Slice: _slice,
     Marker: lambda n: n.text,
     Poly: _poly,

@@ -10,15 +10,22 @@ that sends fully masked rows to 0, and the grouped-query heads read by index.
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
+from collections.abc import Sequence
 
 import numpy as np
 
+from catenc.onnx import builder as B
+from catenc.onnx.builder import Group, Lit, Node, Operand, Size, Text, call, cast, matmul, reduce, seq, where
 from catenc.onnx.emitter import Emitter
+from catenc.onnx.reduce import reduction
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter
 from catenc.onnx.values import ONNX_DTYPES, Shape, Value, broadcast
-from catenc.onnx.values import literal as lit
 from catenc.symbolic import Expr, const, floordiv
+
+_NO_ATTENTION = B.lit(float("-inf"), "f32")  # the bias of a key a query does not attend to
 
 # ---- Einsum --------------------------------------------------------------------------------------
 
@@ -70,7 +77,7 @@ def einsum(node: OnnxNode, emit: Emitter) -> list[Value]:
         raise Unsupported("einsum of bool tensors")
     terms, output, sizes = _parse(str(node.attr("equation", "")), operands)
     shape = tuple(sizes[c] for c in output)
-    texts = [emit.text(v) for v in operands]
+    refs = [emit.ref(v) for v in operands]
     broadcasting = any(
         dim != sizes[c] for t, v in zip(terms, operands, strict=True) for c, dim in zip(t, v.shape, strict=True)
     )
@@ -78,23 +85,21 @@ def einsum(node: OnnxNode, emit: Emitter) -> list[Value]:
     if plain:
         if output == "".join(terms) and len(terms) == 1:
             return [operands[0]]
-        return [emit.out(f'einsum("{",".join(terms)}->{output}", {", ".join(texts)})', dtype, shape)]
-    names = dict(zip(sorted(sizes), [i.name for i in emit.index_names().numbered(len(sizes))], strict=True))
+        equation = Text(f"{','.join(terms)}->{output}")
+        return [emit.out(call("einsum", equation, *refs, dtype=dtype, shape=shape), dtype, shape)]
+    names = dict(zip(sorted(sizes), emit.index_names().numbered(len(sizes)), strict=True))
     reads = []
-    for term, text, value in zip(terms, texts, operands, strict=True):
-        subs = [names[c] if dim == sizes[c] else "0" for c, dim in zip(term, value.shape, strict=True)]
-        reads.append(f"{text}[{', '.join(subs)}]" if term else text)
-    expr = " * ".join(reads)
+    for term, ref, value in zip(terms, refs, operands, strict=True):
+        subs = [names[c] if dim == sizes[c] else 0 for c, dim in zip(term, value.shape, strict=True)]
+        reads.append(ref[tuple(subs)] if term else ref)
     summed = [c for c in sorted(sizes) if c not in output]
-    if summed:
-        ranges = ", ".join(f"{names[c]} < {lit(sizes[c], 'i64')}" for c in summed)
-        expr = f"sum[{ranges}]({expr})"
+    expr = reduce("sum", [(names[c], Size(sizes[c])) for c in summed], functools.reduce(operator.mul, reads))
     if not output:  # a scalar: index form needs an axis, so one of length 1, then its element
         if not summed:
             return [emit.out(expr, dtype, ())]
-        one = emit.index_names().numbered(len(sizes) + 1)[-1].name
-        total = emit.index_temp([one], expr, dtype, (const(1),), "total")
-        return [emit.out(f"{total.name}[0]", dtype, ())]
+        one = emit.index_names().numbered(len(sizes) + 1)[-1]
+        total = emit.ref(emit.index_temp([one], expr, dtype, (const(1),), "total"))
+        return [emit.out(total[0], dtype, ())]
     return [emit.out_index([names[c] for c in output], expr, dtype, shape)]
 
 
@@ -123,13 +128,16 @@ def _heads(value: Value, heads: int | None, emit: Emitter, hint: str) -> Value:
         raise ModelError("Q, K and V must be 4-D, or 3-D with q_num_heads and kv_num_heads")
     b, s, hidden = value.shape
     size = floordiv(hidden, heads)
-    split = emit.temp(
-        f"reshape({emit.text(value)}, [{b}, {s}, {heads}, {lit(size, 'i64')}])",
-        value.dtype,
-        (b, s, const(heads), size),
-        hint,
-    )
-    return emit.temp(f"transpose({split.name}, [0, 2, 1, 3])", value.dtype, (b, const(heads), s, size), hint)
+    shape = (b, s, const(heads), size)
+    sizes = [Size(b, bare=True), Size(s, bare=True), heads, Size(size)]
+    split = emit.ref(emit.temp(_reordered("reshape", emit.ref(value), sizes, shape), value.dtype, shape, hint))
+    turned = (b, const(heads), s, size)
+    return emit.temp(_reordered("transpose", split, [0, 2, 1, 3], turned), value.dtype, turned, hint)
+
+
+def _reordered(fn: str, x: Node, order: Sequence[Operand], shape: Shape) -> Node:
+    """`reshape(x, [sizes])` or `transpose(x, [axes])`: x's elements in a new shape."""
+    return call(fn, x, seq(order), dtype=x.dtype, shape=shape)
 
 
 def _structure(node: OnnxNode, q: Value, total: Expr, past: Expr | None, emit: Emitter) -> Value | None:
@@ -140,50 +148,52 @@ def _structure(node: OnnxNode, q: Value, total: Expr, past: Expr | None, emit: E
     if not causal and left < 0 and right < 0 and nonpad is None:
         return None
     b, s = q.shape[0], q.shape[2]
-    conditions = []
+    conditions: list[Node] = []
     if nonpad is not None:  # the keys of batch b end at nonpad_kv_seqlen[b], the queries being the last ones
-        lengths = emit.text(nonpad)
+        lengths = emit.ref(nonpad)
         if nonpad.rank != 1:
             raise ModelError("nonpad_kv_seqlen must be 1-D")
-        idx = [i.name for i in emit.index_names().numbered(4)]
+        idx = emit.index_names().numbered(4)
         bi, i, j = idx[0], idx[2], idx[3]
-        conditions.append(f"({j} < {lengths}[{bi}])")
-        offset = f"{lengths}[{bi}] - {lit(s, 'i64')}"
+        conditions.append(Group(j < lengths[bi]))
+        offset: Node = lengths[bi] - Size(s)
     else:
-        idx = [i.name for i in emit.index_names().numbered(2)]
+        idx = emit.index_names().numbered(2)
         i, j = idx
-        offset = lit(past or const(0), "i64")
-    front = f"{i} + {offset}"
+        offset = Size(past or const(0))
+    front = i + offset
     if causal:
-        conditions.append(f"({j} <= {front})")
+        conditions.append(Group(j <= front))
     if left >= 0:
-        conditions.append(f"({front} - {j} <= {left})")
+        conditions.append(Group(front - j <= left))
     if right >= 0:
-        conditions.append(f"({j} - ({front}) <= {right})")
-    expr = f"cast(where({' & '.join(conditions)}, 0.0, -inf), {q.dtype})"
+        conditions.append(Group(j - Group(front) <= right))
+    expr = cast(where(functools.reduce(operator.and_, conditions), 0.0, _NO_ATTENTION), q.dtype)
     shape: Shape = (s, total) if nonpad is None else (b, const(1), s, total)
     return emit.index_temp(idx, expr, q.dtype, shape, "structure")
 
 
 def _mask_bias(mask: Value, q: Value, total: Expr, emit: Emitter) -> Value:
     """attn_mask as an additive bias of Q's type, padded with -inf to the keys' length."""
-    text = emit.text(mask)
+    ref = emit.ref(mask)
+    expr: Node = ref
     if mask.dtype == "bool":
-        text = f"cast(where({text}, 0.0, -inf), {q.dtype})"
+        expr = cast(where(ref, 0.0, _NO_ATTENTION), q.dtype)
     elif mask.dtype != q.dtype:
-        text = f"cast({text}, {q.dtype})"
+        expr = cast(ref, q.dtype)
     width = mask.shape[-1]
     shape = mask.shape[:-1] + (total,)
     if width != total:
-        widths = ", ".join(["[0, 0]"] * (mask.rank - 1) + [f"[0, {lit(total - width, 'i64')}]"])
-        text = f"pad({text}, [{widths}], value=-inf)"
-    elif text == mask.name:
+        widths = seq([seq([0, 0])] * (mask.rank - 1) + [seq([0, Size(total - width)])])
+        expr = call("pad", expr, widths, dtype=q.dtype, shape=shape, value=_NO_ATTENTION)
+    elif expr is ref and mask.name is not None:
         return mask
-    return emit.temp(text, q.dtype, shape, "mask")
+    return emit.temp(expr, q.dtype, shape, "mask")
 
 
-def _library_call(node: OnnxNode, q: Value, k: Value, v: Value) -> str | None:
-    """The ops/attention.toml call that computes this node exactly, if one does."""
+def _library_call(node: OnnxNode, q: Value, k: Value, v: Value) -> tuple[str, bool] | None:
+    """The ops/attention.toml composite that computes this node exactly, if one does, and whether
+    it is called causal."""
     mask = node.input(3)
     plain = all(node.input(n) is None for n in (4, 5, 6)) and len([o for o in node.outputs if o]) == 1
     plain = plain and node.attr("scale") is None and node.attr("softcap", 0.0) == 0.0
@@ -191,11 +201,11 @@ def _library_call(node: OnnxNode, q: Value, k: Value, v: Value) -> str | None:
     plain = plain and q.rank == 4 and q.shape[1] == k.shape[1] and node.attr("softmax_precision") is None
     if not plain:
         return None
-    causal = ", causal=True" if node.attr("is_causal", 0) else ""
+    causal = bool(node.attr("is_causal", 0))
     if mask is None:
-        return f"attention({{q}}, {{k}}, {{v}}{causal})"
+        return "attention", causal
     if not causal and mask.rank == 2 and mask.dtype == q.dtype and mask.shape == (q.shape[2], k.shape[2]):
-        return "attention_masked({q}, {k}, {v}, {mask})"
+        return "attention_masked", False
     return None
 
 
@@ -217,13 +227,13 @@ def attention(node: OnnxNode, emit: Emitter) -> list[Value]:
     if past_key is not None and node.input(6) is not None:
         raise ModelError("nonpad_kv_seqlen cannot be combined with past_key and past_value")
     rank = q.rank
-    call = _library_call(node, q, k, v)
-    if call is not None:
-        texts = {"q": emit.text(q), "k": emit.text(k), "v": emit.text(v)}
-        if mask is not None:
-            texts["mask"] = emit.text(mask)
+    library = _library_call(node, q, k, v)
+    if library is not None:
+        fn, causal = library
+        args = [emit.ref(t) for t in (q, k, v, mask) if t is not None]
+        flags = {"causal": Lit("True", "bool")} if causal else {}
         shape = q.shape[:3] + v.shape[3:]
-        return [emit.out(call.format(**texts), dtype, shape)]
+        return [emit.out(call(fn, *args, dtype=dtype, shape=shape, **flags), dtype, shape)]
     q = _heads(q, node.attr("q_num_heads"), emit, "q")
     k = _heads(k, node.attr("kv_num_heads"), emit, "k")
     v = _heads(v, node.attr("kv_num_heads"), emit, "v")
@@ -233,9 +243,19 @@ def attention(node: OnnxNode, emit: Emitter) -> list[Value]:
     if past_key is not None:
         past = past_key.shape[2]
         present_shape = k.shape[:2] + (past + k.shape[2], k.shape[3])
-        k = emit.out(f"concat([{emit.text(past_key)}, {emit.text(k)}], 2)", dtype, present_shape, 1)
+        k = emit.out(
+            call("concat", seq([emit.ref(past_key), emit.ref(k)]), 2, dtype=dtype, shape=present_shape),
+            dtype,
+            present_shape,
+            1,
+        )
         value_shape = v.shape[:2] + (past + v.shape[2], v.shape[3])
-        v = emit.out(f"concat([{emit.text(past_value)}, {emit.text(v)}], 2)", dtype, value_shape, 2)
+        v = emit.out(
+            call("concat", seq([emit.ref(past_value), emit.ref(v)]), 2, dtype=dtype, shape=value_shape),
+            dtype,
+            value_shape,
+            2,
+        )
     present_k, present_v = k, v
     total = k.shape[2]
     # the additive bias: attn_mask, then causality, the window and padded keys
@@ -248,7 +268,7 @@ def attention(node: OnnxNode, emit: Emitter) -> list[Value]:
             shape = broadcast(bias.shape, structure.shape)
             if shape is None:
                 raise ModelError("attn_mask does not broadcast against the scores")
-            bias = emit.temp(f"{emit.text(bias)} + {structure.name}", dtype, shape, "bias")
+            bias = emit.temp(emit.ref(bias) + emit.ref(structure), dtype, shape, "bias")
     # grouped-query attention: query head h reads key and value head h // (heads / kv_heads)
     if heads != kv_heads:
         if not (heads.is_const and kv_heads.is_const) or heads.value % kv_heads.value:
@@ -260,41 +280,43 @@ def attention(node: OnnxNode, emit: Emitter) -> list[Value]:
     root = _in_type(math.sqrt(1 / math.sqrt(size.value) if scale is None else scale), dtype) if size.is_const else None
     if root is None:
         raise Unsupported("a symbolic head size")
-    qs = emit.temp(f"{emit.text(q)} * {lit(root, dtype)}", dtype, q.shape, "scaled")
-    ks = emit.temp(f"{emit.text(k)} * {lit(root, dtype)}", dtype, k.shape, "scaled")
+    qs = emit.ref(emit.temp(emit.ref(q) * B.lit(root, dtype), dtype, q.shape, "scaled"))
+    ks = emit.ref(emit.temp(emit.ref(k) * B.lit(root, dtype), dtype, k.shape, "scaled"))
     scores_shape = (batch, heads, length, total)
-    scores = emit.temp(f"{qs.name} @ transpose({ks.name}, [0, 1, 3, 2])", dtype, scores_shape, "scores")
+    keys = _reordered("transpose", ks, [0, 1, 3, 2], k.shape[:2] + (k.shape[3], k.shape[2]))
+    scores = emit.temp(matmul(qs, keys, scores_shape), dtype, scores_shape, "scores")
     softcap = node.attr("softcap", 0.0)
     if softcap and softcap > 0:
-        c = lit(softcap, dtype)
-        scores = emit.temp(f"tanh({scores.name} / {c}) * {c}", dtype, scores_shape, "capped")
+        c = B.lit(softcap, dtype)
+        scores = emit.temp(call("tanh", emit.ref(scores) / c) * c, dtype, scores_shape, "capped")
     qk_out = scores
     logits = scores
     if bias is not None:
-        logits = emit.temp(f"{scores.name} + {bias.name}", dtype, scores_shape, "logits")
+        logits = emit.temp(emit.ref(scores) + emit.ref(bias), dtype, scores_shape, "logits")
     mode = node.attr("qk_matmul_output_mode", 0)
     if mode == 2:
         qk_out = logits
     probs = _softmax(node, logits, bias, emit)
     if mode == 3:
         qk_out = probs
-    product = f"{probs.name} @ {emit.text(v)}"
+    product = matmul(emit.ref(probs), emit.ref(v), (batch, heads, length, v.shape[3]))
     if rank == 4:
-        y = emit.out(product, dtype, (batch, heads, length, v.shape[3]))
+        y = emit.out(product, dtype, product.shape)
     else:
-        y = emit.temp(product, dtype, (batch, heads, length, v.shape[3]), "y")
-        turned = emit.temp(f"transpose({y.name}, [0, 2, 1, 3])", dtype, (batch, length, heads, v.shape[3]), "y")
+        y = emit.ref(emit.temp(product, dtype, product.shape, "y"))
+        moved = (batch, length, heads, v.shape[3])
+        turned = emit.ref(emit.temp(_reordered("transpose", y, [0, 2, 1, 3], moved), dtype, moved, "y"))
         flat = (batch, length, heads * v.shape[3])
-        y = emit.out(f"reshape({turned.name}, [{batch}, {length}, {lit(flat[2], 'i64')}])", dtype, flat)
+        sizes = [Size(batch, bare=True), Size(length, bare=True), Size(flat[2])]
+        y = emit.out(_reordered("reshape", turned, sizes, flat), dtype, flat)
     return [y, present_k, present_v, qk_out][: len(node.outputs)]
 
 
 def _repeat_heads(value: Value, heads: Expr, group: int, emit: Emitter, hint: str) -> Value:
-    text = emit.text(value)
-    idx = [i.name for i in emit.index_names().numbered(4)]
-    read = f"{text}[{idx[0]}, {idx[1]} // {group}, {idx[2]}, {idx[3]}]"
+    ref = emit.ref(value)
+    idx = emit.index_names().numbered(4)
     shape = (value.shape[0], heads) + value.shape[2:]
-    return emit.index_temp(idx, read, value.dtype, shape, hint)
+    return emit.index_temp(idx, ref[idx[0], idx[1] // group, idx[2], idx[3]], value.dtype, shape, hint)
 
 
 def _softmax(node: OnnxNode, logits: Value, bias: Value | None, emit: Emitter) -> Value:
@@ -302,14 +324,17 @@ def _softmax(node: OnnxNode, logits: Value, bias: Value | None, emit: Emitter) -
     dtype = logits.dtype
     precision = node.attr("softmax_precision")
     work = ONNX_DTYPES.get(precision, dtype) if precision else dtype
-    x = logits.name if work == dtype else f"cast({logits.name}, {work})"
+    x = emit.ref(logits) if work == dtype else cast(emit.ref(logits), work)
     shape = logits.shape
-    top = emit.temp(f"max({x}, axis=-1, keepdims=True)", work, shape[:3] + (const(1),), "max")
-    e = emit.temp(f"exp({x} - where({top.name} == -inf, 0.0, {top.name}))", work, shape, "exp")
-    total = emit.temp(f"sum({e.name}, axis=-1, keepdims=True)", work, top.shape, "sum")
-    p = f"{e.name} / where({total.name} == 0.0, 1.0, {total.name})"
+    kept = shape[:3] + (const(1),)
+    top = emit.ref(emit.temp(reduction("max", x, -1, True, kept), work, kept, "max"))
+    e = emit.ref(emit.temp(call("exp", x - where(top.eq(_NO_ATTENTION), 0.0, top)), work, shape, "exp"))
+    total = emit.ref(emit.temp(reduction("sum", e, -1, True, kept), work, kept, "sum"))
+    p: Node = e / where(total.eq(0.0), 1.0, total)
     if bias is not None:  # a row whose bias is all -inf attends to nothing: 0, whatever the scores
-        p = f"where(max({bias.name}, axis=-1, keepdims=True) == -inf, 0.0, {p})"
+        b = emit.ref(bias)
+        row = reduction("max", b, -1, True, bias.shape[:-1] + (const(1),))
+        p = where(row.eq(_NO_ATTENTION), 0.0, p)
     if work != dtype:
-        p = f"cast({p}, {dtype})"
+        p = cast(p, dtype)
     return emit.temp(p, dtype, shape, "probs")
