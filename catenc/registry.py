@@ -72,7 +72,7 @@ COSTS = tuple(OpCost)
 KINDS = tuple(OpKind)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Spelling:
     """How the C-family renderers spell an op: templates over the operands {0}, {1} with {s} the
     libm suffix (f for float), {t} the dtype name, {c}/{u} its C type and unsigned type, {one} 1."""
@@ -86,7 +86,7 @@ class Spelling:
     opencl: str | None = None  # the float template on OpenCL where it differs from C's
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Row:
     """The row `prim_<name>` of `catenc test-runtime` (docs/cli.md): `body` over x (and w) of
     shape [N, C] for every dtype of `dtypes`, checked against the numpy expression `reference`."""
@@ -195,7 +195,7 @@ def _libm(name: str) -> str:
 
 def _fn_row(name: str, reference: str, low: float, high: float) -> tuple[Row, ...]:
     """The row of a unary float function, its input drawn from [low, high]."""
-    return (Row(name, f"y = {name}(x)", reference, FLOATS, (("x", low, high),)),)
+    return (Row(name=name, body=f"y = {name}(x)", reference=reference, dtypes=FLOATS, ranges=(("x", low, high),)),)
 
 
 def _unary_float(
@@ -230,7 +230,15 @@ def _composite(name: str, lowering: str, numpy, reference: str, low: float, high
 
 def _operator(name: str, rule: Rule, numpy, body: str, reference: str, dtypes, c: Spelling, **kw) -> Op:
     """A binary operator of the body language that is also an IR primitive."""
-    row = Row(kw.pop("row_name", name), body, reference, dtypes, kw.pop("ranges", ()), kw.pop("output", "T"), 2)
+    row = Row(
+        name=kw.pop("row_name", name),
+        body=body,
+        reference=reference,
+        dtypes=dtypes,
+        ranges=kw.pop("ranges", ()),
+        output=kw.pop("output", "T"),
+        operands=2,
+    )
     return Op(
         name=name,
         arity=2,
@@ -245,7 +253,7 @@ def _operator(name: str, rule: Rule, numpy, body: str, reference: str, dtypes, c
 
 
 def _compare(name: str, symbol: str, numpy, rule: Rule, primitive: bool, lowering: str | None = None) -> Op:
-    row = Row(name, f"y = x {symbol} w", f"x {symbol} w", NUMBERS, output="bool", operands=2)
+    row = Row(name=name, body=f"y = x {symbol} w", reference=f"x {symbol} w", dtypes=NUMBERS, output="bool", operands=2)
     spelling = Spelling(any=f"({{0}} {symbol} {{1}})") if primitive else Spelling()
     return Op(
         name=name,
@@ -281,7 +289,7 @@ _OPS: tuple[Op, ...] = (
         cost=OpCost.CHEAP,
         numpy=np.abs,
         c=Spelling(float="fabs{s}({0})", int="({0} < 0 ? ({c})(0 - ({u}){0}) : {0})"),
-        rows=(Row("abs", "y = abs(x)", "np.abs(x)", NUMBERS),),
+        rows=(Row(name="abs", body="y = abs(x)", reference="np.abs(x)", dtypes=NUMBERS),),
     ),
     Op(
         name="neg",
@@ -291,7 +299,7 @@ _OPS: tuple[Op, ...] = (
         numpy=np.negative,
         numpy_int=lambda x: (np.zeros_like(x) - x).astype(x.dtype),
         c=Spelling(float="(-{0})", int="({c})(0 - ({u}){0})"),
-        rows=(Row("neg", "y = neg(x)", "-x", NUMBERS),),
+        rows=(Row(name="neg", body="y = neg(x)", reference="-x", dtypes=NUMBERS),),
     ),
     Op(
         name="sign",
@@ -300,7 +308,7 @@ _OPS: tuple[Op, ...] = (
         cost=OpCost.CHEAP,
         primitive=False,
         numpy=np.sign,
-        rows=(Row("sign", "y = sign(x)", "np.sign(x)", NUMBERS),),
+        rows=(Row(name="sign", body="y = sign(x)", reference="np.sign(x)", dtypes=NUMBERS),),
     ),
     Op(
         name="relu",
@@ -310,7 +318,7 @@ _OPS: tuple[Op, ...] = (
         primitive=False,
         lowering="max(x, 0)",
         numpy=lambda x: np.maximum(x, np.zeros((), x.dtype)),
-        rows=(Row("relu", "y = relu(x)", "np.maximum(x, 0)", NUMBERS),),
+        rows=(Row(name="relu", body="y = relu(x)", reference="np.maximum(x, 0)", dtypes=NUMBERS),),
     ),
     # -- exponentials and logarithms --
     _unary_float("exp", OpCost.TRANSCENDENTAL, np.exp, "np.exp(x)", -5, 5, "catenc_vexp_f32"),
@@ -408,7 +416,7 @@ _OPS: tuple[Op, ...] = (
         cost=OpCost.CHEAP,
         numpy=np.isnan,
         c=Spelling(float="(isnan({0}) != 0)"),
-        rows=(Row("isnan", "y = isnan(x / x)", "np.isnan(x / x)", FLOATS, output="bool"),),
+        rows=(Row(name="isnan", body="y = isnan(x / x)", reference="np.isnan(x / x)", dtypes=FLOATS, output="bool"),),
     ),
     Op(
         name="isinf",
@@ -417,7 +425,7 @@ _OPS: tuple[Op, ...] = (
         cost=OpCost.CHEAP,
         numpy=np.isinf,
         c=Spelling(float="(isinf({0}) != 0)"),
-        rows=(Row("isinf", "y = isinf(x / x)", "np.isinf(x / x)", FLOATS, output="bool"),),
+        rows=(Row(name="isinf", body="y = isinf(x / x)", reference="np.isinf(x / x)", dtypes=FLOATS, output="bool"),),
     ),
     Op(
         name="isfinite",
@@ -427,7 +435,15 @@ _OPS: tuple[Op, ...] = (
         primitive=False,
         lowering="not(or(isnan(x), isinf(x)))",
         numpy=np.isfinite,
-        rows=(Row("isfinite", "y = isfinite(x / x)", "np.isfinite(x / x)", FLOATS, output="bool"),),
+        rows=(
+            Row(
+                name="isfinite",
+                body="y = isfinite(x / x)",
+                reference="np.isfinite(x / x)",
+                dtypes=FLOATS,
+                output="bool",
+            ),
+        ),
     ),
     # -- functions of two values --
     Op(
@@ -438,7 +454,7 @@ _OPS: tuple[Op, ...] = (
         primitive=False,
         lowering="max(x, y)",
         numpy=np.maximum,
-        rows=(Row("maximum", "y = maximum(x, w)", "np.maximum(x, w)", NUMBERS, operands=2),),
+        rows=(Row(name="maximum", body="y = maximum(x, w)", reference="np.maximum(x, w)", dtypes=NUMBERS, operands=2),),
     ),
     Op(
         name="minimum",
@@ -448,7 +464,7 @@ _OPS: tuple[Op, ...] = (
         primitive=False,
         lowering="min(x, y)",
         numpy=np.minimum,
-        rows=(Row("minimum", "y = minimum(x, w)", "np.minimum(x, w)", NUMBERS, operands=2),),
+        rows=(Row(name="minimum", body="y = minimum(x, w)", reference="np.minimum(x, w)", dtypes=NUMBERS, operands=2),),
     ),
     Op(
         name="pow",
@@ -460,11 +476,11 @@ _OPS: tuple[Op, ...] = (
         c=Spelling(float="pow{s}({0}, {1})", int="catenc_pow_{t}({0}, {1})"),
         rows=(
             Row(
-                "pow",
-                "y = pow(x, w)",
-                "np.power(x.astype(np.float64), w)",
-                FLOATS,
-                (("x", 0.1, 4), ("w", -2, 2)),
+                name="pow",
+                body="y = pow(x, w)",
+                reference="np.power(x.astype(np.float64), w)",
+                dtypes=FLOATS,
+                ranges=(("x", 0.1, 4), ("w", -2, 2)),
                 operands=2,
             ),
         ),
@@ -477,7 +493,7 @@ _OPS: tuple[Op, ...] = (
         cost=OpCost.TRANSCENDENTAL,
         numpy=np.arctan2,
         c=Spelling(float="atan2{s}({0}, {1})"),
-        rows=(Row("atan2", "y = atan2(x, w)", "np.arctan2(x, w)", FLOATS, operands=2),),
+        rows=(Row(name="atan2", body="y = atan2(x, w)", reference="np.arctan2(x, w)", dtypes=FLOATS, operands=2),),
     ),
     Op(
         name="clip",
@@ -486,7 +502,7 @@ _OPS: tuple[Op, ...] = (
         cost=OpCost.CHEAP,
         primitive=False,
         numpy=np.clip,
-        rows=(Row("clip", "y = clip(x, -0.5, 0.5)", "np.clip(x, -0.5, 0.5)", FLOATS),),
+        rows=(Row(name="clip", body="y = clip(x, -0.5, 0.5)", reference="np.clip(x, -0.5, 0.5)", dtypes=FLOATS),),
         doc="the checker writes it as minimum(maximum(x, lo), hi)",
     ),
     Op(
@@ -496,7 +512,15 @@ _OPS: tuple[Op, ...] = (
         cost=OpCost.CHEAP,
         primitive=False,
         numpy=np.where,
-        rows=(Row("where", "y = where(x > w, x, w)", "np.where(x > w, x, w)", NUMBERS, operands=2),),
+        rows=(
+            Row(
+                name="where",
+                body="y = where(x > w, x, w)",
+                reference="np.where(x > w, x, w)",
+                dtypes=NUMBERS,
+                operands=2,
+            ),
+        ),
     ),
     Op(
         name="cast",
@@ -505,13 +529,15 @@ _OPS: tuple[Op, ...] = (
         cost=OpCost.CHEAP,
         primitive=False,
         rows=(
-            Row("cast_f32", "y = cast(x, f32)", "x.astype(np.float32)", NUMBERS, output="f32"),
             Row(
-                "cast_i32",
-                "y = cast(x, i32)",
-                "np.trunc(np.clip(x.astype(np.float64), -2**31, 2**31 - 1)).astype(np.int32)",
-                FLOATS,
-                (("x", -100, 100),),
+                name="cast_f32", body="y = cast(x, f32)", reference="x.astype(np.float32)", dtypes=NUMBERS, output="f32"
+            ),
+            Row(
+                name="cast_i32",
+                body="y = cast(x, i32)",
+                reference="np.trunc(np.clip(x.astype(np.float64), -2**31, 2**31 - 1)).astype(np.int32)",
+                dtypes=FLOATS,
+                ranges=(("x", -100, 100),),
                 output="i32",
             ),
         ),
@@ -541,7 +567,16 @@ _OPS: tuple[Op, ...] = (
         _helper("floordiv"),
         ranges=(("x", -20, 20), ("w", -5, 6)),
         numpy_int=_int_floordiv,
-        rows=(Row("floordiv_float", "y = x // w", "np.floor_divide(x, w)", FLOATS, (("w", 0.5, 4),), operands=2),),
+        rows=(
+            Row(
+                name="floordiv_float",
+                body="y = x // w",
+                reference="np.floor_divide(x, w)",
+                dtypes=FLOATS,
+                ranges=(("w", 0.5, 4),),
+                operands=2,
+            ),
+        ),
     ),
     _operator(
         "mod",
@@ -553,7 +588,16 @@ _OPS: tuple[Op, ...] = (
         _helper("mod"),
         ranges=(("x", -20, 20), ("w", -5, 6)),
         numpy_int=_int_mod,
-        rows=(Row("mod_float", "y = x % w", "np.mod(x, w)", FLOATS, (("w", 0.5, 4),), operands=2),),
+        rows=(
+            Row(
+                name="mod_float",
+                body="y = x % w",
+                reference="np.mod(x, w)",
+                dtypes=FLOATS,
+                ranges=(("w", 0.5, 4),),
+                operands=2,
+            ),
+        ),
     ),
     Op(name="max", arity=2, rule=Rule.NUMERIC, cost=OpCost.CHEAP, kind=OpKind.IR, c=_helper("max")),
     Op(name="min", arity=2, rule=Rule.NUMERIC, cost=OpCost.CHEAP, kind=OpKind.IR, c=_helper("min")),
@@ -603,7 +647,7 @@ _OPS: tuple[Op, ...] = (
         kind=OpKind.OPERATOR,
         numpy=np.invert,
         c=Spelling(int="({c})(~{0})", bool="(!{0})"),
-        rows=(Row("bitnot", "y = ~x", "~x", INTEGERS),),
+        rows=(Row(name="bitnot", body="y = ~x", reference="~x", dtypes=INTEGERS),),
     ),
     # -- rounding to half precision (casts to f16 and bf16) --
     Op(
@@ -628,34 +672,66 @@ _REDUCTIONS: tuple[Reduction, ...] = (
     Reduction(
         name="sum",
         numpy=np.sum,
-        rows=(Row("reduce_sum", "y = sum(x, axis=-1)", "x.astype(np.float64).sum(-1)", FLOATS, reduced=True),),
+        rows=(
+            Row(
+                name="reduce_sum",
+                body="y = sum(x, axis=-1)",
+                reference="x.astype(np.float64).sum(-1)",
+                dtypes=FLOATS,
+                reduced=True,
+            ),
+        ),
     ),
     Reduction(
         name="mean",
         numpy=np.mean,
         primitive=False,
-        rows=(Row("reduce_mean", "y = mean(x, axis=-1)", "x.astype(np.float64).mean(-1)", FLOATS, reduced=True),),
+        rows=(
+            Row(
+                name="reduce_mean",
+                body="y = mean(x, axis=-1)",
+                reference="x.astype(np.float64).mean(-1)",
+                dtypes=FLOATS,
+                reduced=True,
+            ),
+        ),
     ),
     Reduction(
         name="max",
         numpy=np.max,
-        rows=(Row("reduce_max", "y = max(x, axis=-1)", "x.max(-1, initial=-np.inf)", FLOATS, reduced=True),),
+        rows=(
+            Row(
+                name="reduce_max",
+                body="y = max(x, axis=-1)",
+                reference="x.max(-1, initial=-np.inf)",
+                dtypes=FLOATS,
+                reduced=True,
+            ),
+        ),
     ),
     Reduction(
         name="min",
         numpy=np.min,
-        rows=(Row("reduce_min", "y = min(x, axis=-1)", "x.min(-1, initial=np.inf)", FLOATS, reduced=True),),
+        rows=(
+            Row(
+                name="reduce_min",
+                body="y = min(x, axis=-1)",
+                reference="x.min(-1, initial=np.inf)",
+                dtypes=FLOATS,
+                reduced=True,
+            ),
+        ),
     ),
     Reduction(
         name="prod",
         numpy=np.prod,
         rows=(
             Row(
-                "reduce_prod",
-                "y = prod(x, axis=-1)",
-                "x.astype(np.float64).prod(-1)",
-                FLOATS,
-                (("x", 0.5, 1.5),),
+                name="reduce_prod",
+                body="y = prod(x, axis=-1)",
+                reference="x.astype(np.float64).prod(-1)",
+                dtypes=FLOATS,
+                ranges=(("x", 0.5, 1.5),),
                 reduced=True,
             ),
         ),
@@ -664,7 +740,16 @@ _REDUCTIONS: tuple[Reduction, ...] = (
         name="argmax",
         numpy=np.argmax,
         surface=False,
-        rows=(Row("argmax", "y = argmax(x, axis=-1)", "x.argmax(-1)", FLOATS, output="i64", reduced=True),),
+        rows=(
+            Row(
+                name="argmax",
+                body="y = argmax(x, axis=-1)",
+                reference="x.argmax(-1)",
+                dtypes=FLOATS,
+                output="i64",
+                reduced=True,
+            ),
+        ),
     ),
     Reduction(name="argmin", numpy=np.argmin, surface=False),
 )

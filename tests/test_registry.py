@@ -43,6 +43,12 @@ def test_declarations_name_every_field():
         registry.Op("abs", 1, registry.Rule.NUMERIC, registry.OpCost.CHEAP)
     with pytest.raises(TypeError):
         registry.Reduction("sum", np.sum)
+    with pytest.raises(TypeError):
+        registry.Row("abs", "y = abs(x)", "np.abs(x)", registry.NUMBERS)
+    with pytest.raises(TypeError):
+        registry.Spelling("fabs{s}({0})")
+    row = registry.Row(name="abs", body="y = abs(x)", reference="np.abs(x)", dtypes=registry.NUMBERS)
+    assert registry.OPS["abs"].rows == (row,)
 
 
 def test_closed_sets_read_and_print_as_their_names():
