@@ -14,10 +14,12 @@ import onnx
 import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 from catenc.cli import main
 from catenc.diagnostics import CatencError
 from catenc.onnx.importer import import_model
+from tests.conftest import compile_file
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 SENTINEL = b"catenc-sentinel:7f3a9c21e4b6d058"  # 32 bytes that appear nowhere else
@@ -171,6 +173,20 @@ def constant_of_shape(shape: list[int]) -> onnx.ModelProto:
     return model_of([cos, helper.make_node("Add", ["x", "c"], ["y"])], [target])
 
 
+def range_of(start, limit, delta, dtype=np.int64) -> onnx.ModelProto:
+    bounds = [numpy_helper.from_array(np.array(v, dtype), n) for n, v in (("a", start), ("b", limit), ("d", delta))]
+    arange = helper.make_node("Range", ["a", "b", "d"], ["r"], name="range")
+    return model_of([arange, helper.make_node("Cast", ["r"], ["y"], to=F)], bounds)
+
+
+def expand_to(shape: list[int], known: bool) -> onnx.ModelProto:
+    """x expanded to `shape`: x a known [1] (the expansion folds at import) or the graph's input."""
+    target = numpy_helper.from_array(np.array(shape, np.int64), "shape")
+    one = [numpy_helper.from_array(np.ones(1, np.float32), "one")] if known else []
+    expand = helper.make_node("Expand", ["one" if known else "x", "shape"], ["y"], name="expand")
+    return model_of([expand], [target, *one], inputs=(("x", [1]),))
+
+
 def non_utf8_name() -> bytes:
     data = model_of([helper.make_node("Relu", ["x"], ["y"], name="NAMENAME")]).SerializeToString()
     return data.replace(b"NAMENAME", b"NAM\xff\xfeAME")
@@ -225,6 +241,39 @@ MALFORMED = {
         lambda: constant_of_shape([2**40, 2**40]),
         "node 'fill' (ConstantOfShape, opset 17): a tensor of 1208925819614629174706176 elements",
     ),
+    # a Range or an Expand past 2**36 elements, counted in Python ints (np.prod wrapped past 2**63)
+    "Range to 2**62": (
+        lambda: range_of(0, 2**62, 1),
+        "node 'range' (Range, opset 17): a tensor of 4611686018427387904",
+    ),
+    "f32 Range to 1e12": (
+        lambda: range_of(0, 1e12, 1, np.float32),
+        "node 'range' (Range, opset 17): a tensor of 999999995904 elements, more than the 68719476736",
+    ),
+    "f32 Range of a tiny delta": (
+        lambda: range_of(-3e38, 3e38, 1e-30, np.float32),
+        "node 'range' (Range, opset 17): a tensor of 599999999196905043519653005907563960556537568616227777821857",
+    ),
+    "Range of delta 0": (
+        lambda: range_of(0, 10, 0),
+        "node 'range' (Range, opset 17): invalid node: delta (input 2) is 0",
+    ),
+    "Range to inf": (
+        lambda: range_of(0, np.inf, 1, np.float32),
+        "node 'range' (Range, opset 17): invalid node: start 0.0, limit inf and delta 1.0 must be finite",
+    ),
+    "Expand to 2**68 (2**64 wrapped to 0)": (
+        lambda: expand_to([2**32, 2**32, 16], known=True),
+        "node 'expand' (Expand, opset 17): a tensor of 295147905179352825856 elements, more than the 68719476736",
+    ),
+    "Expand an input to [2**40, 2**40]": (
+        lambda: expand_to([2**40, 2**40], known=False),
+        "node 'expand' (Expand, opset 17): a tensor of 1208925819614629174706176 elements",
+    ),
+    "Expand to [-3, 2]": (
+        lambda: expand_to([-3, 2], known=True),
+        "node 'expand' (Expand, opset 17): invalid node: the shape [-3, 2] has a negative dimension",
+    ),
     "Gemm alpha as a string": (
         lambda: gemm_model(alpha="2"),
         "node 'fc' (Gemm, opset 17): attribute 'alpha' is a STRING; Gemm takes a FLOAT",
@@ -238,6 +287,34 @@ MALFORMED = {
 def test_item2_malformed_models_are_errors_not_internal_errors(tmp_path, case):
     make, message = MALFORMED[case]
     check_refused(make(), tmp_path, message)
+
+
+def test_item2_a_known_range_past_the_fold_limit_is_computed_by_the_library(tmp_path):
+    """Under the limit, a known Range too large to fold (2**20 values) is start + i * delta in the
+    library, as ONNX writes it; it was folded into the weights, 8 bytes a value."""
+    ranges = {"i64": (5, 3_000_005, 2, np.int64), "i32": (7, -1_500_000, -1, np.int32)}
+    ranges["f32"] = (3.0, 750_003.0, 0.5, np.float32)
+    nodes, bounds = [], []
+    for name, (*values, dtype) in ranges.items():
+        names = [f"{name}_{part}" for part in ("start", "limit", "delta")]
+        bounds += [numpy_helper.from_array(np.array(v, dtype), n) for n, v in zip(names, values, strict=True)]
+        nodes += [
+            helper.make_node("Range", names, [f"{name}_r"]),
+            helper.make_node("Cast", [f"{name}_r"], [name], to=F),
+        ]
+    nodes.append(helper.make_node("Concat", list(ranges), ["joined"], axis=0))
+    nodes.append(helper.make_node("Add", ["joined", "x"], ["y"]))
+    model = model_of(nodes, bounds, inputs=(("x", [1]),))
+    onnx.save(model, str(tmp_path / "model.onnx"))
+    imported = import_model(str(tmp_path / "model.onnx"), "m")
+    assert imported.constants == {}
+    for made in ("arange(1500000, dtype=i64) * 2 + 5", "arange(1500007, dtype=i32) * -1 + 7", "f32) * 0.5 + 3.0"):
+        assert made in imported.text
+    library = compile_file(tmp_path / "model.onnx", tmp_path / "out")
+    x = np.array([0.25], np.float32)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(library.entries["g"](x), want)
+    assert not list((tmp_path / "out").glob("*.safetensors"))
 
 
 # ---- item 5: invalid models are refused, not accepted silently ------------------------------

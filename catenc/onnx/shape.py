@@ -8,12 +8,25 @@ Reshape` fold at import and the body gets plain `reshape(x, [N, 64])` calls.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from fractions import Fraction
 
 import numpy as np
 
 from catenc.onnx.elementwise import FOLD_LIMIT
 from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, known_ints
-from catenc.onnx.values import MAX_ELEMENTS, NUMPY, Shape, Value, broadcast, dims, known_value, static, symbolic_ints
+from catenc.onnx.values import (
+    FLOATS,
+    MAX_ELEMENTS,
+    NUMPY,
+    Shape,
+    Value,
+    broadcast,
+    dims,
+    known_value,
+    static,
+    symbolic_ints,
+)
 from catenc.onnx.values import literal as lit
 from catenc.symbolic import Expr, const, floordiv, product
 
@@ -32,6 +45,23 @@ CONSTANT_VALUES = (
 
 def shape_text(shape: Shape) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def element_count(fixed: Iterable[int]) -> int:
+    """The elements of a tensor of this static shape, counted in Python ints (np.prod wraps past 2**63);
+    Unsupported past MAX_ELEMENTS, a model's mistake or an attack."""
+    count = math.prod(fixed)
+    if count > MAX_ELEMENTS:
+        raise Unsupported(f"a tensor of {count} elements, more than the {MAX_ELEMENTS} catenc makes one of")
+    return count
+
+
+def requested_shape(value: Value | None, what: str) -> Shape:
+    """A known shape input (ConstantOfShape's, Expand's) as dims; a negative dimension is the model's error."""
+    requested = known_ints(value, what)
+    if any(not isinstance(d, Expr) and d < 0 for d in requested):
+        raise ModelError(f"the shape {requested} has a negative dimension")
+    return dims(requested)
 
 
 def reshaped(x: Value, shape: Shape, emit) -> Value:
@@ -213,20 +243,14 @@ def gather(node: OnnxNode, emit) -> list[Value]:
 
 @converter("ConstantOfShape")
 def constant_of_shape(node: OnnxNode, emit) -> list[Value]:
-    requested = known_ints(node.need(0), "the shape (input 0)")
-    if any(not isinstance(d, Expr) and d < 0 for d in requested):
-        raise ModelError(f"the shape {requested} has a negative dimension")
-    shape = dims(requested)
+    shape = requested_shape(node.need(0), "the shape (input 0)")
     fill = node.attr("value")
     array = np.zeros(1, np.float32) if fill is None else np.asarray(fill).reshape(-1)
     if array.size != 1:
         raise ModelError(f"its value holds {array.size} elements, not one")
     dtype = {v: k for k, v in NUMPY.items() if k != "bf16"}.get(array.dtype.type, "f32")
     fixed = static(shape)
-    count = None if fixed is None else math.prod(fixed)  # Python ints: np.prod wraps past 2**63
-    if count is not None and count > MAX_ELEMENTS:
-        raise Unsupported(f"a tensor of {count} elements, more than the {MAX_ELEMENTS} catenc makes one of")
-    if count is not None and count <= FOLD_LIMIT:
+    if fixed is not None and element_count(fixed) <= FOLD_LIMIT:
         return [known_value(np.full(fixed, array[0]), dtype)]
     return [emit.out(f"full({shape_text(shape)}, {lit(array[0], dtype)}, {dtype})", dtype, shape)]
 
@@ -234,12 +258,12 @@ def constant_of_shape(node: OnnxNode, emit) -> list[Value]:
 @converter("Expand")
 def expand(node: OnnxNode, emit) -> list[Value]:
     x = node.need(0)
-    requested = dims(known_ints(node.input(1), "the shape (input 1)"))
+    requested = requested_shape(node.input(1), "the shape (input 1)")
     shape = broadcast(x.shape, requested)
     if shape is None:
         raise ModelError(f"cannot expand {shape_text(x.shape)} to {shape_text(requested)}")
     fixed = static(shape)
-    if x.is_known and fixed is not None and int(np.prod(fixed)) <= FOLD_LIMIT:
+    if fixed is not None and element_count(fixed) <= FOLD_LIMIT and x.is_known:
         return [known_value(np.broadcast_to(x.known, fixed).copy(), x.dtype)]
     if shape == x.shape:
         return [x]
@@ -252,7 +276,16 @@ def arange(node: OnnxNode, emit) -> list[Value]:
     dtype = start.dtype
     if all(v.is_known and v.known.dtype != object for v in (start, limit, delta)):
         first, last, step = (np.asarray(v.known).reshape(-1)[0] for v in (start, limit, delta))
-        return [known_value(np.arange(first, last, step).astype(NUMPY[dtype]), dtype)]
+        count = element_count([range_length(first, last, step, dtype)])
+        if count <= FOLD_LIMIT:
+            if dtype in FLOATS:
+                values = np.arange(first, last, step)
+            else:  # ONNX's start + i * delta, wrapping as the type does
+                values = np.arange(count, dtype=np.int64) * step + first
+            return [known_value(values, dtype)]
+        scaled = "" if step == 1 else f" * {lit(step, dtype)}"  # ONNX's output[i] = start + i * delta
+        shifted = f" + {lit(first, dtype)}" if first else ""
+        return [emit.out(f"arange({count}, dtype={dtype}){scaled}{shifted}", dtype, (const(count),))]
     first, step = known_ints(start, "start (input 0)"), known_ints(delta, "delta (input 2)")
     if not limit.is_known:
         known_ints(limit, "limit (input 1)")  # raises: it must be known
@@ -261,3 +294,21 @@ def arange(node: OnnxNode, emit) -> list[Value]:
     n = symbolic_ints(limit)[0] - first[0]
     expr = f"arange({n}, dtype={dtype})" + (f" + {first[0]}" if first[0] else "")
     return [emit.out(expr, dtype, (n,))]
+
+
+def range_length(first, last, step, dtype: str) -> int:
+    """How many values Range makes, max(ceil((limit - start) / delta), 0): integers counted exactly,
+    floats in their own type, as onnxruntime and numpy count them."""
+    if dtype not in FLOATS:
+        first, last, step = int(first), int(last), int(step)
+    elif not all(np.isfinite(v) for v in (first, last, step)):
+        raise ModelError(f"start {first}, limit {last} and delta {step} must be finite")
+    if step == 0:
+        raise ModelError("delta (input 2) is 0")
+    if dtype not in FLOATS:
+        return max(-((first - last) // step), 0)
+    with np.errstate(over="ignore"):
+        span = (last - first) / step
+    if not np.isfinite(span):  # past the type's largest value: the count is far past any limit
+        span = (Fraction(float(last)) - Fraction(float(first))) / Fraction(float(step))
+    return max(math.ceil(span), 0)
