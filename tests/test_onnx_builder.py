@@ -17,6 +17,7 @@ from catenc.onnx.builder import (
     Lit,
     Ref,
     Scaled,
+    Text,
     affine,
     call,
     cast,
@@ -230,3 +231,16 @@ def test_eye_like_takes_its_index_names_from_the_emitter() -> None:
     x = Value("f32", (sym("N"), sym("M")), "x")
     CONVERTERS["EyeLike"](_node("EyeLike", 9, (x,), k=1), emit)
     assert emit.lines == ["out[i_ < N, j < M] = cast(j - i_ == 1, f32)"]
+
+
+def test_string_arguments_are_quoted_and_are_no_operands() -> None:
+    """einsum's equation is a Text argument; a quote in one, or a Text as an operand, is refused."""
+    a = Ref("a", "f32", dims((2, 3)))
+    b = Ref("b", "f32", dims((3, 4)))
+    product = call("einsum", Text("ij,jk->ik"), a, b, dtype="f32", shape=dims((2, 4)))
+    assert render(product) == 'einsum("ij,jk->ik", a, b)'
+    assert render(call("transpose", a, dtype="f32", shape=dims((3, 2)))) == "transpose(a)"
+    with pytest.raises(BuildError, match="quote or backslash"):
+        Text('ij"')
+    with pytest.raises(BuildError, match="a str is not an operand of \\+"):
+        Text("ij") + a
