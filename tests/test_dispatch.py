@@ -8,16 +8,37 @@ from __future__ import annotations
 import pytest
 from conftest import runtime
 
-from catenc.codegen.c import CRenderer, KernelState, buffer_args
+from catenc.codegen.c import BufferArg, CRenderer, KernelState, buffer_args
 from catenc.codegen.gpu import CudaRenderer, OpenCLRenderer
 from catenc.dispatch import Table
 from catenc.driver import plan_file
-from catenc.dtypes import F32, I64
-from catenc.ir.nodes import Binary, Const, Gather, Load, Local, SymInt, Value, format_value
-from catenc.lower.gpu import Barrier, FirstItem, ThreadLoop
+from catenc.dtypes import BOOL, DTYPES, F32, I64
+from catenc.ir.nodes import (
+    Binary,
+    Buffer,
+    Cast,
+    Compute,
+    Const,
+    Gather,
+    Graph,
+    Load,
+    Local,
+    Reduce,
+    Role,
+    SymInt,
+    Unary,
+    Value,
+    Where,
+    format_value,
+)
+from catenc.ir.passes import fold_value
+from catenc.ir.verify import as_expr, verify_graph
+from catenc.lower.gpu import Barrier, BlockReduce, FirstItem, ThreadLoop, _share_row
 from catenc.lower.loops import Assign, Declare, For, If, Store, iter_stmts, stmt_values
 from catenc.plan import Options
 from catenc.symbolic import ZERO, sym
+
+F16 = DTYPES["f16"]
 
 
 class Base:
@@ -128,3 +149,95 @@ def test_a_renderer_keeps_only_its_kernel_record(tmp_path) -> None:
     assert isinstance(renderer.state, KernelState) and renderer.state.kernel is entry.kernels[-1]
     assert [renderer.kernel(k, buffers) for k in entry.kernels] == texts  # nothing carried over
     assert all(isinstance(v, Value) for k in entry.kernels for s in iter_stmts(k.body) for v in stmt_values(s))
+
+
+class _Shouting(CRenderer):
+    """A runtime's renderer that marks the stores of straight-line code."""
+
+    def straight_store(self, stmt: Store, pad: str) -> list[str]:
+        return [f"{pad}STORE({stmt.buffer});"]
+
+
+def test_straight_code_renders_each_statement_by_its_entry() -> None:
+    """The lane loops' straight-line code: a const declaration, an assignment, a plain store;
+    a subclass's override of one entry takes effect; a loop has no entry."""
+    body = (
+        Declare("a", F32, Const(F32, 1.0)),
+        Assign("acc", Binary(F32, "add", Local(F32, "acc"), Local(F32, "a"))),
+        Store("y", (sym("i"),), Local(F32, "acc")),
+    )
+    buffers = {"y": BufferArg("y", F32, (sym("n"),), False)}
+    renderer = CRenderer()
+    renderer.start_kernel(None, buffers)
+    assert renderer.straight(body, "  ") == ["  const float a = 1.0f;", "  acc = (acc + a);", "  y[i] = acc;"]
+    shouting = _Shouting()
+    shouting.start_kernel(None, buffers)
+    assert shouting.straight(body, "")[-1] == "STORE(y);"
+    with pytest.raises(TypeError, match="CRenderer.straight: no entry for For"):
+        renderer.straight((For("i", sym("n"), body),), "")
+
+
+def test_a_shared_row_maps_each_statement_by_its_kind() -> None:
+    """A reducing loop becomes a thread loop and a group reduction, a loop that stores waits at a
+    barrier, a store is the first item's (then a barrier), an `if` shares its body, a declaration
+    stays as it is."""
+    acc = Local(F32, "acc")
+    declare = Declare("acc", F32, Const(F32, 0.0))
+    reduce = For("j", sym("n"), (Assign("acc", Binary(F32, "add", acc, Load(F32, "x", (sym("j"),)))),))
+    write = For("j", sym("n"), (Store("t", (sym("j"),), acc),))
+    store = Store("y", (), acc)
+    cond = SymInt(I64, sym("n"))
+    shared = _share_row((declare, reduce, write, If(cond, (store,)), store))
+    assert shared == (
+        declare,
+        ThreadLoop("j", sym("n"), reduce.body),
+        BlockReduce("acc", "add", F32),
+        ThreadLoop("j", sym("n"), write.body),
+        Barrier(),
+        If(cond, (FirstItem((store,)), Barrier())),
+        FirstItem((store,)),
+        Barrier(),
+    )
+
+
+def test_folding_takes_each_node_by_its_kind() -> None:
+    two, x = Const(I64, 2), Local(I64, "x")
+    assert fold_value(Unary(I64, "neg", two)) == Const(I64, -2)
+    assert fold_value(Binary(I64, "add", two, Const(I64, 3))) == Const(I64, 5)
+    assert fold_value(Where(I64, Const(BOOL, True), x, two)) == x
+    assert fold_value(Cast(I64, Unary(I64, "neg", two))) == Cast(I64, Const(I64, -2))
+    assert fold_value(x) is x
+
+
+def test_index_values_are_read_as_expressions_by_kind() -> None:
+    assert as_expr(Binary(I64, "mul", SymInt(I64, sym("i")), Const(I64, 4))) == sym("i") * 4
+    assert as_expr(Const(I64, True)) is None and as_expr(Const(F32, 1.5)) is None
+    assert as_expr(Load(I64, "x", ())) is None
+
+
+def test_the_graph_checks_each_node_by_its_kind() -> None:
+    """A load, a local, a reduction and the dtype rules of the other nodes, each reported; a
+    cast (no dtype rule) is only checked for computing in a half dtype."""
+    n, i = sym("n"), sym("i")
+    x = Load(F32, "x", (i,))
+    bodies = {
+        "a": Load(F32, "nowhere", (i,)),
+        "b": Binary(F32, "add", x, Local(F32, "l")),
+        "c": Binary(F32, "add", x, Reduce(I64, "sum", (("j", n),), Load(F32, "x", (sym("j"),)))),
+        "d": Binary(F32, "add", x, Cast(F16, x)),
+        "e": Where(F32, Const(F32, 1.0), x, x),
+        "f": Unary(I64, "exp", x),
+    }
+    buffers = (Buffer("x", F32, (n,), Role.INPUT),) + tuple(Buffer(k, F32, (n,), Role.OUTPUT) for k in bodies)
+    graph = Graph("g", buffers, tuple(Compute(k, (("i", n),), v) for k, v in bodies.items()))
+    assert verify_graph(graph) == [
+        "compute a: nowhere[i]: reads unknown buffer nowhere",
+        "compute b: local l in a graph (locals appear only in loop nests)",
+        "compute c: add(x[i], sum[j < n](x[j])): operands of add differ in dtype (f32, i64)",
+        "compute c: sum[j < n](x[j]): sum of f32 has dtype i64",
+        "compute d: add(x[i], cast(x[i], f16)): operands of add differ in dtype (f32, f16)",
+        "compute d: cast(x[i], f16): computes in f16 (halves compute in f32)",
+        "compute e: where(1.0:f32, x[i], x[i]): condition has dtype f32, not bool",
+        "compute f: body has dtype i64, buffer f (f32) computes in f32",
+        "compute f: exp(x[i]): exp of f32 has dtype i64",
+    ]

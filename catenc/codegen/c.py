@@ -103,9 +103,11 @@ class CRenderer:
     unary_int = registry.unary_spellings("int")
     compare = registry.binary_spellings("any")
     bool_ops = registry.spellings("bool")
-    # How each kind of node renders: value -> C expression; statement -> lines.
+    # How each kind of node renders: value -> C expression; statement -> lines; a statement of
+    # straight-line code in a frame of its own (the lane loops') -> lines.
     EXPRESSIONS: Table[Callable[..., str]] = Table("CRenderer.expression")
     STATEMENTS: Table[Callable[..., None]] = Table("CRenderer.statement")
+    STRAIGHT: Table[Callable[..., list[str]]] = Table("CRenderer.straight")
 
     def __init__(self) -> None:
         self.state: KernelState | None = None  # of the kernel being rendered
@@ -114,6 +116,7 @@ class CRenderer:
         super().__init_subclass__(**kwargs)
         cls.EXPRESSIONS = cls.EXPRESSIONS.rebound(cls)
         cls.STATEMENTS = cls.STATEMENTS.rebound(cls)
+        cls.STRAIGHT = cls.STRAIGHT.rebound(cls)
 
     # ---- types and literals ----
     def ctype(self, dtype: DType) -> str:
@@ -399,16 +402,20 @@ class CRenderer:
     def straight(self, body: tuple[Stmt, ...], pad: str) -> list[str]:
         """Straight-line statements inside a frame of their own (a declaration is const), each
         with the locals its value needs hoisted before it."""
-        lines = []
-        for stmt in body:
-            if isinstance(stmt, Declare):
-                lines += self.assignment(f"const {self.ctype(stmt.dtype)} {stmt.name}", stmt.value, pad)
-            elif isinstance(stmt, Store):
-                flat = self.flat_index(stmt.index, self.state.buffers[stmt.buffer].shape)
-                lines.append(f"{pad}{stmt.buffer}[{flat}] = {self.value(stmt.value)};")
-            else:
-                lines += self.assignment(stmt.name, stmt.value, pad)
-        return lines
+        return [line for stmt in body for line in self.STRAIGHT[type(stmt)](self, stmt, pad)]
+
+    @STRAIGHT.register(Declare)
+    def straight_declare(self, stmt: Declare, pad: str) -> list[str]:
+        return self.assignment(f"const {self.ctype(stmt.dtype)} {stmt.name}", stmt.value, pad)
+
+    @STRAIGHT.register(Assign)
+    def straight_assign(self, stmt: Assign, pad: str) -> list[str]:
+        return self.assignment(stmt.name, stmt.value, pad)
+
+    @STRAIGHT.register(Store)
+    def straight_store(self, stmt: Store, pad: str) -> list[str]:
+        flat = self.flat_index(stmt.index, self.state.buffers[stmt.buffer].shape)
+        return [f"{pad}{stmt.buffer}[{flat}] = {self.value(stmt.value)};"]
 
     # ---- contractions: packing functions and one call of the gemm driver ----
     @STATEMENTS.register(Gemm)

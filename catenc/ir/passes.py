@@ -8,6 +8,7 @@ from dataclasses import replace
 from heapq import heapify, heappop, heappush
 from itertools import count
 
+from catenc.dispatch import Table
 from catenc.ir.cost import BYTE_WEIGHT, at_reference, element_work, elements, no_more_than
 from catenc.ir.nodes import (
     Binary,
@@ -414,25 +415,45 @@ def fold_value(value: Value) -> Value:
     """Constant folding and algebraic identities that hold for every input (no float reassociation:
     x + 0.0 stays, as it turns -0.0 into 0.0)."""
     value = value.with_children(tuple(fold_value(c) for c in value.children()))
+    return _FOLD[type(value)](value)
+
+
+_FOLD: Table[Callable[[Value], Value]] = Table("fold_value")
+
+
+@_FOLD.register(Value)
+def _unfolded(value: Value) -> Value:
+    return value
+
+
+@_FOLD.register(Unary)
+def _fold_unary(value: Unary) -> Value:
     dtype = value.dtype
-    if isinstance(value, Unary) and isinstance(value.x, Const) and value.op == "neg" and dtype.is_int:
+    if isinstance(value.x, Const) and value.op == "neg" and dtype.is_int:
         return Const(dtype, _wrap(-int(value.x.value), dtype))
-    if isinstance(value, Where):
-        if isinstance(value.cond, Const):
-            return value.a if value.cond.value else value.b
-        return value.a if value.a == value.b else value
-    if isinstance(value, Binary):
-        a, b = value.a, value.b
-        if isinstance(a, Const) and isinstance(b, Const) and dtype.is_int and value.op in _INT_FOLDS:
-            return Const(dtype, _wrap(_INT_FOLDS[value.op](int(a.value), int(b.value)), dtype))
-        if value.op == "mul" and isinstance(b, Const) and b.value == 1 and b.dtype == dtype:
-            return a
-        if value.op == "mul" and isinstance(a, Const) and a.value == 1 and a.dtype == dtype:
-            return b
-        if value.op in ("add", "sub") and dtype.is_int and isinstance(b, Const) and b.value == 0:
-            return a
-        if value.op == "pow" and isinstance(b, Const) and b.value == 2 and not dtype.is_int:
-            return Binary(dtype, "mul", a, a)  # x ** 2: x*x is the correctly rounded square, NaN and inf alike
+    return value
+
+
+@_FOLD.register(Where)
+def _fold_where(value: Where) -> Value:
+    if isinstance(value.cond, Const):
+        return value.a if value.cond.value else value.b
+    return value.a if value.a == value.b else value
+
+
+@_FOLD.register(Binary)
+def _fold_binary(value: Binary) -> Value:
+    a, b, dtype = value.a, value.b, value.dtype
+    if isinstance(a, Const) and isinstance(b, Const) and dtype.is_int and value.op in _INT_FOLDS:
+        return Const(dtype, _wrap(_INT_FOLDS[value.op](int(a.value), int(b.value)), dtype))
+    if value.op == "mul" and isinstance(b, Const) and b.value == 1 and b.dtype == dtype:
+        return a
+    if value.op == "mul" and isinstance(a, Const) and a.value == 1 and a.dtype == dtype:
+        return b
+    if value.op in ("add", "sub") and dtype.is_int and isinstance(b, Const) and b.value == 0:
+        return a
+    if value.op == "pow" and isinstance(b, Const) and b.value == 2 and not dtype.is_int:
+        return Binary(dtype, "mul", a, a)  # x ** 2: x*x is the correctly rounded square, NaN and inf alike
     return value
 
 

@@ -14,10 +14,11 @@ What the entry's `where` constraints guarantee is not in the graph: pass them as
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from catenc.dispatch import Table
 from catenc.dtypes import BOOL, F32, I64
 from catenc.frontend.constraints import RuntimeCheck, constraint_facts, unequal_facts
 from catenc.ir.build import compute_dtype
@@ -156,78 +157,133 @@ def _verify_value(
     return problems
 
 
+_CHILDREN: Table[Callable[[Value, _Scope], Iterator[tuple[Value, _Scope]]]] = Table("verify_graph children")
+
+
 def _children_in_scope(node: Value, scope: _Scope) -> Iterator[tuple[Value, _Scope]]:
-    if isinstance(node, Where):
-        yes, no = guard_facts(node.cond, scope.facts)
-        yield node.cond, scope
-        yield node.a, replace(scope, facts=scope.facts.with_nonneg(*yes))
-        yield node.b, replace(scope, facts=scope.facts.with_nonneg(*no))
-    elif isinstance(node, Reduce):
-        facts = scope.facts
-        for name, extent in node.indices:
-            facts = facts.with_range(name, extent)
-        yield node.body, replace(scope, facts=facts, bound=scope.bound | {n for n, _ in node.indices})
-    else:
-        for child in node.children():
-            yield child, scope
+    return _CHILDREN[type(node)](node, scope)
+
+
+@_CHILDREN.register(Value)
+def _children(node: Value, scope: _Scope) -> Iterator[tuple[Value, _Scope]]:
+    for child in node.children():
+        yield child, scope
+
+
+@_CHILDREN.register(Where)
+def _guarded_children(node: Where, scope: _Scope) -> Iterator[tuple[Value, _Scope]]:
+    """Each branch under what its side of the guard guarantees."""
+    yes, no = guard_facts(node.cond, scope.facts)
+    yield node.cond, scope
+    yield node.a, replace(scope, facts=scope.facts.with_nonneg(*yes))
+    yield node.b, replace(scope, facts=scope.facts.with_nonneg(*no))
+
+
+@_CHILDREN.register(Reduce)
+def _reduced_body(node: Reduce, scope: _Scope) -> Iterator[tuple[Value, _Scope]]:
+    """The body with the reduction's indices bound over their extents."""
+    facts = scope.facts
+    for name, extent in node.indices:
+        facts = facts.with_range(name, extent)
+    yield node.body, replace(scope, facts=facts, bound=scope.bound | {n for n, _ in node.indices})
+
+
+# The checks of one node: (node, buffers, written, scope) -> problems.
+_PROBLEMS: Table[Callable[[Value, dict[str, Buffer], set[str], _Scope], list[str]]] = Table("verify_graph")
 
 
 def _node_problems(node: Value, buffers: dict[str, Buffer], written: set[str], scope: _Scope) -> list[str]:
-    if isinstance(node, Load):
-        return _load_problems(node, buffers, written, scope)
-    if isinstance(node, Local):
-        return [f"local {node.name} in a graph (locals appear only in loop nests)"]
-    if isinstance(node, Reduce):
-        names = [n for n, _ in node.indices]
-        out = [f"{show(node)}: unknown reduction {node.op}"] if node.op not in REDUCE_OPS else []
-        if set(names) & scope.bound or len(set(names)) != len(names):
-            out.append(f"{show(node)}: reduction index names repeat or shadow an enclosing index")
-        want = I64 if node.op in ("argmax", "argmin") else node.body.dtype
-        if node.dtype != want:
-            out.append(f"{show(node)}: {node.op} of {node.body.dtype.name} has dtype {node.dtype.name}")
-        return out
-    return _dtype_problems(node)
+    return _PROBLEMS[type(node)](node, buffers, written, scope)
 
 
-def _dtype_problems(node: Value) -> list[str]:
+@_PROBLEMS.register(Value)
+def _value_problems(node: Value, buffers: dict[str, Buffer], written: set[str], scope: _Scope) -> list[str]:
     """Whether a node's dtype follows from its operands' (a half dtype never computes)."""
     if node.dtype.is_half:
         return [f"{show(node)}: computes in {node.dtype.name} (halves compute in f32)"]
-    if isinstance(node, Unary):
-        if node.op not in UNARY_OPS:
-            return [f"{show(node)}: unknown unary op {node.op}"]
-        want = BOOL if node.op in TESTS and node.op != "not" else node.x.dtype
-        if node.op in HALF_ROUNDING:
-            want = F32 if node.x.dtype.is_float else None
-        if node.op == "not" and node.x.dtype.is_float:  # logical on bool, bitwise on integers
-            want = None
-        if node.dtype != want:
-            return [f"{show(node)}: {node.op} of {node.x.dtype.name} has dtype {node.dtype.name}"]
-    elif isinstance(node, Binary):
-        if node.op not in BINARY_OPS:
-            return [f"{show(node)}: unknown binary op {node.op}"]
-        if node.a.dtype != node.b.dtype:
-            return [f"{show(node)}: operands of {node.op} differ in dtype ({node.a.dtype.name}, {node.b.dtype.name})"]
-        want = BOOL if node.op in COMPARISONS else node.a.dtype
-        if node.op in LOGICAL and node.a.dtype.is_float:
-            return [f"{show(node)}: {node.op} of {node.a.dtype.name}"]
-        if node.dtype != want:
-            return [f"{show(node)}: {node.op} of {node.a.dtype.name} has dtype {node.dtype.name}"]
-    elif isinstance(node, Where):
-        if node.cond.dtype != BOOL:
-            return [f"{show(node)}: condition has dtype {node.cond.dtype.name}, not bool"]
-        if not node.a.dtype == node.b.dtype == node.dtype:
-            return [
-                f"{show(node)}: branches ({node.a.dtype.name}, {node.b.dtype.name}) differ from its dtype "
-                f"{node.dtype.name}"
-            ]
-    elif isinstance(node, Const) and isinstance(node.value, float) and not node.dtype.is_float:
+    return _DTYPE_PROBLEMS[type(node)](node)
+
+
+@_PROBLEMS.register(Local)
+def _local_problems(node: Local, buffers: dict[str, Buffer], written: set[str], scope: _Scope) -> list[str]:
+    return [f"local {node.name} in a graph (locals appear only in loop nests)"]
+
+
+@_PROBLEMS.register(Reduce)
+def _reduce_problems(node: Reduce, buffers: dict[str, Buffer], written: set[str], scope: _Scope) -> list[str]:
+    names = [n for n, _ in node.indices]
+    out = [f"{show(node)}: unknown reduction {node.op}"] if node.op not in REDUCE_OPS else []
+    if set(names) & scope.bound or len(set(names)) != len(names):
+        out.append(f"{show(node)}: reduction index names repeat or shadow an enclosing index")
+    want = I64 if node.op in ("argmax", "argmin") else node.body.dtype
+    if node.dtype != want:
+        out.append(f"{show(node)}: {node.op} of {node.body.dtype.name} has dtype {node.dtype.name}")
+    return out
+
+
+# The dtype rule of each kind of node (one that computes in a dtype other than a half's).
+_DTYPE_PROBLEMS: Table[Callable[[Value], list[str]]] = Table("verify_graph dtypes")
+
+
+@_DTYPE_PROBLEMS.register(Value)
+def _no_dtype_rule(node: Value) -> list[str]:
+    return []
+
+
+@_DTYPE_PROBLEMS.register(Unary)
+def _unary_dtype(node: Unary) -> list[str]:
+    if node.op not in UNARY_OPS:
+        return [f"{show(node)}: unknown unary op {node.op}"]
+    want = BOOL if node.op in TESTS and node.op != "not" else node.x.dtype
+    if node.op in HALF_ROUNDING:
+        want = F32 if node.x.dtype.is_float else None
+    if node.op == "not" and node.x.dtype.is_float:  # logical on bool, bitwise on integers
+        want = None
+    if node.dtype != want:
+        return [f"{show(node)}: {node.op} of {node.x.dtype.name} has dtype {node.dtype.name}"]
+    return []
+
+
+@_DTYPE_PROBLEMS.register(Binary)
+def _binary_dtype(node: Binary) -> list[str]:
+    if node.op not in BINARY_OPS:
+        return [f"{show(node)}: unknown binary op {node.op}"]
+    if node.a.dtype != node.b.dtype:
+        return [f"{show(node)}: operands of {node.op} differ in dtype ({node.a.dtype.name}, {node.b.dtype.name})"]
+    want = BOOL if node.op in COMPARISONS else node.a.dtype
+    if node.op in LOGICAL and node.a.dtype.is_float:
+        return [f"{show(node)}: {node.op} of {node.a.dtype.name}"]
+    if node.dtype != want:
+        return [f"{show(node)}: {node.op} of {node.a.dtype.name} has dtype {node.dtype.name}"]
+    return []
+
+
+@_DTYPE_PROBLEMS.register(Where)
+def _where_dtype(node: Where) -> list[str]:
+    if node.cond.dtype != BOOL:
+        return [f"{show(node)}: condition has dtype {node.cond.dtype.name}, not bool"]
+    if not node.a.dtype == node.b.dtype == node.dtype:
+        return [
+            f"{show(node)}: branches ({node.a.dtype.name}, {node.b.dtype.name}) differ from its dtype {node.dtype.name}"
+        ]
+    return []
+
+
+@_DTYPE_PROBLEMS.register(Const)
+def _const_dtype(node: Const) -> list[str]:
+    if isinstance(node.value, float) and not node.dtype.is_float:
         return [f"{show(node)}: a float constant of dtype {node.dtype.name}"]
-    elif isinstance(node, SymInt) and node.dtype == BOOL:
+    return []
+
+
+@_DTYPE_PROBLEMS.register(SymInt)
+def _symint_dtype(node: SymInt) -> list[str]:
+    if node.dtype == BOOL:
         return [f"{show(node)}: an index expression of dtype bool"]
     return []
 
 
+@_PROBLEMS.register(Load)
 def _load_problems(node: Load, buffers: dict[str, Buffer], written: set[str], scope: _Scope) -> list[str]:
     buf = buffers.get(node.buffer)
     if buf is None:
@@ -382,16 +438,37 @@ def _shape_symbols(buffers: dict[str, Buffer]) -> set[str]:
 def as_expr(value: Value) -> Expr | None:
     """An integer value as an index expression, when it is one (constants, index expressions
     and their sums and products)."""
-    if isinstance(value, Const) and isinstance(value.value, int) and not isinstance(value.value, bool):
-        return const(value.value)
-    if isinstance(value, SymInt) and not value.dtype.is_float:
-        return value.expr
-    if isinstance(value, Binary) and value.op in _EXPR_OPS and not value.dtype.is_float:
-        a, b = as_expr(value.a), as_expr(value.b)
-        if a is None or b is None:
-            return None
-        return _EXPR_OPS[value.op](a, b)
+    return _AS_EXPR[type(value)](value)
+
+
+_AS_EXPR: Table[Callable[[Value], Expr | None]] = Table("as_expr")
+
+
+@_AS_EXPR.register(Value)
+def _no_expr(value: Value) -> None:
     return None
+
+
+@_AS_EXPR.register(Const)
+def _const_expr(value: Const) -> Expr | None:
+    if isinstance(value.value, int) and not isinstance(value.value, bool):
+        return const(value.value)
+    return None
+
+
+@_AS_EXPR.register(SymInt)
+def _symint_expr(value: SymInt) -> Expr | None:
+    return None if value.dtype.is_float else value.expr
+
+
+@_AS_EXPR.register(Binary)
+def _binary_expr(value: Binary) -> Expr | None:
+    if value.op not in _EXPR_OPS or value.dtype.is_float:
+        return None
+    a, b = as_expr(value.a), as_expr(value.b)
+    if a is None or b is None:
+        return None
+    return _EXPR_OPS[value.op](a, b)
 
 
 _EXPR_OPS = {  # integer ops of values that are ops of index expressions (both divide by flooring)

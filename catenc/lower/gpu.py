@@ -267,22 +267,38 @@ def _share_row(row: tuple[Stmt, ...], declared: set[str] | None = None) -> tuple
     accumulators it updates (declared: the row's accumulators, from outside any `if`)."""
     if declared is None:
         declared = {s.name for s in _row_level(row) if isinstance(s, Declare)}
-    out: list[Stmt] = []
-    for stmt in row:
-        if isinstance(stmt, For):
-            reductions = _reductions(stmt, declared) or {}
-            stmt = _collapse(stmt)
-            out.append(ThreadLoop(stmt.index, stmt.extent, stmt.body))
-            out += [BlockReduce(acc, op, dtype) for acc, (op, dtype) in reductions.items()]
-            if not reductions and any(isinstance(s, Store) for s in iter_stmts(stmt.body)):
-                out.append(Barrier())
-        elif isinstance(stmt, If):
-            out.append(If(stmt.cond, _share_row(stmt.body, declared)))
-        elif isinstance(stmt, Store):
-            out += [FirstItem((stmt,)), Barrier()]
-        else:
-            out.append(stmt)
-    return tuple(out)
+    return tuple(shared for stmt in row for shared in _SHARED[type(stmt)](stmt, declared))
+
+
+_SHARED: Table[Callable[[Stmt, set[str]], tuple[Stmt, ...]]] = Table("_share_row")
+
+
+@_SHARED.register(Stmt)
+def _shared_as_is(stmt: Stmt, declared: set[str]) -> tuple[Stmt, ...]:
+    """What every work-item of the group runs alike (declarations, assignments)."""
+    return (stmt,)
+
+
+@_SHARED.register(For)
+def _shared_loop(stmt: For, declared: set[str]) -> tuple[Stmt, ...]:
+    reductions = _reductions(stmt, declared) or {}
+    loop = _collapse(stmt)
+    out: tuple[Stmt, ...] = (ThreadLoop(loop.index, loop.extent, loop.body),)
+    out += tuple(BlockReduce(acc, op, dtype) for acc, (op, dtype) in reductions.items())
+    if not reductions and any(isinstance(s, Store) for s in iter_stmts(loop.body)):
+        out += (Barrier(),)
+    return out
+
+
+@_SHARED.register(If)
+def _shared_branch(stmt: If, declared: set[str]) -> tuple[Stmt, ...]:
+    return (If(stmt.cond, _share_row(stmt.body, declared)),)
+
+
+@_SHARED.register(Store)
+def _shared_store(stmt: Store, declared: set[str]) -> tuple[Stmt, ...]:
+    """One work-item stores; the others wait for it."""
+    return (FirstItem((stmt,)), Barrier())
 
 
 # ---- printing ----------------------------------------------------------------------------------
