@@ -320,6 +320,11 @@ def test_item2_a_known_range_past_the_fold_limit_is_computed_by_the_library(tmp_
 # ---- item 5: invalid models are refused, not accepted silently ------------------------------
 
 
+def ml_only() -> onnx.ModelProto:
+    binarizer = helper.make_node("Binarizer", ["x"], ["y"], name="b", domain="ai.onnx.ml", threshold=1.0)
+    return model_of([binarizer], opsets=(("ai.onnx.ml", 1),))
+
+
 def relu_with_opsets(*opsets) -> onnx.ModelProto:
     return model_of([helper.make_node("Relu", ["x"], ["y"], name="r")], opsets=opsets)
 
@@ -360,6 +365,11 @@ INVALID = {
     "only another domain": (
         lambda: relu_with_opsets(("com.example", 3)),
         "the model imports no opset of the default ONNX domain",
+    ),
+    # valid ONNX: a model of another domain's operators only needs no default opset; its operator is what is missing
+    "only ai.onnx.ml operators": (
+        ml_only,
+        "node 'b' (ai.onnx.ml.Binarizer, opset 1): operator not supported",
     ),
     "two graph inputs of one name": (duplicate_inputs, "graph input 'x' is declared twice"),
     "a node output defined twice": (

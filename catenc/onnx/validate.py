@@ -95,10 +95,10 @@ def _opset_problems(model, versions: dict[str, int]) -> Iterator[str]:
         "(onnx.version_converter.convert_version converts a model to another)"
     )
     version = versions.get("")
-    if version is None:
+    if version is None and any(node.domain in ("", "ai.onnx") for node in model.graph.node):
         listed = ", ".join(f"{d} {v}" for d, v in versions.items())
         yield f"the model imports no opset of the default ONNX domain (only {listed}): {advice}"
-    elif version not in OPSETS:
+    elif version is not None and version not in OPSETS:
         yield f"opset {version} of the default ONNX domain: {advice}"
 
 
