@@ -121,7 +121,7 @@ class _Builder:
         dtype = compute_dtype(ttype.dtype)
         return Lazy(ttype.dtype, ttype.shape, lambda idx: Load(dtype, name, self.simplify(idx)))
 
-    def materialise(self, name: str, value: Lazy, role: str, storage: DType | None = None) -> Lazy:
+    def materialise(self, name: str, value: Lazy, role: Role, storage: DType | None = None) -> Lazy:
         indices = self.fresh_indices(value.shape)
         body = value.at(self.index_of(indices))
         self.computes.append(Compute(name, indices, body))
@@ -419,23 +419,34 @@ class _Builder:
         load = self.copies[id(source)][1].at(index)
         return Gather(load.dtype, load.buffer, load.index, axis, position)
 
+    _GATHERED: Table[Callable[..., Value | None]] = Table("gathered_loads")
+
     def gathered_loads(self, value: Value, size: Expr, position: Value) -> Value | None:
         """`value` with every load that reads GATHERED alone on an axis of extent `size` made a gather
         at `position`; None where GATHERED is read otherwise (a strided or reshaped view, a bound)."""
         if GATHERED not in value.summary.symbols:
             return value
-        if isinstance(value, Load) and not isinstance(value, Gather):
-            uses = [j for j, e in enumerate(value.index) if GATHERED in e.free_symbols()]
-            if len(uses) != 1 or value.index[uses[0]] != sym(GATHERED):
-                return None
-            (j,) = uses
-            if next(b.shape[j] for b in self.buffers if b.name == value.buffer) != size:
-                return None
-            return Gather(value.dtype, value.buffer, value.index[:j] + (ZERO,) + value.index[j + 1 :], j, position)
-        if isinstance(value, Load | SymInt):  # a gather reading it outside its position, or an index value
-            return None
+        return self._GATHERED[type(value)](self, value, size, position)
+
+    @_GATHERED.register(Value)
+    def gathered_children(self, value: Value, size: Expr, position: Value) -> Value | None:
         children = [self.gathered_loads(c, size, position) for c in value.children()]
         return None if any(c is None for c in children) else value.with_children(tuple(children))
+
+    @_GATHERED.register(Load)
+    def gathered_load(self, value: Load, size: Expr, position: Value) -> Value | None:
+        uses = [j for j, e in enumerate(value.index) if GATHERED in e.free_symbols()]
+        if len(uses) != 1 or value.index[uses[0]] != sym(GATHERED):
+            return None
+        (j,) = uses
+        if next(b.shape[j] for b in self.buffers if b.name == value.buffer) != size:
+            return None
+        return Gather(value.dtype, value.buffer, value.index[:j] + (ZERO,) + value.index[j + 1 :], j, position)
+
+    @_GATHERED.register(Gather, SymInt)
+    def gathered_elsewhere(self, value: Value, size: Expr, position: Value) -> None:
+        """A gather reading GATHERED outside its position, or an index value."""
+        return None
 
     def index_check(self, indices: Lazy, size: Expr) -> None:
         """A status compute counting the indices outside [-size, size) (outside [0, size) for
