@@ -33,7 +33,7 @@ from catenc.ir.nodes import (
 )
 from catenc.ir.passes import fold_value
 from catenc.ir.verify import as_expr, verify_graph
-from catenc.lower.gpu import Barrier, BlockReduce, FirstItem, ThreadLoop, _share_row
+from catenc.lower.gpu import Barrier, BlockReduce, FirstItem, GridMapping, ThreadLoop, _share_row
 from catenc.lower.loops import Assign, Declare, For, If, Store, iter_stmts, stmt_values
 from catenc.plan import Options
 from catenc.symbolic import ZERO, sym
@@ -241,3 +241,16 @@ def test_the_graph_checks_each_node_by_its_kind() -> None:
         "compute f: body has dtype i64, buffer f (f32) computes in f32",
         "compute f: exp(x[i]): exp of f32 has dtype i64",
     ]
+
+
+@pytest.mark.parametrize("name", ["clang", "cuda"])
+def test_closed_sets_hold_their_members_through_the_pipeline(name) -> None:
+    """Buffer roles (the gemm's packed panels included) and GPU mappings are enum members, not
+    the strings that compare equal to them."""
+    plan = plan_file("samples/gemm.toml", Options(runtime(name)))
+    buffers = [b for entry in plan.entries for b in entry.schedule.graph.buffers]
+    kernels = [k for entry in plan.entries for k in entry.gpu]
+    assert any(b.name.startswith("catenc_pack") for b in buffers) == (name == "clang")
+    assert bool(kernels) == (name == "cuda")
+    assert all(type(b.role) is Role for b in buffers)
+    assert all(type(k.mapping) is GridMapping for k in kernels)

@@ -13,12 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from catenc.ir.cost import Cost, computes_cost
-from catenc.ir.nodes import Buffer, Compute, Graph, format_shape, format_value, loaded_buffers, loads
+from catenc.ir.nodes import Buffer, Compute, Graph, Role, format_shape, format_value, loaded_buffers, loads
 from catenc.schedule.contractions import Contraction, extract_contractions
 from catenc.schedule.tiles import GemmTiles
 from catenc.symbolic import ONE, ZERO, Call, Expr, product, prove_nonneg, sym
 
 WORKSPACE_ALIGNMENT = 64
+IN_WORKSPACE = (Role.TEMP, Role.STATUS)  # the roles of buffers the workspace holds
 
 
 # Work (flops plus elements stored) below which a kernel's parallel loop stays on one thread:
@@ -137,7 +138,7 @@ def plan_storage(schedule: Schedule, pack_size: PackSize | None = None) -> Sched
         c = kernel.contraction
         if c is not None and pack_size is not None:
             pack = Buffer(
-                f"catenc_pack{k}", c.dtype, (pack_size(c, tiles[c.dtype.name], kernel.decisions.parallel),), "temp"
+                f"catenc_pack{k}", c.dtype, (pack_size(c, tiles[c.dtype.name], kernel.decisions.parallel),), Role.TEMP
             )
             graph = replace(graph, buffers=graph.buffers + (pack,))
             kernels[k] = replace(kernel, pack=pack.name)
@@ -212,7 +213,7 @@ def _scalar_members(graph: Graph, kernels: tuple[Kernel, ...], k: int) -> frozen
     scalars = set()
     for m in kernels[k].members:
         inner = m.indices[len(kernels[k].outer) :]
-        if graph.buffer(m.name).role != "temp" or any(e != ONE for _, e in inner):
+        if graph.buffer(m.name).role != Role.TEMP or any(e != ONE for _, e in inner):
             continue
         if any(m.name in loaded_buffers(c.body) for c in later):
             continue
@@ -248,10 +249,10 @@ def plan_workspace(graph: Graph, kernels: list[Kernel]) -> tuple[tuple[Slot, ...
     for k, kernel in enumerate(kernels):
         for m in kernel.members:
             role = graph.buffer(m.name).role
-            if role in ("temp", "status") and m.name not in kernel.scalars:
+            if role in IN_WORKSPACE and m.name not in kernel.scalars:
                 first.setdefault(m.name, k)
                 # a status is read by the entry after the last kernel
-                last.setdefault(m.name, len(kernels) if role == "status" else k)
+                last.setdefault(m.name, len(kernels) if role == Role.STATUS else k)
         for m in kernel.members:
             for ld in loads(m.body):
                 if ld.buffer in first:
@@ -307,7 +308,7 @@ def format_schedule(schedule: Schedule) -> str:
             buf = graph.buffer(m.name)
             if m.name in kernel.scalars:
                 where = "scalar"
-            elif buf.role in ("temp", "status"):
+            elif buf.role in IN_WORKSPACE:
                 slot = schedule.slot_of(m.name)
                 where = f"workspace+{slot.offset}" if slot else "workspace"
             else:
