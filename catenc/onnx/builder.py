@@ -219,9 +219,9 @@ class Seq(Node):
     shape: Shape = ()
 
 
-@dataclass(frozen=True, eq=False)
-class Unary(Node):
-    op: str  # "-" or "~"
+class Wrapping(Node):
+    """A node of its one operand's dtype, shape and weakness."""
+
     operand: Node
 
     @property
@@ -235,6 +235,12 @@ class Unary(Node):
     @property
     def weak(self) -> bool:  # type: ignore[override]
         return self.operand.weak
+
+
+@dataclass(frozen=True, eq=False)
+class Unary(Wrapping):
+    op: str  # "-" or "~"
+    operand: Node
 
 
 @dataclass(frozen=True, eq=False)
@@ -300,22 +306,10 @@ class Reduce(Node):
 
 
 @dataclass(frozen=True, eq=False)
-class Group(Node):
+class Group(Wrapping):
     """Parentheses the converter writes on purpose (they keep the text the importer always wrote)."""
 
-    inner: Node
-
-    @property
-    def dtype(self) -> str:  # type: ignore[override]
-        return self.inner.dtype
-
-    @property
-    def shape(self) -> Shape:  # type: ignore[override]
-        return self.inner.shape
-
-    @property
-    def weak(self) -> bool:  # type: ignore[override]
-        return self.inner.weak
+    operand: Node
 
 
 # ---- building -----------------------------------------------------------------------------------
@@ -627,7 +621,7 @@ _RENDER: dict[type, Callable] = {
     Read: lambda n: f"{render(n.of)}[{', '.join(render(i) for i in n.items)}]",
     Scaled: lambda n: f"{render(n.index)}*{n.factor}" if n.factor_last else f"{n.factor}*{render(n.index)}",
     Reduce: lambda n: f"{n.op}[{', '.join(f'{i.name} < {render(e)}' for i, e in n.ranges)}]({render(n.body)})",
-    Group: lambda n: f"({render(n.inner)})",
+    Group: lambda n: f"({render(n.operand)})",
 }
 
 
@@ -639,26 +633,23 @@ def render(node: Node) -> str:
 # ---- index scope --------------------------------------------------------------------------------
 
 
+_CHILDREN: dict[type, Callable[[Node], tuple[Node, ...]]] = {
+    Unary: lambda n: (n.operand,),
+    Group: lambda n: (n.operand,),
+    Bin: lambda n: (n.left, n.right),
+    Call: lambda n: n.args + tuple(v for _, v in n.keywords),
+    Read: lambda n: (n.of, *n.items),
+    Seq: lambda n: n.items,
+    Scaled: lambda n: (n.index,),
+    Slice: lambda n: tuple(p for p in (n.start, n.stop, n.step) if p is not None),
+    Poly: lambda n: n.indices,
+}
+
+
 def _children(node: Node) -> tuple[Node, ...]:
-    if isinstance(node, (Unary,)):
-        return (node.operand,)
-    if isinstance(node, Bin):
-        return (node.left, node.right)
-    if isinstance(node, Call):
-        return node.args + tuple(v for _, v in node.keywords)
-    if isinstance(node, Read):
-        return (node.of, *node.items)
-    if isinstance(node, Seq):
-        return node.items
-    if isinstance(node, Group):
-        return (node.inner,)
-    if isinstance(node, Scaled):
-        return (node.index,)
-    if isinstance(node, Slice):
-        return tuple(p for p in (node.start, node.stop, node.step) if p is not None)
-    if isinstance(node, Poly):
-        return node.indices
-    return ()
+    """The operands of a node (none for a leaf; a Reduce's are walked by check_scope itself)."""
+    children = _CHILDREN.get(type(node))
+    return children(node) if children is not None else ()
 
 
 def check_scope(node: Node, scope: frozenset[str]) -> None:
