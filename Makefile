@@ -129,9 +129,10 @@ samples-tune: $(STAMP)
 $(addprefix sample-,$(SAMPLES)): sample-%: build/samples/%.tested
 
 # The suite on TEST_JOBS workers (pytest-xdist; `auto`: one per core, 0: in this process alone), each
-# test file whole on one worker (its module fixtures build once), then the 20 slowest tests.
+# test file whole on one worker (its module fixtures build once), handed out in the order the files
+# are collected (tests/conftest.py puts some first: FIRST), then the 20 slowest tests.
 TEST_JOBS ?= auto
-PYTEST := $(PYBIN) -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile --durations=20
+PYTEST := $(PYBIN) -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder --durations=20
 
 test: $(STAMP)
 	$(PYTEST) tests

@@ -33,14 +33,36 @@ os.environ["CATENC_NO_CACHE"] = "1"
 # bytecode from __pycache__ (ignored by git) instead of compiling every module again (0.3 s of CPU
 # each), also where the environment says not to write bytecode.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-# `make test` runs a worker per core: OpenMP threads waiting at the end of a parallel region sleep
-# rather than spin on the core another worker needs (the results are the same either way).
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 # Sizes every test binds a free symbol to: 1, primes, a larger non-multiple of 16.
 SIZES = (1, 7, 13, 37)
 # The same with 0, for composites where an empty dim is legal.
 SIZES0 = (0, 1, 7, 13, 37)
+
+# Collected first, in this order, so that `make test` hands them to its workers first (one file each
+# to start with): the two files that fork children which run OpenMP code (a forked child hangs when
+# its parent has OpenMP threads already, which a worker that ran other files has), then the files
+# that take the most CPU (tests/test_sanitized_ops.py alone about a third of the suite), so that
+# the other files fill in around them rather than one of them running alone at the end.
+FIRST = (
+    "test_fuzz_differential.py",
+    "test_onnx_node_suite.py",
+    "test_sanitized_ops.py",
+    "test_random_schedules.py",
+    "test_frontend_fuzz.py",
+    "test_reproducible.py",
+    "test_test_runtime.py",
+    "test_cache.py",
+    "test_cli.py",
+    "test_reductions.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """FIRST's files first (in its order), then the others as collected."""
+    rank = {name: n for n, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))
+
 
 _RUNTIMES: dict[str, object] = {}
 _COUNTER = itertools.count()
