@@ -28,6 +28,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "catenc.resources",
             "catenc.pyparse",
             "catenc.weights",  # the safetensors reader and writer
+            "catenc.dispatch",  # the {type: fn} tables of every tree walk
+            "catenc.enums",  # the base of the closed sets printed as their plain values
+            "catenc.options",  # compile's options as given, each with its cache role
         ),
     ),
     # One declaration per primitive op, read by the checker, the IR builder, renderers and the reference.

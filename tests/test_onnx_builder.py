@@ -34,7 +34,8 @@ from catenc.onnx.builder import (
     where,
 )
 from catenc.onnx.emitter import Emitter, Names
-from catenc.onnx.registry import CONVERTERS, OnnxNode, Unsupported, normalize
+from catenc.onnx.errors import Unsupported
+from catenc.onnx.registry import CONVERTERS, OnnxNode, normalize
 from catenc.onnx.values import Value, dims, known_value
 from catenc.symbolic import const, sym
 

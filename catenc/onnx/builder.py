@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from catenc.onnx.registry import ModelError
+from catenc.onnx.errors import ModelError
 from catenc.onnx.values import FLOATS, Shape, broadcast, literal
 from catenc.symbolic import Expr, const, sym
 

@@ -20,8 +20,9 @@ import numpy as np
 from catenc.onnx import builder as B
 from catenc.onnx.builder import Group, Lit, Node, Operand, Size, Text, call, cast, matmul, reduce, seq, where
 from catenc.onnx.emitter import Emitter
+from catenc.onnx.errors import ModelError, Unsupported
 from catenc.onnx.reduce import reduction
-from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter
+from catenc.onnx.registry import OnnxNode, converter
 from catenc.onnx.values import ONNX_DTYPES, Shape, Value, broadcast
 from catenc.symbolic import Expr, const, floordiv
 

@@ -14,8 +14,9 @@ from catenc.dtypes import DTYPES
 from catenc.onnx import builder as B
 from catenc.onnx.builder import Group, Lit, Node, call, cast, lit, num, where
 from catenc.onnx.emitter import Emitter
+from catenc.onnx.errors import ModelError, Unsupported
 from catenc.onnx.model import type_name
-from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter, known_ints, need_float
+from catenc.onnx.registry import OnnxNode, converter, known_ints, need_float
 from catenc.onnx.values import FLOATS, NUMPY, ONNX_DTYPES, Value, broadcast, known_value
 
 FOLD_LIMIT = 1 << 20  # elements: larger results are computed by the library, not at import

@@ -14,8 +14,8 @@ from catenc.diagnostics import CatencError
 from catenc.frontend.composites import check_name
 from catenc.frontend.shapes import SHAPE_FUNCS
 from catenc.onnx.builder import Index, Lit, Node, Ref, check_scope, dim_text, render
+from catenc.onnx.errors import Unsupported
 from catenc.onnx.model import file_loc
-from catenc.onnx.registry import Unsupported
 from catenc.onnx.values import ONNX_DTYPES, Shape, Value, dims, literal
 from catenc.registry import ELEMENTWISE, REDUCTIONS
 

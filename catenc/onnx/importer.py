@@ -18,9 +18,10 @@ from catenc import __version__
 from catenc.diagnostics import CatencError
 from catenc.dtypes import DTYPES, f32_to_bf16
 from catenc.onnx.emitter import RESERVED, Emitter, Names, sanitise, usable
+from catenc.onnx.errors import ModelError, Unsupported
 from catenc.onnx.families import FAMILIES  # noqa: F401  (importing them registers their converters)
 from catenc.onnx.model import file_loc, load_model, node_label, onnx_module, opsets, type_name
-from catenc.onnx.registry import CONVERTERS, ModelError, OnnxNode, Unsupported, decode_attribute
+from catenc.onnx.registry import CONVERTERS, OnnxNode, decode_attribute
 from catenc.onnx.rewrite import fold_batchnorm
 from catenc.onnx.validate import validate
 from catenc.onnx.values import NUMPY, ONNX_DTYPES, Value, dims

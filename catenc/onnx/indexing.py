@@ -39,7 +39,8 @@ from catenc.onnx.builder import (
 )
 from catenc.onnx.elementwise import FOLD_LIMIT
 from catenc.onnx.emitter import Emitter
-from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, known_ints
+from catenc.onnx.errors import ModelError, Unsupported
+from catenc.onnx.registry import OnnxNode, axis_of, converter, known_ints
 from catenc.onnx.shape import reshaped
 from catenc.onnx.values import NUMPY, ONNX_DTYPES, Shape, Value, dims, known_value, static
 from catenc.symbolic import Expr, const, floordiv, maximum, minimum, product, prove_nonneg

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from catenc.onnx.elementwise import result_shape
-from catenc.onnx.registry import ModelError, OnnxNode, converter
+from catenc.onnx.errors import ModelError
+from catenc.onnx.registry import OnnxNode, converter
 from catenc.onnx.values import Shape, Value, broadcast, known_value, static
 
 

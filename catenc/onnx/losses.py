@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from catenc.onnx.builder import Node, Size, call, cast, reduce, where
 from catenc.onnx.emitter import Emitter
+from catenc.onnx.errors import ModelError
 from catenc.onnx.reduce import reduction as reduced
-from catenc.onnx.registry import ModelError, OnnxNode, converter, need_float
+from catenc.onnx.registry import OnnxNode, converter, need_float
 from catenc.onnx.values import Value
 from catenc.symbolic import const
 

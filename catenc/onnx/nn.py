@@ -26,8 +26,9 @@ import numpy as np
 
 from catenc.onnx.builder import Group, Index, Node, Operand, Scaled, Size, affine, call, lit, reduce, shape_list, where
 from catenc.onnx.emitter import Emitter, IndexNames
+from catenc.onnx.errors import ModelError, Unsupported
 from catenc.onnx.reduce import reduction
-from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter, need_float
+from catenc.onnx.registry import OnnxNode, converter, need_float
 from catenc.onnx.shape import shape_text
 from catenc.onnx.values import NUMPY, Shape, Value, dims, static
 from catenc.symbolic import Expr, const, floordiv

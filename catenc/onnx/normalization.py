@@ -12,8 +12,9 @@ import numpy as np
 
 from catenc.onnx.builder import Index, Node, call, cast, shape_list, where
 from catenc.onnx.emitter import Emitter
+from catenc.onnx.errors import ModelError, Unsupported
 from catenc.onnx.reduce import reduction
-from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, need_float
+from catenc.onnx.registry import OnnxNode, axis_of, converter, need_float
 from catenc.onnx.shape import reshaped, shape_text
 from catenc.onnx.values import NUMPY, Shape, Value, dims, known_value
 from catenc.symbolic import const, product

@@ -15,10 +15,11 @@ from catenc.onnx import builder as B
 from catenc.onnx import nn
 from catenc.onnx.builder import ALL, NEW_AXIS, Group, Node, call, cast, matmul, read
 from catenc.onnx.emitter import Emitter
+from catenc.onnx.errors import ModelError, Unsupported
 from catenc.onnx.indexing import small
 from catenc.onnx.linalg import matmul_shape
 from catenc.onnx.model import type_name
-from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter
+from catenc.onnx.registry import OnnxNode, axis_of, converter
 from catenc.onnx.values import NUMPY, ONNX_DTYPES, Value, known_value
 from catenc.symbolic import const
 

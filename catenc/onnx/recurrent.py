@@ -35,7 +35,8 @@ from catenc.onnx.builder import (
     where,
 )
 from catenc.onnx.emitter import Emitter
-from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, converter, known_ints, need_float
+from catenc.onnx.errors import ModelError, Unsupported
+from catenc.onnx.registry import OnnxNode, converter, known_ints, need_float
 from catenc.onnx.shape import shape_text
 from catenc.onnx.values import Shape, Value, known_value
 from catenc.symbolic import Expr, const

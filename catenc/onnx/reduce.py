@@ -13,7 +13,8 @@ import numpy as np
 from catenc.onnx.builder import Lit, Node, call, cast, num, seq, shape_list, size, where
 from catenc.onnx.elementwise import FOLD_LIMIT
 from catenc.onnx.emitter import Emitter
-from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, known_ints, need_float
+from catenc.onnx.errors import ModelError, Unsupported
+from catenc.onnx.registry import OnnxNode, axis_of, converter, known_ints, need_float
 from catenc.onnx.values import Shape, Value, known_value
 from catenc.symbolic import const
 

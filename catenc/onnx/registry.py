@@ -20,18 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from catenc.onnx.errors import ModelError, Unsupported
 from catenc.onnx.values import Value, known_value
 
 if TYPE_CHECKING:
     from catenc.onnx.emitter import Emitter
-
-
-class Unsupported(Exception):
-    """A node catenc cannot convert; the message says what (an attribute, a dtype, a form)."""
-
-
-class ModelError(Exception):
-    """A node that is wrong as ONNX (shapes that do not agree, a missing input): the model's error."""
 
 
 @dataclass(frozen=True)

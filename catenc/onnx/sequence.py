@@ -25,7 +25,8 @@ from catenc.onnx.builder import (
     where,
 )
 from catenc.onnx.emitter import Emitter
-from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, known_ints, need_float
+from catenc.onnx.errors import ModelError, Unsupported
+from catenc.onnx.registry import OnnxNode, axis_of, converter, known_ints, need_float
 from catenc.onnx.values import Shape, Value
 from catenc.symbolic import const, floordiv
 

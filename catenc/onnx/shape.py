@@ -14,7 +14,8 @@ from fractions import Fraction
 import numpy as np
 
 from catenc.onnx.elementwise import FOLD_LIMIT
-from catenc.onnx.registry import ModelError, OnnxNode, Unsupported, axis_of, converter, known_ints
+from catenc.onnx.errors import ModelError, Unsupported
+from catenc.onnx.registry import OnnxNode, axis_of, converter, known_ints
 from catenc.onnx.values import (
     FLOATS,
     MAX_ELEMENTS,
