@@ -6,6 +6,7 @@ Each maps onto a built-in function or operator of the body language with numpy b
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -40,7 +41,7 @@ def fold(node: OnnxNode, values: list[Value], fn: Callable, dtype: str) -> Value
     if any(a.dtype == object for a in arrays) and not getattr(fn, "symbolic", False):
         return None
     size = np.broadcast_shapes(*(a.shape for a in arrays))
-    if int(np.prod(size)) > FOLD_LIMIT:
+    if math.prod(int(d) for d in size) > FOLD_LIMIT:  # Python ints: np.prod wraps past 2**63
         return None
     with np.errstate(all="ignore"):
         return known_value(np.asarray(fn(*arrays)), dtype)
