@@ -16,6 +16,10 @@ loadable there. What works (clang 14, Linux x86-64), and what this file uses:
   test-runtime subprocess (it must come first, before libc's malloc is used) and
   `ASAN_OPTIONS=detect_leaks=0` (the Python interpreter itself is not leak-clean at exit).
   `--config` splits on commas, so the two sanitizers are two flags, not `-fsanitize=a,u`.
+* `-O0` last in CFLAGS (the last `-O` wins over the runtime's own): the C compiler keeps every
+  load, store and arithmetic check as written, and builds an instrumented library in a third of
+  the time it takes at -O2 (2.3 s against 0.8 s for the gemm sample here). catenc's own lowering
+  (tiles, vectors, the packed gemm driver) is what it is at the runtime's level either way.
 
 gcc 12 needs neither trick for UBSan (it links its shared runtime, libubsan.so.1, into a shared
 library); its ASan runtime (`gcc -print-file-name=libasan.so`) goes in `LD_PRELOAD` likewise.
@@ -97,7 +101,7 @@ def sanitizer_setup(compiler: str, address: bool) -> tuple[str, dict[str, str]]:
     if ubsan is not None:
         directory = str(_runtime_file(compiler, ubsan).parent)
         env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [directory, env.get("LD_LIBRARY_PATH")]))
-    flags = UBSAN_FLAGS[compiler]
+    flags = f"{UBSAN_FLAGS[compiler]} -O0"
     if address:
         env["LD_PRELOAD"] = str(_runtime_file(compiler, asan))
         env["ASAN_OPTIONS"] = "detect_leaks=0:abort_on_error=1"

@@ -8,14 +8,16 @@ name in the search order of docs/language.md §10: the file and its includes, ea
 from __future__ import annotations
 
 import keyword
+import os
 import re
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from catenc.diagnostics import CatencError, Loc, closest
+from catenc.diagnostics import CatencError, Loc, closest, remember_source
 from catenc.dtypes import DTYPES
 from catenc.frontend.source import KeyPath, SourceFile, load_source, source_from_text
 from catenc.symbolic import Expr, SymbolicSyntaxError, parse_expr
@@ -577,7 +579,48 @@ class CompositeFile:
 
 
 def load_composite_file(path: str, display: str | None = None, _stack: tuple[str, ...] = ()) -> CompositeFile:
-    return _composite_file(load_source(path, display), path, display or path, _stack)
+    key = (os.path.abspath(path), path, display, _stack)
+    remembered = _LOADED.get(key)
+    if remembered is not None and _unchanged(remembered):
+        _LOADED.move_to_end(key)
+        for file in _walk(remembered.file):
+            remember_source(file.source.path, file.source.text)
+        return remembered.file
+    file = _composite_file(load_source(path, display), path, display or path, _stack)
+    if not any(comp.weights_file for part in _walk(file) for comp in part.composites.values()):
+        parts = _walk(file)
+        _LOADED[key] = _Loaded(file, tuple((part.real_path, part.source.text.encode()) for part in parts))
+        while len(_LOADED) > _LOADED_LIMIT:
+            _LOADED.popitem(last=False)
+    return file
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """A parsed file and the bytes of every file it was parsed from (itself and its includes)."""
+
+    file: CompositeFile
+    contents: tuple[tuple[str, bytes], ...]
+
+
+# Parsed files by (absolute path, path, display, include stack), most recently used last. Parsing is a pure
+# function of the files' bytes and nothing changes a parsed file, so one process (test-runtime,
+# a tuner, a test suite) parses the op library once rather than once per compile. A file whose
+# composites read a weights file is parsed every time.
+_LOADED: OrderedDict[tuple[str, str, str | None, tuple[str, ...]], _Loaded] = OrderedDict()
+_LOADED_LIMIT = 256
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _unchanged(loaded: _Loaded) -> bool:
+    return all(_read(path) == content for path, content in loaded.contents)
 
 
 def composite_file_from_text(text: str, display: str, constants: Mapping[str, np.ndarray]) -> CompositeFile:
