@@ -420,6 +420,23 @@ def test_yaml_syntax_error_location(tmp_path: Path) -> None:
     assert info.value.notes == (("while scanning a quoted scalar", Loc("m.yaml", 1, 4)),)
 
 
+def test_yaml_flow_nesting_past_the_limit_is_refused_where_it_passes(tmp_path: Path) -> None:
+    """Flow collections 257 deep are refused at the 257th bracket, before PyYAML's scanner (whose
+    time grows with the square of the depth) sees them; 256 deep still load, and brackets in
+    quoted scalars and comments do not count."""
+    deep = "a: " + "[" * 256 + "]" * 256 + "\n"
+    nested: list = []
+    for _ in range(255):
+        nested = [nested]
+    assert load(tmp_path, "ok.yaml", deep).data["a"] == nested
+    quoted = "a: '" + "[" * 300 + "'\nb: \"" + "{" * 300 + "\"  # " + "[" * 300 + "\n"
+    assert load(tmp_path, "quoted.yaml", quoted).data["a"] == "[" * 300
+    with pytest.raises(CatencError) as info:
+        load(tmp_path, "m.yaml", "x: 1\na: " + "{b: " * 10_000 + "1" + "}" * 10_000 + "\n")
+    assert info.value.message == "values are nested too deeply (more than 256 levels)"
+    assert info.value.loc == Loc("m.yaml", 2, 4 + 4 * 256)
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -551,6 +551,10 @@ def _run(text: str, start: int, char: str) -> int:
 _PLAIN_TAG = "tag:catenc,2025:plain"  # an untagged plain scalar, resolved by us
 _YAML = "tag:yaml.org,2002:"
 _MAX_YAML_VALUES = 250_000  # guards against alias bombs ("billion laughs")
+# PyYAML's scanner takes time quadratic in the depth of flow collections (`[[[...]]]` 10,000 deep:
+# 19 s), so deeper ones are refused before it runs; no composite file comes near.
+_MAX_YAML_FLOW_DEPTH = 256
+_FLOW_SIGNIFICANT = re.compile(r"[#'\"\[\]{}]")
 
 _YAML_NULL = re.compile(r"null|Null|NULL|~|")
 _YAML_TRUE = re.compile(r"true|True|TRUE")
@@ -579,7 +583,47 @@ class _YamlLoader(yaml.SafeLoader):
         return super().resolve(kind, value, implicit)
 
 
+def _check_flow_depth(text: str, path: str, lines: _LineIndex) -> None:
+    """Refuse flow collections nested deeper than _MAX_YAML_FLOW_DEPTH (quotes and comments skipped)."""
+    depth, k = 0, 0
+    while (found := _FLOW_SIGNIFICANT.search(text, k)) is not None:
+        k, char = found.start(), found.group()
+        previous = text[k - 1] if k else "\n"
+        if char == "#" and previous.isspace():
+            k = text.find("\n", k)
+            if k < 0:
+                return
+        elif char in "'\"" and (previous.isspace() or previous in "[{,:"):
+            k = _quoted_end(text, k)
+        elif char in "[{":
+            depth += 1
+            if depth > _MAX_YAML_FLOW_DEPTH:
+                raise CatencError(
+                    f"values are nested too deeply (more than {_MAX_YAML_FLOW_DEPTH} levels)", lines.loc(path, k)
+                )
+        elif char in "]}":
+            depth = max(depth - 1, 0)
+        k += 1
+
+
+def _quoted_end(text: str, start: int) -> int:
+    """Index of the quote that closes the YAML quoted scalar opening at ``start`` (or the end)."""
+    quote, k = text[start], start + 1
+    while k < len(text):
+        if quote == '"' and text[k] == "\\":
+            k += 2
+            continue
+        if text[k] == quote:
+            if quote == "'" and text[k + 1 : k + 2] == "'":
+                k += 2
+                continue
+            return k
+        k += 1
+    return len(text) - 1
+
+
 def _load_yaml(text: str, path: str, lines: _LineIndex) -> tuple[Any, _PositionIndex]:
+    _check_flow_depth(text, path, lines)
     try:
         root = yaml.compose(text, Loader=_YamlLoader)
     except yaml.MarkedYAMLError as e:
