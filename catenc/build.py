@@ -108,6 +108,10 @@ def build(plan: FilePlan, options: Options, request: BuildRequest) -> dict[str, 
         commands: list[list[str]] = []
         if "so" in request.emit and "so" not in emit:
             problem = runtime.verify_source(staging / names["c"], options.config)
+            if problem and _user_flags(options):
+                raise CatencError(
+                    f"{runtime.name}: the kernels do not build with your --config {_user_flags(options)}:\n{problem}"
+                )
             if problem:
                 raise InternalError(f"{runtime.name}: the generated {names['c']} does not build:\n{problem}")
         for kind in ("so", "o", "a"):
@@ -175,11 +179,14 @@ def _emitted(requested: tuple[str, ...], runtime) -> tuple[str, ...]:
     return tuple(k for k in requested if k not in missing)
 
 
+FLAG_KEYS = ("CFLAGS", "CLFLAGS", "MARCH", "NVCCFLAGS")  # config keys that pass the user's flags to a toolchain
+
+
 def _user_flags(options: Options) -> str:
     """Toolchain flags the user chose through --config (empty when none)."""
     keys = options.runtime.config_keys
     chosen = {k: v for k, v in options.config.items() if k not in keys or v != keys[k].default}
-    return " ".join(f"{k}={v}" for k, v in sorted(chosen.items()) if k in ("CFLAGS", "MARCH") and v)
+    return " ".join(f"{k}={v}" for k, v in sorted(chosen.items()) if k in FLAG_KEYS and v)
 
 
 def _run_toolchain(argv: list[str], cwd: Path, user_flags: str = "") -> None:

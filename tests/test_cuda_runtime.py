@@ -154,6 +154,12 @@ def test_arch_config(tmp_path):
     assert "-gencode=arch=compute_80,code=[sm_80,compute_80]" in command
     bad = catenc("compile", "m.toml", "--runtime", "cuda", "--config", "ARCH=volta", cwd=tmp_path)
     assert bad.returncode == 1 and "--config ARCH=volta: invalid value" in bad.stderr
+    # a flag nvcc refuses is the user's error (exit 1, nvcc's message), not an internal one
+    flag = catenc("compile", "m.toml", "--runtime", "cuda", "--config", "NVCCFLAGS=--no-such-flag", "-o", "of",
+                  cwd=tmp_path)  # fmt: skip
+    assert flag.returncode == 1, flag.stderr
+    assert "failed with your --config NVCCFLAGS=--no-such-flag" in flag.stderr and "--no-such-flag" in flag.stderr
+    assert not (tmp_path / "of").exists() or not any((tmp_path / "of").iterdir())
 
 
 def test_without_nvcc_sources_still_emit_and_builds_say_what_is_missing(tmp_path):

@@ -155,3 +155,34 @@ def test_test_runtime_runs_ops_on_opencl(tmp_path):
     text = report.read_text()
     assert "runtime: `opencl`" in text and "PoCL" in text
     assert "0 failed" in text and "| softmax |" in text and "pass" in text
+
+
+def test_build_options_reach_the_driver_from_the_config_and_the_manifest(tmp_path):
+    from catenc.loader import load
+    from catenc.runtime.manifest import ManifestError
+
+    model = tmp_path / "m.toml"
+    model.write_text('[composite.f]\ninputs = ["x: f32[N]"]\noutputs = ["y: f32[N]"]\nbody = "y = x * 3 + 1"\n')
+    flags = "-cl-opt-disable -cl-mad-enable"
+    good = catenc("compile", str(model), "--runtime", "opencl", "--config", f"CLFLAGS={flags}", "-o", "out",
+                  "--test", "N=37", cwd=tmp_path)  # fmt: skip
+    assert good.returncode == 0 and " ok" in good.stdout, good.stdout + good.stderr
+    manifest_path = tmp_path / "out" / "m.manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["runtime"]["config"]["CLFLAGS"] == flags
+    x = np.arange(37, dtype=np.float32)
+    np.testing.assert_array_equal(load(manifest_path).f(x), x * 3 + 1)
+    # the loader builds with the manifest's options: a driver-rejected one fails the load
+    manifest["runtime"]["config"]["CLFLAGS"] = "-cl-no-such-option"
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(ManifestError, match="cannot build the kernels"):
+        load(manifest_path)
+    # ... and the compile, as the user's error (exit 1), writing nothing
+    bad = catenc("compile", str(model), "--runtime", "opencl", "--config", "CLFLAGS=-cl-no-such-option",
+                 "-o", "bad", cwd=tmp_path)  # fmt: skip
+    assert bad.returncode == 1, bad.stderr
+    assert "do not build with your --config CLFLAGS=-cl-no-such-option" in bad.stderr
+    assert "Traceback" not in bad.stderr and "internal" not in bad.stderr
+    assert not (tmp_path / "bad").exists() or not any((tmp_path / "bad").iterdir())
+    word = catenc("compile", str(model), "--runtime", "opencl", "--config", "CLFLAGS=O2", cwd=tmp_path)
+    assert word.returncode == 1 and "CLFLAGS=O2" in word.stderr, word.stderr

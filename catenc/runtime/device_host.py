@@ -145,12 +145,12 @@ def opencl_version() -> str:
     return f"{device.platform.version}, {device.name}"
 
 
-def build_opencl(source: str, where: str):
-    """The OpenCL program of a source, built for this machine's device."""
+def build_opencl(source: str, where: str, options: Sequence[str] = ()):
+    """The OpenCL program of a source, built for this machine's device with these build options."""
     cl, context, _, lock = _opencl_context()
     with lock:
         try:
-            return cl.Program(context, source).build()
+            return cl.Program(context, source).build(options=list(options))
         except cl.Error as error:
             raise ManifestError(f"{where}: the OpenCL driver cannot build the kernels: {error}") from None
 
@@ -335,7 +335,9 @@ class _WorkspaceSize:
 
 def _opencl_entries(manifest: Mapping[str, Any], directory: Path, where: str) -> list[DeviceEntry]:
     sources = [f for f in manifest["files"] if f.get("role") == "source"]
-    program = build_opencl((directory / sources[0]["path"]).read_text(), where)
+    config = (manifest.get("runtime") or {}).get("config") or {}
+    options = str(config.get("CLFLAGS", "")).split()  # the build options the kernels were compiled with
+    program = build_opencl((directory / sources[0]["path"]).read_text(), where, options)
     return [OpenCLEntry(spec, program) for spec in manifest["entries"]]
 
 

@@ -52,10 +52,25 @@ def cuda_config_keys() -> dict[str, ConfigKey]:
     return {
         **gpu_config_keys(),
         "ARCH": ConfigKey("sm_90", None, "GPU architecture, sm_XX (SASS for it and PTX beside)", _arch),
-        "NVCCFLAGS": ConfigKey(
-            "", None, "extra nvcc flags, space separated", lambda v: all(p.startswith("-") for p in v.split())
+        "NVCCFLAGS": ConfigKey("", None, "extra nvcc flags, space separated", _flags),
+    }
+
+
+def opencl_config_keys() -> dict[str, ConfigKey]:
+    return {
+        **gpu_config_keys("64"),
+        "CLFLAGS": ConfigKey(
+            "",
+            None,
+            "OpenCL C build options the driver gets when it builds the kernels, space separated "
+            "(-cl-opt-disable builds fastest)",
+            _flags,
         ),
     }
+
+
+def _flags(value: str) -> bool:
+    return all(part.startswith("-") for part in value.split())
 
 
 @dataclass(frozen=True)
@@ -124,7 +139,7 @@ class OpenCLRuntime(GpuRuntime):
     renderer: type = OpenCLRenderer
     header: bool = False  # no C entry: the host plan lives in the manifest
     binary_kinds: tuple[str, ...] = ()  # the driver compiles the source when it is loaded
-    config_keys: Mapping[str, ConfigKey] = field(default_factory=lambda: gpu_config_keys("64"))
+    config_keys: Mapping[str, ConfigKey] = field(default_factory=opencl_config_keys)
 
     def runnable(self, config: Mapping[str, str]) -> bool:
         from catenc.runtime.device_host import opencl_available
@@ -143,7 +158,7 @@ class OpenCLRuntime(GpuRuntime):
         if not self.runnable(config):
             return None
         try:
-            build_opencl(path.read_text(), path.name)
+            build_opencl(path.read_text(), path.name, config.get("CLFLAGS", "").split())
         except ManifestError as error:
             return str(error)
         return None
