@@ -26,7 +26,6 @@ from catenc.frontend.composites import (
 )
 from catenc.ir.verify import check_facts
 from catenc.lower.gpu import GpuProgram
-from catenc.onnx.importer import import_model
 from catenc.passes.manager import Instruments, Pipeline, VerifyError, run_pipeline
 from catenc.passes.pipelines import Target, build_pipeline
 from catenc.plan import EntryPlan, FilePlan, Options
@@ -93,6 +92,8 @@ def load_root(path: str, options: Options) -> CompositeFile:
     name = options.composites[0] if options.composites else None
     if name is not None:
         check_name(name, "composite", Loc("--composite", 0, 0))
+    from catenc.onnx.importer import import_model  # the converters load only for an ONNX model
+
     imported = import_model(path, path, name)
     return composite_file_from_text(imported.text, path, imported.constants)
 
