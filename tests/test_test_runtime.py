@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from catenc.runtime.descriptor import load_runtime
-from catenc.testing.coverage import render_json, render_markdown, run_coverage, summary_line
+from catenc.testing.coverage import library_ops, make_cases, render_json, render_markdown, run_coverage, summary_line
 
 GOOD_AND_BAD = """
 [composite.zz_twice]
@@ -182,3 +182,11 @@ def test_an_op_whose_reference_exits_is_an_error_cell(tmp_path):
     assert result.returncode == 3, result.stdout + result.stderr
     report = (tmp_path / "R.md").read_text()
     assert "| zz_twice | error |" in report and "SystemExit" in report
+
+
+def test_k_keeps_the_ops_matching_any_of_several_comma_separated_patterns():
+    ops = library_ops((), True)
+    chosen = {case.op.name for case in make_cases(ops, None, "softmax,prim_ad*")}
+    wanted = {op.name for _, op, _ in ops if "softmax" in op.name or op.name.startswith("prim_ad")}
+    assert chosen == wanted and {"softmax", "prim_add"} <= chosen
+    assert not make_cases(ops, None, "no_such_op,nor_this")

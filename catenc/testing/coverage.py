@@ -188,10 +188,16 @@ def op_alias(op: Composite) -> str:
     return f"catenc_op_{op.name}"
 
 
+def name_matches(name: str, pattern: str | None) -> bool:
+    """Whether one of the comma-separated patterns matches, as a glob or a substring."""
+    pieces = [p for p in (pattern or "").split(",") if p]
+    return not pieces or any(fnmatch.fnmatch(name, p) or p in name for p in pieces)
+
+
 def make_cases(ops, dtype_filter: set[str] | None, pattern: str | None) -> list[Case]:
     cases = []
     for family, op, _ in ops:
-        if pattern and not fnmatch.fnmatch(op.name, pattern) and pattern not in op.name:
+        if not name_matches(op.name, pattern):
             continue
         var, dtypes = op_dtypes(op)
         for dtype in dtypes:

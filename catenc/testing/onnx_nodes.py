@@ -15,7 +15,6 @@ onnx's source tree ship them).
 from __future__ import annotations
 
 import faulthandler
-import fnmatch
 import json
 import multiprocessing
 import os
@@ -43,6 +42,7 @@ from catenc.loader import load
 from catenc.plan import EntryPlan, FilePlan, Options
 from catenc.runtime.descriptor import Runtime
 from catenc.testing.check import compare
+from catenc.testing.coverage import name_matches
 
 # The op types item 3 of the issue names ("the node tests whose op is in the list above"): the
 # elementwise and activation ops, linear algebra, convolution and pooling, normalisations,
@@ -169,12 +169,6 @@ def collect_tests(node_dir: str | None = None, pattern: str | None = None) -> li
     return sorted(tests, key=lambda t: t.name)
 
 
-def _matches(name: str, pattern: str | None) -> bool:
-    """Whether one of the comma-separated patterns matches, as a glob or a substring."""
-    pieces = [p for p in (pattern or "").split(",") if p]
-    return not pieces or any(fnmatch.fnmatch(name, p) or p in name for p in pieces)
-
-
 def _from_generators(pattern: str | None) -> list[NodeTest]:
     from onnx.backend.test.case.node import collect_testcases
 
@@ -184,7 +178,7 @@ def _from_generators(pattern: str | None) -> list[NodeTest]:
     single = {c.name: c.model.graph.node[0].op_type for c in cases if len(c.model.graph.node) == 1}
     tests = []
     for case in cases:
-        if not _matches(case.name, pattern) or not case.data_sets:
+        if not name_matches(case.name, pattern) or not case.data_sets:
             continue
         inputs, outputs = case.data_sets[0]
         op = test_op(case.name, case.model, single)
@@ -203,7 +197,7 @@ def _from_folders(root: Path, pattern: str | None) -> list[NodeTest]:
     folders = [p for p in sorted(root.iterdir()) if (p / "model.onnx").is_file()]
     single = {}
     for folder in folders:
-        if not _matches(folder.name, pattern) and not _matches(EXPANDED.sub("", folder.name), pattern):
+        if not name_matches(folder.name, pattern) and not name_matches(EXPANDED.sub("", folder.name), pattern):
             continue
         try:
             model = onnx.load(str(folder / "model.onnx"))
@@ -211,7 +205,7 @@ def _from_folders(root: Path, pattern: str | None) -> list[NodeTest]:
             raise CatencError(f"{folder / 'model.onnx'}: cannot read the model: {err}") from None
         if len(model.graph.node) == 1:
             single[folder.name] = model.graph.node[0].op_type
-        if _matches(folder.name, pattern):
+        if name_matches(folder.name, pattern):
             tests.append((folder, model))
     return [
         NodeTest(folder.name, test_op(folder.name, model, single), model, *_data_set(folder, model), 1e-3, 1e-7)
