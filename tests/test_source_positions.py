@@ -429,7 +429,7 @@ def test_yaml_flow_nesting_past_the_limit_is_refused_where_it_passes(tmp_path: P
     for _ in range(255):
         nested = [nested]
     assert load(tmp_path, "ok.yaml", deep).data["a"] == nested
-    quoted = "a: '" + "[" * 300 + "'\nb: \"" + "{" * 300 + "\"  # " + "[" * 300 + "\n"
+    quoted = "a: '" + "[" * 300 + "'\nb: \"" + "{" * 300 + '"  # ' + "[" * 300 + "\n"
     assert load(tmp_path, "quoted.yaml", quoted).data["a"] == "[" * 300
     with pytest.raises(CatencError) as info:
         load(tmp_path, "m.yaml", "x: 1\na: " + "{b: " * 10_000 + "1" + "}" * 10_000 + "\n")
