@@ -367,3 +367,36 @@ def test_a_sum_divisor_splits_only_where_terms_cancel() -> None:
     assert str(mod(m * i + i + r, m + 1)) == "(r % (M + 1))"
     assert str(floordiv(2 * m * i + 2 * i, m + 1)) == "2*i"
     assert str(floordiv(k + 3, k + 4)) == "((K + 3) // (K + 4))"  # no negative remainder
+
+
+# ------------------------------------------------------------------------------------------
+# A strided slice (`x[::2]`, length (K + 1)//2) read at `i // 2` by a loop over twice its
+# length: inlined at -O2, the load is x[2*(i // 2)] with i < 2*((K + 1)//2), in bounds (for odd
+# K, i reaches K and reads x[K - 1]), but the verifier could not prove 2*(i // 2) < K (an
+# internal compiler error under CATENC_VERIFY_IR=1). c*(a // c) < d is now proved as
+# a < c*ceil(d / c).
+
+STRIDED_PAIRS = '''
+[composite.strided_pairs]
+inputs = ["x2: i32[K]", "x5: i32[2*((K + 1)//2)]", "x7: i32[2*M]"]
+outputs = ["t8: i32[2*((K + 1)//2) + 2*M]"]
+body = """
+t4 = x2[::2]
+t6[i] = t4[i // 2] + x5[i]
+t8 = concat_last(t6, x7)
+"""
+'''
+
+
+@pytest.mark.parametrize("opt", ["0", "2"])
+@pytest.mark.parametrize(("k", "m"), [(0, 0), (1, 1), (2, 0), (7, 3), (17, 2)])
+def test_a_strided_slice_read_at_half_the_index(compile_composites, opt, k, m):
+    """Found as f1_5 of the differential fuzzer (derandomized, 25 examples of 12): -O2 failed the
+    verifier after inline-computes ('cannot prove 2*(i13 // 2) < K on axis 0 of x2')."""
+    lib = compile_composites(STRIDED_PAIRS, name="strided_pairs", opt=opt)
+    gen = rng(11)
+    x2 = gen.integers(-1000, 1000, k, dtype=np.int32)
+    x5 = gen.integers(-1000, 1000, 2 * ((k + 1) // 2), dtype=np.int32)
+    x7 = gen.integers(-1000, 1000, 2 * m, dtype=np.int32)
+    want = np.concatenate([x2[::2][np.arange(x5.size) // 2] + x5, x7])
+    assert_close(lib["strided_pairs"](x2, x5, x7), want, **EXACT)

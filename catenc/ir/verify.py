@@ -345,12 +345,33 @@ def _proved_at_least_zero(e: Expr, facts: Facts) -> bool:
     return proved_in_bounds(e, facts) or (floor is not None and _proved_at_least_zero(floor[0], facts))
 
 
+def _rounded_down(e: Expr, facts: Facts) -> tuple[Expr, int] | None:
+    """(a, c) when e is exactly c*(a // c) for a constant c > 1: a rounded down to a multiple of c
+    (a strided slice's element inlined into a loop over twice its length)."""
+    if len(e.terms) != 1:
+        return None
+    ((monomial, coefficient),) = e.terms
+    if coefficient <= 1 or len(monomial) != 1 or monomial[0][1] != 1:
+        return None
+    floor = _floor_of(Expr.from_dict({monomial: 1}), facts)
+    if floor is None or floor[1] != const(coefficient):
+        return None
+    return floor[0], coefficient
+
+
 def _proved_below(e: Expr, dim: Expr, facts: Facts) -> bool:
-    """e < dim; for e = a // c (c > 0) it is enough that a < c*dim (which a >= 0 makes c > 0)."""
-    floor = _floor_of(e, facts)
+    """e < dim; for e = a // c (c > 0) it is enough that a < c*dim (which a >= 0 makes c > 0),
+    and for e = c*(a // c) that a < c*ceil(dim / c) (the two are equivalent)."""
     if proved_in_bounds(dim - e - 1, facts):
         return True
-    return floor is not None and _proved_below(floor[0], floor[1] * dim, facts)
+    floor = _floor_of(e, facts)
+    if floor is not None:
+        return _proved_below(floor[0], floor[1] * dim, facts)
+    rounded = _rounded_down(e, facts)
+    if rounded is not None:
+        a, c = rounded
+        return _proved_below(a, const(c) * ((dim + c - 1) // c), facts)
+    return False
 
 
 def _plainly_inside(index: Expr, dim: Expr, facts: Facts) -> bool:

@@ -274,6 +274,8 @@ class Job:
 
 
 def _start(job: Job):
+    for level in job.levels:  # the toolchain probes (OpenMP, macros), once here, not in every child
+        _options(level, ())
     ctx = multiprocessing.get_context("fork")
     receiver, sender = ctx.Pipe(duplex=False)
     proc = ctx.Process(
