@@ -7,6 +7,7 @@ name in the search order of docs/language.md §10: the file and its includes, ea
 
 from __future__ import annotations
 
+import itertools
 import keyword
 import os
 import re
@@ -587,8 +588,10 @@ def load_composite_file(path: str, display: str | None = None, _stack: tuple[str
             remember_source(file.source.path, file.source.text)
         return remembered.file
     file = _composite_file(load_source(path, display), path, display or path, _stack)
-    if not any(comp.weights_file for part in _walk(file) for comp in part.composites.values()):
-        parts = _walk(file)
+    parts = list(itertools.islice(_walk(file), _LOADED_FILES + 1))
+    if len(parts) <= _LOADED_FILES and not any(
+        comp.weights_file for part in parts for comp in part.composites.values()
+    ):
         _LOADED[key] = _Loaded(file, tuple((part.real_path, part.source.text.encode()) for part in parts))
         while len(_LOADED) > _LOADED_LIMIT:
             _LOADED.popitem(last=False)
@@ -606,9 +609,11 @@ class _Loaded:
 # Parsed files by (absolute path, path, display, include stack), most recently used last. Parsing is a pure
 # function of the files' bytes and nothing changes a parsed file, so one process (test-runtime,
 # a tuner, a test suite) parses the op library once rather than once per compile. A file whose
-# composites read a weights file is parsed every time.
+# composites read a weights file is parsed every time, and so is one with more than _LOADED_FILES
+# files in its includes (checking them all on every lookup of a deep chain costs its square).
 _LOADED: OrderedDict[tuple[str, str, str | None, tuple[str, ...]], _Loaded] = OrderedDict()
 _LOADED_LIMIT = 256
+_LOADED_FILES = 64
 
 
 def _read(path: str) -> bytes | None:
@@ -712,9 +717,13 @@ def _read_by(file: CompositeFile) -> Iterator[tuple[str, str]]:
 
 
 def _walk(root: CompositeFile) -> Iterator[CompositeFile]:
-    yield root
-    for inc in root.includes:
-        yield from _walk(inc)
+    """The file and its includes, depth first in include order (without nested generators, whose
+    cost per file grows with the depth: include chains a thousand files deep are legal)."""
+    stack = [root]
+    while stack:
+        file = stack.pop()
+        yield file
+        stack.extend(reversed(file.includes))
 
 
 class Library:
