@@ -108,10 +108,9 @@ def build(plan: FilePlan, options: Options, request: BuildRequest) -> dict[str, 
         commands: list[list[str]] = []
         if "so" in request.emit and "so" not in emit:
             problem = runtime.verify_source(staging / names["c"], options.config)
-            if problem and _user_flags(options):
-                raise CatencError(
-                    f"{runtime.name}: the kernels do not build with your --config {_user_flags(options)}:\n{problem}"
-                )
+            flags = _user_flags(options)
+            if problem and flags:
+                raise CatencError(f"{runtime.name}: the kernels do not build with your --config {flags}:\n{problem}")
             if problem:
                 raise InternalError(f"{runtime.name}: the generated {names['c']} does not build:\n{problem}")
         for kind in ("so", "o", "a"):

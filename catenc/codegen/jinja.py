@@ -32,12 +32,11 @@ CACHE_DIRECTORY = Path(__file__).parent / "__pycache__"
 
 def _bytecode_cache(variant: str) -> jinja2.BytecodeCache | None:
     """The cache of one environment's options (jinja2 keys a file by template name only)."""
-    directory = CACHE_DIRECTORY
     try:
-        directory.mkdir(exist_ok=True)
+        CACHE_DIRECTORY.mkdir(exist_ok=True)
     except OSError:
         return None
-    return _TemplateBytecode(str(directory), f"__jinja2_%s.{variant}.cache")
+    return _TemplateBytecode(str(CACHE_DIRECTORY), f"__jinja2_%s.{variant}.cache")
 
 
 def environment(lstrip_blocks: bool = False) -> jinja2.Environment:

@@ -7,7 +7,7 @@ Each maps onto a built-in function or operator of the body language with numpy b
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -21,6 +21,12 @@ from catenc.onnx.registry import OnnxNode, converter, known_ints, need_float
 from catenc.onnx.values import FLOATS, NUMPY, ONNX_DTYPES, Value, broadcast, known_value
 
 FOLD_LIMIT = 1 << 20  # elements: larger results are computed by the library, not at import
+
+
+def foldable(shape: Iterable[int]) -> bool:
+    """Whether a result of this static shape is small enough to compute at import (elements
+    counted in Python ints: np.prod wraps past 2**63, and a wrapped count looked small)."""
+    return math.prod(int(d) for d in shape) <= FOLD_LIMIT
 
 
 def result_shape(node: OnnxNode, values: list[Value]):
@@ -41,7 +47,7 @@ def fold(node: OnnxNode, values: list[Value], fn: Callable, dtype: str) -> Value
     if any(a.dtype == object for a in arrays) and not getattr(fn, "symbolic", False):
         return None
     size = np.broadcast_shapes(*(a.shape for a in arrays))
-    if math.prod(int(d) for d in size) > FOLD_LIMIT:  # Python ints: np.prod wraps past 2**63
+    if not foldable(size):
         return None
     with np.errstate(all="ignore"):
         return known_value(np.asarray(fn(*arrays)), dtype)

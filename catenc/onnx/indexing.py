@@ -11,7 +11,6 @@ written in index form over the output.
 from __future__ import annotations
 
 import functools
-import math
 import operator
 from dataclasses import dataclass
 
@@ -38,7 +37,7 @@ from catenc.onnx.builder import (
     subscript,
     where,
 )
-from catenc.onnx.elementwise import FOLD_LIMIT
+from catenc.onnx.elementwise import FOLD_LIMIT, foldable
 from catenc.onnx.emitter import Emitter
 from catenc.onnx.errors import ModelError, Unsupported
 from catenc.onnx.registry import OnnxNode, axis_of, converter, known_ints
@@ -244,7 +243,7 @@ def tile(node: OnnxNode, emit: Emitter) -> list[Value]:
     if all(r == const(1) for r in repeats):
         return [x]
     fixed = static(shape)
-    if x.is_known and fixed is not None and math.prod(int(d) for d in fixed) <= FOLD_LIMIT:
+    if x.is_known and fixed is not None and foldable(fixed):
         return [known_value(np.tile(x.known, [r.value for r in repeats]), x.dtype)]
     xt = emit.ref(x)
     if all(d == const(1) for d, r in zip(x.shape, repeats, strict=True) if r != const(1)):
@@ -308,10 +307,11 @@ def pad(node: OnnxNode, emit: Emitter) -> list[Value]:
         return [x] if x.name is None or not crop else [emit.out(emit.ref(x), x.dtype, x.shape)]
     shape = tuple(d + lo + hi for d, (lo, hi) in zip(x.shape, amounts, strict=True))
     fixed = static(shape)
-    if x.is_known and fixed is not None and math.prod(int(d) for d in fixed) <= FOLD_LIMIT and mode != "constant":
+    fold = x.is_known and fixed is not None and foldable(fixed)
+    if fold and mode != "constant":
         return [known_value(np.pad(x.known, amounts, mode=mode), x.dtype)]
     if mode == "constant":
-        if x.is_known and fixed is not None and math.prod(int(d) for d in fixed) <= FOLD_LIMIT:
+        if fold:
             return [known_value(np.pad(x.known, amounts, constant_values=value), x.dtype)]
         if isinstance(value, Value):
             return [_pad_with(x, amounts, value, shape, emit)]

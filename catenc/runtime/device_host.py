@@ -145,6 +145,11 @@ def opencl_version() -> str:
     return f"{device.platform.version}, {device.name}"
 
 
+def build_options(config: Mapping[str, Any]) -> list[str]:
+    """The OpenCL build options of a config (`--config CLFLAGS=...`, kept in the manifest)."""
+    return str(config.get("CLFLAGS", "")).split()
+
+
 def build_opencl(source: str, where: str, options: Sequence[str] = ()):
     """The OpenCL program of a source, built for this machine's device with these build options."""
     cl, context, _, lock = _opencl_context()
@@ -335,9 +340,8 @@ class _WorkspaceSize:
 
 def _opencl_entries(manifest: Mapping[str, Any], directory: Path, where: str) -> list[DeviceEntry]:
     sources = [f for f in manifest["files"] if f.get("role") == "source"]
-    config = (manifest.get("runtime") or {}).get("config") or {}
-    options = str(config.get("CLFLAGS", "")).split()  # the build options the kernels were compiled with
-    program = build_opencl((directory / sources[0]["path"]).read_text(), where, options)
+    config = (manifest.get("runtime") or {}).get("config") or {}  # the options the kernels were checked with
+    program = build_opencl((directory / sources[0]["path"]).read_text(), where, build_options(config))
     return [OpenCLEntry(spec, program) for spec in manifest["entries"]]
 
 

@@ -153,12 +153,12 @@ class OpenCLRuntime(GpuRuntime):
 
     def verify_source(self, path: Path, config: Mapping[str, str]) -> str | None:
         """The driver's build log when this machine's OpenCL device rejects the kernels."""
-        from catenc.runtime.device_host import build_opencl
+        from catenc.runtime.device_host import build_opencl, build_options
 
         if not self.runnable(config):
             return None
         try:
-            build_opencl(path.read_text(), path.name, config.get("CLFLAGS", "").split())
+            build_opencl(path.read_text(), path.name, build_options(config))
         except ManifestError as error:
             return str(error)
         return None
