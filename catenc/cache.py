@@ -46,9 +46,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from catenc import __version__
+from catenc import __version__, toolchain_memo
 from catenc.diagnostics import CatencError
-from catenc.resources import user_cache_dir
+from catenc.resources import user_cache_dir, write_text_atomic
+from catenc.toolchain_memo import tool_identity
 
 SCHEMA = "catenc.cache/2"
 OFF_ENV = "CATENC_NO_CACHE"  # =1: no lookup, no store
@@ -171,7 +172,7 @@ class Slot:
         record = {
             "files": [[path, _sha_file(path)] for path in inputs.files],
             "dirs": [[directory, _listing(directory)] for directory in inputs.dirs],
-            "tools": [[name, _tool(name)] for name in inputs.tools],
+            "tools": [[name, tool_identity(name)] for name in inputs.tools],
         }
         versions = [_tool_version(self.root, tool) for _, tool in record["tools"] if tool]
         entry_key = _digest([self.key, record, versions])
@@ -189,7 +190,7 @@ class Slot:
         finally:
             shutil.rmtree(building, ignore_errors=True)
         index = {"schema": SCHEMA, "inputs": record, "entry": entry_key}
-        _write_atomic(self.root / "index" / f"{self.key}.json", json.dumps(index, indent=1))
+        write_text_atomic(self.root / "index" / f"{self.key}.json", json.dumps(index, indent=1))
         _evict(self.root, self.limit)
 
 
@@ -253,7 +254,9 @@ def stats() -> dict[str, object]:
 
 
 def clear() -> int:
-    """Remove every entry, index and count; returns how many entries there were."""
+    """Remove every entry, index and count, and what the compilers answered; returns how many
+    entries there were."""
+    toolchain_memo.clear()
     root = cache_root()
     count = len(_entries(root))
     for part in ("index", "entries", "tools", "tmp", "stats.json"):
@@ -295,16 +298,6 @@ def _library(name: str) -> list[object] | None:
     return [spec.origin, stat.st_size, stat.st_mtime_ns]
 
 
-def _tool(name: str) -> list[object] | None:
-    """An executable as PATH finds it: path, real path, size and mtime; None where absent."""
-    found = shutil.which(name)
-    if found is None:
-        return None
-    real = os.path.realpath(found)
-    stat = os.stat(real)
-    return [found, real, stat.st_size, stat.st_mtime_ns]
-
-
 def _tool_version(root: Path, tool: list[object]) -> str:
     """The tool's `--version` output, memoised by its path, size and mtime."""
     memo = root / "tools" / _digest(tool)
@@ -315,7 +308,7 @@ def _tool_version(root: Path, tool: list[object]) -> str:
         version = done.stdout + done.stderr
     except (OSError, subprocess.SubprocessError):
         version = "unknown"
-    _write_atomic(memo, version)
+    write_text_atomic(memo, version)
     return version
 
 
@@ -324,7 +317,7 @@ def _unchanged(inputs: dict) -> bool:
         return (
             all(_sha_file(path) == sha for path, sha in inputs["files"])
             and all(_listing(directory) == listing for directory, listing in inputs["dirs"])
-            and all(_tool(name) == tool for name, tool in inputs["tools"])
+            and all(tool_identity(name) == tool for name, tool in inputs["tools"])
         )
     except OSError:
         return False
@@ -372,16 +365,6 @@ def _place(building: Path, final: Path, tmp: Path, key: str) -> None:
     os.rename(final, aside)
     shutil.rmtree(aside, ignore_errors=True)
     os.rename(building, final)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.parent / f".{path.name}.{secrets.token_hex(8)}"
-    try:
-        temporary.write_text(text)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 def _entries(root: Path) -> list[tuple[int, Path, int]]:
@@ -436,4 +419,4 @@ def _count(root: Path, field: str) -> None:
     with _stats_locked(root) as path:
         counts = _read_stats(root)
         counts[field] = counts.get(field, 0) + 1
-        _write_atomic(path, json.dumps(counts))
+        write_text_atomic(path, json.dumps(counts))

@@ -5,6 +5,7 @@ it, so the compile cache can key on it cheaply)."""
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 
 from catenc.diagnostics import CatencError, closest
@@ -27,6 +28,18 @@ def user_cache_dir() -> Path:
         return Path(chosen)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "catenc"
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a small file of the user cache beside its place and rename it there: a concurrent
+    reader sees the old file or the new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.parent / f".{path.name}.{secrets.token_hex(8)}"
+    try:
+        temporary.write_text(text)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def bundled_runtimes_dir() -> Path:

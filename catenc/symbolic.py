@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import itertools
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from itertools import combinations
@@ -480,6 +480,26 @@ def minimum(a: ExprLike, b: ExprLike) -> Expr:
 
 
 _APPLY = {"floordiv": floordiv, "mod": mod, "max": maximum, "min": minimum}
+
+
+def total(exprs: Iterable[ExprLike]) -> Expr:
+    """The sum of many expressions, collected at once (adding them one by one sorts every
+    partial sum again)."""
+    out: dict[Monomial, int] = {}
+    for e in exprs:
+        for m, c in to_expr(e).terms:
+            out[m] = out.get(m, 0) + c
+    return Expr.from_dict(out)
+
+
+def row_major(index: Sequence[Expr], shape: Sequence[Expr]) -> Expr:
+    """The row-major position of an index in a shape (last index fastest): the sum of each index
+    times the product of the extents after it (linear in the rank; Horner's form is quadratic)."""
+    terms, stride = [], ONE
+    for i, d in reversed(list(zip(index, shape))):
+        terms.append(i * stride)
+        stride = stride * d
+    return total(terms)
 
 
 def product(exprs: Iterable[ExprLike]) -> Expr:

@@ -213,7 +213,8 @@ def _control(tmp_path: Path, runtime_text: str, compiler: str, address: bool) ->
     runtime = tmp_path / "control_rt.py"
     runtime.write_text(textwrap.dedent(runtime_text))
     args = ("--runtime", str(runtime), "--ops", str(ops), "-k", "zz_control", "--no-primitives")
-    return run_test_runtime(tmp_path / "run", env, *args, "--config", config)
+    # The sanitizer aborts the run, so its scratch directory stays: in tmp_path, not in /tmp.
+    return run_test_runtime(tmp_path / "run", {**env, "TMPDIR": str(tmp_path)}, *args, "--config", config)
 
 
 @pytest.mark.parametrize("compiler", COMPILERS)

@@ -33,7 +33,7 @@ from catenc.ir.nodes import (
     Where,
 )
 from catenc.registry import LOWERINGS, OPS, TRANSCENDENTAL_OPS, Lowering, Rule
-from catenc.symbolic import ONE, ZERO, Expr, Facts, const, prove_less, prove_nonneg, simplify, sym
+from catenc.symbolic import ONE, ZERO, Expr, Facts, const, prove_less, prove_nonneg, row_major, simplify, sym
 
 Index = tuple[Expr, ...]
 GATHERED = "gathered@"  # stands for a computed position while a gather is pushed down to the loads
@@ -245,9 +245,7 @@ class _Builder:
         out_shape = node.type.shape
 
         def at(idx: Index) -> Value:
-            flat = ZERO
-            for i, d in zip(idx, out_shape):
-                flat = flat * d + i
+            flat = row_major(idx, out_shape)
             src = []
             stride = ONE
             for d in reversed(arg.shape):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from catenc.symbolic import ZERO, Expr, merge_divmod, product
+from catenc.symbolic import Expr, merge_divmod, product, row_major
 
 Axes = Sequence[tuple[str, Expr]]  # (index name, extent), outermost first
 Divisions = tuple[tuple[str, Expr | None, Expr | None], ...]  # (index name, divisor, modulus)
@@ -12,10 +12,7 @@ Divisions = tuple[tuple[str, Expr | None, Expr | None], ...]  # (index name, div
 
 def flatten(index: Sequence[Expr], shape: Sequence[Expr]) -> Expr:
     """The row-major position of an index in a shape (last index fastest)."""
-    flat = ZERO
-    for i, d in zip(index, shape):
-        flat = flat * d + i
-    return merge_divmod(flat)
+    return merge_divmod(row_major(index, shape))
 
 
 def flat_extent(axes: Axes) -> Expr:

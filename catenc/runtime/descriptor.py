@@ -37,6 +37,7 @@ from catenc.codegen.c import CRenderer
 from catenc.diagnostics import CatencError, Loc, closest
 from catenc.dtypes import DTYPES
 from catenc.resources import find_runtime
+from catenc.toolchain_memo import memoised
 
 
 @dataclass(frozen=True)
@@ -309,7 +310,11 @@ class CRuntime(Runtime):
 
 @functools.cache
 def _probe_openmp(compiler: str) -> bool:
-    """Whether the compiler builds and links an OpenMP shared library."""
+    """Whether the compiler builds and links an OpenMP shared library (a yes is remembered)."""
+    return memoised("links OpenMP", compiler, (), lambda: _links_openmp(compiler), keep=bool)
+
+
+def _links_openmp(compiler: str) -> bool:
     with tempfile.TemporaryDirectory(prefix="catenc-omp-") as tmp:
         source = Path(tmp) / "probe.c"
         source.write_text("#include <omp.h>\nint catenc_probe(void) { return omp_get_max_threads(); }\n")
@@ -326,14 +331,20 @@ def _probe_openmp(compiler: str) -> bool:
 
 @functools.cache
 def _probe_macros(compiler: str, target_flags: tuple[str, ...]) -> frozenset[str]:
-    """The macros the compiler predefines with these flags (none if it cannot say)."""
+    """The macros the compiler predefines with these flags (none if it cannot say; a real answer
+    is remembered)."""
+    names = memoised("predefined macros", compiler, target_flags, lambda: _predefined(compiler, target_flags), bool)
+    return frozenset(names)
+
+
+def _predefined(compiler: str, target_flags: tuple[str, ...]) -> list[str]:
     try:
         out = subprocess.run(
             [compiler, *target_flags, "-dM", "-E", "-x", "c", os.devnull], capture_output=True, text=True, timeout=60
         ).stdout
     except (OSError, subprocess.SubprocessError):
-        return frozenset()
-    return frozenset(re.findall(r"#define (\w+)", out))
+        return []
+    return sorted(set(re.findall(r"#define (\w+)", out)))
 
 
 def load_runtime(spec: str) -> Runtime:
