@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "catenc.dispatch",  # the {type: fn} tables of every tree walk
             "catenc.enums",  # the base of the closed sets printed as their plain values
             "catenc.options",  # compile's options as given, each with its cache role
+            "catenc.toolchain_memo",  # what the C compiler answered, kept for the next command
         ),
     ),
     # One declaration per primitive op, read by the checker, the IR builder, renderers and the reference.

@@ -210,6 +210,40 @@ def test_normalizations(tmp_path):
     assert "bn_folded[n < 2, c < 4, i2 < 5, i3 < 6] = x[n, c, i2, i3] * scale_folded[c] + bias_folded[c]" in text
 
 
+def local_response_norm(x, size, alpha=1e-4, beta=0.75, bias=1.0):
+    """LRN as the ONNX operator text defines it (onnx's ReferenceEvaluator sums over the wrong
+    axis: its loop runs over N, not C)."""
+    squares = np.zeros_like(x, dtype=np.float64)
+    for c in range(x.shape[1]):
+        window = x[:, max(0, c - (size - 1) // 2) : c + size // 2 + 1].astype(np.float64)
+        squares[:, c] = (window**2).sum(axis=1)
+    return (x / (bias + alpha / size * squares) ** beta).astype(x.dtype)
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 5, 6), (1, 7, 9), (1, 5, 2, 3, 4)])
+def test_local_response_norm(tmp_path, shape):
+    attrs = [
+        {"size": 3},
+        {"size": 4, "alpha": 0.02, "beta": 0.6, "bias": 2.0},  # one channel more after c than before
+        {"size": 1, "alpha": 0.3},
+        {"size": 2 * shape[1] + 1, "alpha": 0.5, "beta": 1.0},  # wider than the channels
+    ]
+    nodes = [node("LRN", ["x"], f"lrn{k}", **a) for k, a in enumerate(attrs)]
+    x = RNG.standard_normal(shape).astype(np.float32) * 3
+    model = make_model(nodes, [tensor("x", F, list(shape))], [tensor(f"lrn{k}", F, None) for k in range(4)], [], 13)
+    library = compile_file(save(model, tmp_path), tmp_path / "out")
+    got = next(iter(library.entries.values()))(x)
+    for k, a in enumerate(attrs):
+        np.testing.assert_allclose(got[k], local_response_norm(x, **a), rtol=2e-6, atol=1e-6, err_msg=str(a))
+    if len(shape) == 4:  # onnxruntime's LRN takes 4-D input and odd sizes only
+        odd = [k for k, a in enumerate(attrs) if a["size"] % 2]
+        outputs = [tensor(f"lrn{k}", F, None) for k in odd]
+        theirs = make_model([nodes[k] for k in odd], [tensor("x", F, list(shape))], outputs, [], 13)
+        session = onnxruntime.InferenceSession(theirs.SerializeToString(), providers=["CPUExecutionProvider"])
+        for k, want in zip(odd, session.run(None, {"x": x})):
+            np.testing.assert_allclose(got[k], want, rtol=1e-5, atol=1e-6)
+
+
 def test_opset_12_forms(tmp_path):
     """Before opset 13 Softmax, LogSoftmax and Hardmax work on the input flattened to 2-D at `axis`;
     reductions take their axes as an attribute. onnxruntime is the reference: onnx's evaluator

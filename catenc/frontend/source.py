@@ -11,7 +11,8 @@ reference for the data; positions come from a small scanner of our own that
 runs over the already-validated text.  Any disagreement between the two only
 costs precision (a location falls back to an enclosing value), never an
 exception.  YAML is composed by PyYAML into a node tree (which carries marks
-and scalar styles) and resolved here with the YAML 1.2 core schema.
+and scalar styles) and resolved with the YAML 1.2 core schema in
+:mod:`catenc.frontend.yaml_source`, loaded only for a YAML file.
 
 All offsets below are character indices into the decoded text; lines are
 separated by ``"\\n"`` (a preceding ``"\\r"`` belongs to the line break), the
@@ -20,7 +21,6 @@ same convention :mod:`catenc.diagnostics` uses to show source lines.
 
 from __future__ import annotations
 
-import bisect
 import codecs
 import contextlib
 import os
@@ -28,9 +28,20 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from catenc.diagnostics import CatencError, Loc, remember_source
+from catenc.frontend.positions import (
+    HEX_ESCAPE_WIDTH,
+    ROOT,
+    Entry,
+    KeyPath,
+    LineIndex,
+    NoPositions,
+    PositionIndex,
+    ScanError,
+    hex_char,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -39,60 +50,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 __all__ = ["KeyPath", "SourceFile", "load_source", "source_from_text"]
 
-KeyPath = tuple[str | int, ...]
-
 _SUFFIXES = {".toml": "toml", ".yaml": "yaml", ".yml": "yaml"}
-
-
-# --------------------------------------------------------------------------- #
-# Positions
-# --------------------------------------------------------------------------- #
-
-
-class LineIndex:
-    """Converts character offsets of a text into 1-based line/column pairs."""
-
-    def __init__(self, text: str) -> None:
-        self._starts = [0] + [m.end() for m in re.finditer("\n", text)]
-        self._size = len(text)
-
-    def line_count(self) -> int:
-        return len(self._starts)
-
-    def line_start(self, line: int) -> int:
-        """Offset of the first character of 0-based line ``line``."""
-        return self._starts[line]
-
-    def line_of(self, offset: int) -> int:
-        """0-based line that holds ``offset``."""
-        return bisect.bisect_right(self._starts, offset) - 1
-
-    def loc(self, path: str, offset: int) -> Loc:
-        offset = min(max(offset, 0), self._size)
-        line = self.line_of(offset)
-        return Loc(path, line + 1, offset - self._starts[line] + 1)
-
-
-@dataclass
-class Entry:
-    """Where one value of the document is written (offsets into the text)."""
-
-    value: int
-    key: int | None = None  # None for list elements and the root
-    chars: list[int] | None = None  # per decoded character, plus one past the end
-
-
-ROOT = Entry(0)
-
-
-class PositionIndex(Protocol):
-    def entry(self, keypath: KeyPath) -> Entry | None:
-        """The entry of exactly ``keypath``, or None if unknown."""
-
-
-class NoPositions:
-    def entry(self, keypath: KeyPath) -> Entry | None:
-        return None
 
 
 @dataclass
@@ -265,10 +223,6 @@ class _TomlIndex:
         return self._entries.get(keypath)
 
 
-class ScanError(Exception):
-    """The scanner met text it does not understand; positions stop there."""
-
-
 _TOML_BARE_KEY = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 _TOML_TOKEN_END = frozenset(" \t\r\n,]}#")
 _TOML_ESCAPES = {
@@ -281,17 +235,7 @@ _TOML_ESCAPES = {
     '"': '"',
     "\\": "\\",
 }
-HEX_ESCAPE_WIDTH = {"x": 2, "u": 4, "U": 8}
-_HEX_DIGITS = re.compile(r"[0-9A-Fa-f]*")
 _LOCAL_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
-
-
-def hex_char(text: str, start: int, width: int) -> str:
-    """The character of the ``width`` hex digits at ``start``."""
-    digits = text[start : start + width]
-    if len(digits) != width or not _HEX_DIGITS.fullmatch(digits):
-        raise ScanError
-    return chr(int(digits, 16))  # ValueError above U+10FFFF
 
 
 class _TomlScanner:

@@ -12,7 +12,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from catenc.diagnostics import CatencError, Loc
-from catenc.frontend.source import (
+from catenc.frontend.positions import (
     HEX_ESCAPE_WIDTH,
     ROOT,
     Entry,

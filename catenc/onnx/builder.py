@@ -10,6 +10,8 @@ of what they meet; so are indices and sizes (i64).
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -452,6 +454,13 @@ def cast(x: Operand, dtype: str) -> Call:
 
 def seq(items: Sequence[Operand], tuple_form: bool = False) -> Seq:
     return Seq(tuple(operand(i) for i in items), tuple_form)
+
+
+def guarded(guards: Sequence[Node], value: Node, fill: Operand) -> Node:
+    """`where(g1 & g2, value, fill)`: value where every guard holds."""
+    if not guards:
+        return value
+    return where(functools.reduce(operator.and_, guards), value, fill)
 
 
 def affine(terms: Sequence[tuple[int, Node]], offset: Expr | int = 0) -> Node:

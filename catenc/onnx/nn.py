@@ -19,12 +19,26 @@ import functools
 import itertools
 import math
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from catenc.onnx.builder import Group, Index, Node, Operand, Scaled, Size, affine, call, lit, reduce, shape_list, where
+from catenc.onnx.builder import (
+    Group,
+    Index,
+    Node,
+    Operand,
+    Scaled,
+    Size,
+    affine,
+    call,
+    guarded,
+    lit,
+    reduce,
+    shape_list,
+    where,
+)
 from catenc.onnx.emitter import Emitter, IndexNames
 from catenc.onnx.errors import ModelError, Unsupported
 from catenc.onnx.reduce import reduction
@@ -156,13 +170,6 @@ def _not_alone(subscript: Node, index: Index, differ: bool) -> Node:
     """An index alone in a subscript ranges over that whole axis (docs/language.md section 9): where
     the output's extent differs from the input's, `o + 0` reads the input at o without that claim."""
     return index + 0 if subscript is index and differ else subscript
-
-
-def guarded(guards: Sequence[Node], value: Node, fill: Operand) -> Node:
-    """`where(g1 & g2, value, fill)`: value where every guard holds."""
-    if not guards:
-        return value
-    return where(functools.reduce(operator.and_, guards), value, fill)
 
 
 def _names(nd: int, ix: IndexNames) -> tuple[list[Index], list[Index]]:

@@ -1,5 +1,5 @@
 """Normalisations: BatchNormalization, LayerNormalization, RMSNormalization, GroupNormalization,
-InstanceNormalization, Softmax, LogSoftmax, Hardmax, LpNormalization, MeanVarianceNormalization.
+InstanceNormalization, LRN, Softmax, LogSoftmax, Hardmax, LpNormalization, MeanVarianceNormalization.
 
 The op library's composites are called where their params say exactly what the node does
 (`layernorm` over the last axis, `softmax` and `log_softmax` over the last axis, `groupnorm`);
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from catenc.onnx.builder import Index, Node, call, cast, shape_list, where
+from catenc.onnx.builder import Index, Node, Size, affine, call, cast, guarded, reduce, shape_list, where
 from catenc.onnx.emitter import Emitter
 from catenc.onnx.errors import ModelError, Unsupported
 from catenc.onnx.reduce import reduction
@@ -141,6 +141,30 @@ def layer_norm(node: OnnxNode, emit: Emitter) -> list[Value]:
     if rms:
         return [y]
     return [y, mu, inv][: max(1, len(node.outputs))]
+
+
+@converter("LRN")
+def local_response_norm(node: OnnxNode, emit: Emitter) -> list[Value]:
+    """y = x / (bias + alpha / size * sum of x^2 over the channels c - (size-1)//2 .. c + size//2
+    that exist)^beta (AlexNet, GoogLeNet): a guarded sum over a window of `size` channels."""
+    x = node.need(0)
+    need_float(node, x)
+    if x.rank < 3:
+        raise ModelError(f"the input has rank {x.rank}; LRN needs (N, C, spatial...)")
+    size = node.attr("size")
+    if size is None or int(size) < 1:
+        raise ModelError(f"size must be a positive number of channels, not {size}")
+    size = int(size)
+    alpha, beta, bias = (float(node.attr(name, d)) for name, d in (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)))
+    xt = emit.ref(x)
+    index = _channel_index(x, emit)
+    c, r, first = index[1], emit.index_names()("r"), (size - 1) // 2
+    channel = affine([(1, c), (1, r)], -first)
+    guards = [affine([(1, c), (1, r)]) >= first, affine([(1, c), (1, r)]) < Size(x.shape[1] + first)]
+    near = xt[(index[0], channel, *index[2:])]
+    squares = reduce("sum", [(r, size)], guarded(guards, near * near, 0.0))
+    scale = call("pow", bias + (alpha / size) * squares, beta)
+    return [emit.out_index(index, xt[tuple(index)] / scale, x.dtype, x.shape)]
 
 
 def _wanted(node: OnnxNode, k: int) -> bool:
