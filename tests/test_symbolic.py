@@ -3,7 +3,6 @@
 import itertools
 
 import numpy as np
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
