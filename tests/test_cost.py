@@ -67,6 +67,23 @@ def test_counts_ops_calls_and_reductions(tmp_path: Path):
     assert cost.bytes_read == parse_expr("4*K*N") and cost.bytes_written == parse_expr("4*N")
 
 
+def test_a_padded_convolution_counts_its_multiply_adds_not_its_bounds_checks():
+    """The guard of a padded window (four comparisons and three `&` per tap) is index arithmetic
+    the C compiler hoists: 2 flops per multiply-add, as the profile's share of the peak needs."""
+    (cost,) = plan_costs(ROOT / "samples" / "conv2d.toml", "2").values()
+    assert cost.flops == parse_expr("18*C*H*K*N*W")  # 9 taps, a multiply and an add each
+
+
+def test_arithmetic_on_data_counts_even_beside_indices(tmp_path: Path):
+    source = tmp_path / "m.toml"
+    source.write_text(
+        '[composite.m]\ninputs = ["x: f32[N]"]\noutputs = ["y: f32[N]"]\n'
+        'body = "y[i] = where(i * 2 + 1 < N, x[i] * 2.0, x[i] + x[i] * cast(i, f32))"\n'
+    )
+    # x*2, x*i (i's cast is free) and the add count; `i * 2 + 1 < N` does not
+    assert plan_costs(source, "2")["m"].flops == parse_expr("3*N")
+
+
 def test_equal_subexpressions_count_once(tmp_path: Path):
     plan = plan_file(str(ROOT / "samples" / "gemm.toml"), Options(runtime("clang"), opt="2"))
     relu = next(e for e in plan.entries if e.name == "gemm_relu")  # where(0 < v, v, 0): v written twice

@@ -2,9 +2,12 @@
 moved, as polynomials in the entry's symbols (docs/abi.md, "Cost"), and the rule that compares
 two such polynomials when a pass weighs one program against another.
 
-Counting: every Unary and Binary node is one op each time it is evaluated (a transcendental is
-also one call), equal subexpressions once; a reduction adds one op per element it combines;
-`where`, casts and loads are free. Bytes are whole buffers: a kernel reads every buffer it loads
+Counting: every Unary and Binary node over data is one op each time it is evaluated (a
+transcendental is also one call), equal subexpressions once; a reduction adds one op per element
+it combines; `where`, casts and loads are free, and so is arithmetic on indices and sizes alone
+(a padded window's bounds checks, a position): the C compiler hoists or strength-reduces it, and
+counting it made a padded 3x3 convolution's flops five times its multiply-adds.
+Bytes are whole buffers: a kernel reads every buffer it loads
 once and writes every buffer it stores once (reuse inside a kernel is the cache's business).
 """
 
@@ -106,6 +109,8 @@ def element_work(value: Value) -> Work:
             ops = ops + times * product(e for _, e in node.indices)  # one combine per element
             times = times * product(e for _, e in node.indices)
         elif isinstance(node, (Unary, Binary)):
+            if not node.summary.reads_data:
+                continue  # index and size arithmetic: free, and so is all of it below
             ops = ops + times
             if node.op in TRANSCENDENTAL_OPS:
                 calls = calls + times

@@ -74,6 +74,7 @@ class Summary:
     op_names: frozenset[str]  # the ops of those nodes and of the Reduces
     has_reduce: bool
     symbols: frozenset[str]  # what `value_symbols` gives
+    reads_data: bool  # a load or a local below: not only index and size arithmetic
 
 
 def _summarise(value: Value) -> Summary:
@@ -99,6 +100,7 @@ def _summarise(value: Value) -> Summary:
             op_names=frozenset(() if op is None else (op,)).union(*(p.op_names for p in parts)),
             has_reduce=isinstance(node, Reduce) or any(p.has_reduce for p in parts),
             symbols=symbols,
+            reads_data=isinstance(node, (Load, Local)) or any(p.reads_data for p in parts),
         )
         object.__setattr__(node, "_summary", summary)
     return value.__dict__["_summary"]
