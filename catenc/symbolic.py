@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import math
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -881,6 +882,7 @@ def simplify(e: Expr, facts: Facts, deep: bool = False) -> Expr:
     k*(x % c) inside them: results a bounds proof may not follow, so checked by the caller."""
     if not any(isinstance(atom, Call) for m, _ in e.terms for atom, _ in m):
         return e
+    e = _undo_exact_divisions(e, facts)
     total = ZERO
     for m, c in e.terms:
         term = const(c)
@@ -890,6 +892,35 @@ def simplify(e: Expr, facts: Facts, deep: bool = False) -> Expr:
                 term = term * piece
         total = total + term
     return total
+
+
+def _undo_exact_divisions(e: Expr, facts: Facts) -> Expr:
+    """k*(x // c) is (k / c)*x where the facts say x % c == 0 and c divides k: the C // 8 that
+    reshape(x, [N, 8, -1]) introduces cancels where it is multiplied back."""
+    exact = _exact_divisions(facts)
+    if not exact:
+        return e
+    out: dict[Monomial, int] = {}
+    for m, c in e.terms:
+        for atom, power in m:
+            undone = exact.get(atom) if power == 1 else None
+            if undone is not None and c % undone[1] == 0:
+                m = _mul_monomials(tuple(p for p in m if p[0] != atom), ((undone[0], 1),))
+                c //= undone[1]
+                break
+        out[m] = out.get(m, 0) + c
+    return Expr.from_dict(out)
+
+
+@lru_cache(maxsize=1 << 10)
+def _exact_divisions(facts: Facts) -> dict[Call, tuple[Sym, int]]:
+    """`x // c` -> (x, c) for every divisor c > 1 of a c' the facts say divides the symbol x."""
+    found: dict[Call, tuple[Sym, int]] = {}
+    for name, whole in divisibility(facts):
+        small = [c for c in range(1, math.isqrt(whole) + 1) if whole % c == 0]
+        for c in sorted({*small, *(whole // c for c in small)} - {1}):
+            found[Call("floordiv", (sym(name), const(c)))] = (Sym(name), c)
+    return found
 
 
 def _simplify_atom(atom: Atom, facts: Facts, deep: bool) -> Expr:

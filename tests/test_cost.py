@@ -16,7 +16,7 @@ from catenc.driver import plan_file
 from catenc.ir.cost import Cost, at_reference, degree, no_more_than
 from catenc.ir.nodes import loads
 from catenc.plan import Options
-from catenc.schedule.kernels import kernel_cost, schedule_cost
+from catenc.schedule.kernels import format_schedule, kernel_cost, schedule_cost
 from catenc.symbolic import Call, parse_expr
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,6 +136,35 @@ def test_reshaped_group_norm_has_no_division_in_its_loops(tmp_path: Path):
     ]
     assert divided and all(e.as_symbol() is not None for e in divided), divided
     assert len(plan.entries[0].schedule.kernels) == 1  # statistics and normalisation: one pass over rows
+
+
+GROUPED = """
+[composite.gn]
+inputs = ["x: f32[N, C, H, W]", "gamma: f32[C]", "beta: f32[C]"]
+outputs = ["y: f32[N, C, H, W]"]
+where = ["C % 8 == 0"]
+body = \"\"\"
+g = x.reshape(N, 8, SPELLING)
+mu = g.mean(axis=2, keepdims=True)
+var = ((g - mu) ** 2).mean(axis=2, keepdims=True)
+z = ((g - mu) / sqrt(var + 1e-5)).reshape(N, C, H, W)
+y = z * gamma[:, None, None] + beta[:, None, None]
+\"\"\"
+"""
+
+
+def test_reshape_with_minus_one_is_the_reshape_written_out(tmp_path: Path):
+    """reshape(x, [N, 8, -1]) under `C % 8 == 0` infers (C // 8)*H*W (the batch cancels, 8 divides
+    C exactly) and schedules exactly as that size written out; it was C*H*N*W // (8*N), a division
+    of the whole size on every access of a group."""
+    schedules = []
+    for spelling in ("-1", "(C // 8) * H * W"):
+        path = tmp_path / f"gn{len(schedules)}.toml"
+        path.write_text(GROUPED.replace("SPELLING", spelling))
+        (entry,) = plan_file(str(path), Options(runtime("clang"), opt="2")).entries
+        schedules.append(format_schedule(entry.schedule))
+    assert schedules[0] == schedules[1]
+    assert "H*W*(C // 8)" in schedules[0] and "8*(C // 8)" not in schedules[0] and "// (8*N)" not in schedules[0]
 
 
 def test_emit_schedule_and_debug_print_the_cost(tmp_path: Path):

@@ -150,3 +150,14 @@ def test_row_major_work_is_linear_in_the_rank(monkeypatch):
         position = row_major([sym(f"i{k}") for k in range(rank)], [sym("N")] * rank)
         assert len(position.terms) == rank
         assert len(calls) <= 2 * rank, (rank, len(calls))
+
+
+def test_an_exact_division_multiplied_back_cancels():
+    """Where the facts say C % 8 == 0 (a `where` line), k*(C // 8) is (k / 8)*C for k a multiple
+    of 8 (also of a divisor: C // 4 under C % 8 == 0); other multiples keep the division."""
+    C, i = sym("C"), sym("i")
+    facts = Facts().with_nonneg(-mod(C, 8))
+    assert simplify(8 * floordiv(C, 8) * i + 3, facts) == C * i + 3
+    assert simplify(16 * floordiv(C, 4), facts) == 4 * C
+    assert simplify(4 * floordiv(C, 8), facts) == 4 * floordiv(C, 8)
+    assert simplify(8 * floordiv(C, 8), Facts()) == 8 * floordiv(C, 8)  # no fact: C = 9 gives 8

@@ -14,7 +14,7 @@ from catenc.frontend import typed as T
 from catenc.frontend.composites import MAX_CONSTANT
 from catenc.frontend.indexing import IndexScope
 from catenc.frontend.operators import is_weak, shape_text
-from catenc.symbolic import ONE, ZERO, Expr, const, floordiv, product, prove_nonneg
+from catenc.symbolic import ONE, ZERO, Expr, const, divisibility, floordiv, product, prove_nonneg
 
 _SHAPES: Table[Callable[..., T.Node]] = Table("shape function")  # name -> its checker method
 
@@ -80,7 +80,9 @@ class ShapeFunctions:
         known = product(d for i, (d, _) in enumerate(dims) if i not in unknown)
         shape = [d for d, _ in dims]
         if unknown:
-            inferred = _cancel(arg.type.shape, [d for i, (d, _) in enumerate(dims) if i not in unknown])
+            inferred = _cancel(
+                arg.type.shape, [d for i, (d, _) in enumerate(dims) if i not in unknown], divisibility(self.facts)
+            )
             if inferred is None:
                 inferred = floordiv(total, known)
             if inferred * known != total and not self.equal(inferred * known, total):
@@ -397,14 +399,24 @@ class ShapeFunctions:
 SHAPE_FUNCS = frozenset(_SHAPES)
 
 
-def _cancel(dims: tuple[Expr, ...], divisors: list[Expr]) -> Expr | None:
-    """product(dims) / product(divisors) when every divisor is one of the dims (as in
-    reshape(x, [C - 1, -1]) of a [C - 1, A, B] tensor), else None."""
+def _cancel(dims: tuple[Expr, ...], divisors: list[Expr], divisible: list[tuple[str, int]]) -> Expr | None:
+    """product(dims) / product(divisors) when every divisor is one of the dims or a constant that
+    divides one of the remaining dims (by the value of a constant dim, or by a `where` fact such as
+    `C % 8 == 0`): reshape(x, [C - 1, -1]) of a [C - 1, A, B] tensor is A*B, and reshape(x, [N, 8,
+    -1]) of [N, C, H, W] is (C // 8)*H*W, with no division left of the whole size; else None."""
     remaining = list(dims)
+    factor = 1
     for d in divisors:
-        if d == ONE:
-            continue
-        if d not in remaining:
+        if d in remaining:
+            remaining.remove(d)
+        elif d.is_const and d.value > 0:
+            factor *= d.value
+        else:
             return None
-        remaining.remove(d)
-    return product(remaining)
+    if factor == 1:
+        return product(remaining)
+    for k, d in enumerate(remaining):
+        name = d.as_symbol()
+        if (d.is_const and d.value % factor == 0) or any(name == s and c % factor == 0 for s, c in divisible):
+            return product([*remaining[:k], floordiv(d, factor), *remaining[k + 1 :]])
+    return None
