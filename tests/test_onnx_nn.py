@@ -363,6 +363,28 @@ def test_convolution_under_a_global_pool_keeps_its_gemm_kernel(tmp_path):
     )
 
 
+def test_a_convolution_after_a_max_pool_keeps_its_gemm_kernel(tmp_path):
+    """VGG's pattern: a 2x2 max pool read by a padded 3x3 convolution is stored, not inlined into
+    the convolution's taps (there it loaded four elements per tap and took the convolution off its
+    packed gemm: VGG-19's four such layers ran at 11% of the peak)."""
+    nodes = [
+        node("MaxPool", ["x"], "pooled", kernel_shape=[2, 2], strides=[2, 2]),
+        node("Conv", ["pooled", "w", "b"], "conv", pads=[1, 1, 1, 1]),
+        node("Relu", ["conv"], "act"),
+    ]
+    model = make_model(
+        nodes,
+        [tensor("x", F, [1, 8, 12, 12])],
+        [tensor("act", F, None)],
+        [weights("w", 16, 8, 3, 3), weights("b", 16)],
+    )
+    check_against_reference(model, tmp_path, {"x": RNG.standard_normal((1, 8, 12, 12)).astype(np.float32)}, rtol=1e-5)
+    plan = plan_file(str(save(model, tmp_path, "vgg")), Options(runtime("clang"), opt="2"))
+    notes = "\n".join(plan.entries[0].schedule.notes)
+    assert "pooled: materialised (would recompute pooled per element of act" in notes, notes
+    assert "act: contraction (1 x [16 x 8*3*3] @ [8*3*3 x 6*6]), a packed gemm kernel" in notes, notes
+
+
 def test_dynamic_spatial_dims(tmp_path):
     """Windows over symbolic H and W: guards where the prover cannot bound them, a uniform divisor
     where every window lies inside the padded input."""

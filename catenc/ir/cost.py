@@ -14,12 +14,12 @@ once and writes every buffer it stores once (reuse inside a kernel is the cache'
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from catenc.ir.nodes import Binary, Buffer, Compute, Reduce, Unary, Value, loaded_buffers
+from catenc.ir.nodes import Binary, Buffer, Compute, Load, Reduce, Unary, Value, loaded_buffers
 from catenc.registry import TRANSCENDENTAL_OPS
-from catenc.symbolic import ONE, ZERO, Expr, product
+from catenc.symbolic import ONE, ZERO, Expr, const, product
 
 # Ops a transcendental call counts for when costs are compared (a vector-math exp or erf is a
 # polynomial of about this many multiply-adds).
@@ -90,34 +90,67 @@ def element_work(value: Value) -> Work:
     the C compiler evaluate a common subexpression once), each node once per element of the
     reductions around it. The result is kept on the root, and a subtree that was a root before
     counts as a whole: passes ask this of growing trees again and again."""
-    found = value.__dict__.get("_work")
+    return Work(*_count(value, "_work", _node_work, (ONE, ZERO)))
+
+
+def element_reads(value: Value) -> Expr:
+    """The bytes one evaluation of a value tree loads, counted as element_work counts ops: what
+    inlining a producer makes each of its readers load instead of the stored value."""
+    return _count(value, "_reads", _node_reads, None)[0]
+
+
+Counts = tuple[Expr, ...]
+
+
+def _node_work(node: Value) -> Counts | None:
+    """(ops, transcendental calls) of the node itself."""
+    if isinstance(node, (Unary, Binary)):
+        return ONE, ONE if node.op in TRANSCENDENTAL_OPS else ZERO
+    return None
+
+
+def _node_reads(node: Value) -> Counts | None:
+    return (const(node.dtype.itemsize),) if isinstance(node, Load) else None
+
+
+def _count(value: Value, memo: str, own: Callable[[Value], Counts | None], combine: Counts | None) -> Counts:
+    """The sums of `own(node)` over the distinct nodes of the tree, each times the extents of the
+    reductions around it, plus `combine` per element each reduction combines; kept on the root
+    under `memo`. Arithmetic on indices and sizes alone counts nothing, nor does anything below it."""
+    found = value.__dict__.get(memo)
     if found is not None:
         return found
-    ops = calls = ZERO
+    width = 2 if combine is not None else 1
+    total: list[Expr] = [ZERO] * width
     seen: set[Value] = set()
     stack: list[tuple[Value, Expr]] = [(value, ONE)]
+
+    def add(counts: Counts, times: Expr) -> None:
+        for k, c in enumerate(counts):
+            total[k] = total[k] + c * times
+
     while stack:
         node, times = stack.pop()
         if node in seen:
             continue
         seen.add(node)
-        known = node.__dict__.get("_work")
+        known = node.__dict__.get(memo)
         if known is not None:  # a subtree asked before (an inlined body): counted as a whole
-            ops, calls = ops + known.ops * times, calls + known.calls * times
+            add(known, times)
             continue
+        if isinstance(node, (Unary, Binary)) and not node.summary.reads_data:
+            continue  # index and size arithmetic: free, and so is all of it below
         if isinstance(node, Reduce):
-            ops = ops + times * product(e for _, e in node.indices)  # one combine per element
             times = times * product(e for _, e in node.indices)
-        elif isinstance(node, (Unary, Binary)):
-            if not node.summary.reads_data:
-                continue  # index and size arithmetic: free, and so is all of it below
-            ops = ops + times
-            if node.op in TRANSCENDENTAL_OPS:
-                calls = calls + times
+            if combine is not None:
+                add(combine, times)  # one combine per element
+        counted = own(node)
+        if counted is not None:
+            add(counted, times)
         stack.extend((child, times) for child in node.children())
-    work = Work(ops, calls)
-    object.__setattr__(value, "_work", work)
-    return work
+    result = tuple(total)
+    object.__setattr__(value, memo, result)
+    return result
 
 
 def elements(compute: Compute) -> Expr:

@@ -9,7 +9,7 @@ from heapq import heapify, heappop, heappush
 from itertools import count
 
 from catenc.dispatch import Table
-from catenc.ir.cost import BYTE_WEIGHT, at_reference, element_work, elements, no_more_than
+from catenc.ir.cost import BYTE_WEIGHT, at_reference, element_reads, element_work, elements, no_more_than
 from catenc.ir.nodes import (
     Binary,
     Buffer,
@@ -196,6 +196,11 @@ def inline_decision(producer: Compute, sites: list[Site], element_bytes: int, re
     evaluations = sum(per_read.values(), ZERO)
     made = elements(producer)
     each = element_work(producer.body).weighted
+    if producer.body.summary.has_reduce:
+        # a reduction loads a window per evaluation where its stored result is one element: a
+        # 2x2 max pool inlined into a convolution's taps reads four times as much (an elementwise
+        # value reads about what it stores, and its row values stay in registers)
+        each = each + element_reads(producer.body) * BYTE_WEIGHT
     traffic = (made + evaluations) * element_bytes * BYTE_WEIGHT
     if producer.body.summary.has_reduce:
         kind = "a reduction"
