@@ -398,3 +398,68 @@ def test_dynamic_spatial_dims(tmp_path):
     )
     x = RNG.standard_normal((2, 2, 5, 7)).astype(np.float32)
     check_against_reference(model, tmp_path, {"x": x}, rtol=1e-5, atol=1e-5, N=2, H=5, W=7)
+
+
+def test_if_on_a_known_condition_runs_its_branch(tmp_path):
+    """torch.onnx writes nn.LocalResponseNorm with an If on the input's rank (AlexNet, GoogLeNet): a
+    condition known at import takes its branch's nodes in place, outer values and its own
+    initializers read as they are. (Before: 'If: operator not supported'.)"""
+    then_ = helper.make_graph(
+        [node("Squeeze", ["pooled", "axis0"], "squeezed")], "then", [], [tensor("squeezed", F, None)]
+    )
+    else_ = helper.make_graph(
+        [node("Mul", ["pooled", "three"], "scaled")],
+        "else",
+        [],
+        [tensor("scaled", F, None)],
+        [numpy_helper.from_array(np.array(3.0, np.float32), "three")],
+    )
+    nodes = [
+        node("Unsqueeze", ["x", "axis0"], "pooled"),
+        node("Shape", ["x"], "shape"),
+        node("Size", ["shape"], "rank"),
+        node("Equal", ["rank", "four"], "is4"),
+        node("Equal", ["rank", "three_i"], "is3"),
+        node("If", ["is4"], "if_true", then_branch=then_, else_branch=else_),
+        node("If", ["is3"], "if_false", then_branch=then_, else_branch=else_),
+    ]
+    ints = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("four", 4), ("three_i", 3))]
+    ints.append(numpy_helper.from_array(np.array([0], np.int64), "axis0"))
+    x = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    model = make_model(
+        nodes, [tensor("x", F, [2, 3, 4, 5])], [tensor(o, F, None) for o in ("if_true", "if_false")], ints
+    )
+    check_against_reference(model, tmp_path, {"x": x})
+
+
+def test_if_on_a_run_time_condition_is_reported():
+    branch = helper.make_graph([node("Neg", ["x"], "y")], "b", [], [tensor("y", F, None)])
+    model = make_model(
+        [node("If", ["c"], "out", then_branch=branch, else_branch=branch)],
+        [tensor("x", F, [3]), tensor("c", TensorProto.BOOL, [])],
+        [tensor("out", F, None)],
+    )
+    with pytest.raises(CatencError, match="the condition must be one value known when the model is compiled"):
+        import_proto(model, "m.onnx")
+
+
+def test_channel_shuffle_between_convolutions(tmp_path):
+    """ShuffleNet's unit: a grouped 1x1 Conv, the channel shuffle (Reshape to [N, G, C/G, H, W],
+    Transpose, Reshape back), a padded depthwise Conv. A split or merge of the channel axis ahead
+    of kept H, W is written per axis: as a flat reshape, the padded taps' row offsets went into
+    the channel's index and the IR verifier could not bound it ('cannot prove ... < 3 on axis 1')."""
+    nodes = [
+        node("Conv", ["x", "w_g", "b_g"], "grouped", group=3),
+        node("Reshape", ["grouped", "split"], "split_groups"),
+        node("Transpose", ["split_groups"], "swapped", perm=[0, 2, 1, 3, 4]),
+        node("Reshape", ["swapped", "merge"], "shuffled"),
+        node("Conv", ["shuffled", "w_dw"], "y", group=6, pads=[1, 1, 1, 1]),
+    ]
+    inits = [weights("w_g", 6, 2, 1, 1), weights("b_g", 6), weights("w_dw", 6, 1, 3, 3)]
+    inits += [
+        numpy_helper.from_array(np.array(s, np.int64), n)
+        for n, s in (("split", [1, 3, 2, 5, 5]), ("merge", [1, 6, 5, 5]))
+    ]
+    x = RNG.standard_normal((1, 6, 5, 5)).astype(np.float32)
+    model = make_model(nodes, [tensor("x", F, [1, 6, 5, 5])], [tensor("y", F, None)], inits)
+    check_against_reference(model, tmp_path, {"x": x}, rtol=1e-4, atol=1e-5)

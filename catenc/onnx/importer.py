@@ -158,6 +158,8 @@ class _Importer:
         opset = self.opsets.get(domain, 0)
         label = node_label(node, index, self.opsets)
         fn = CONVERTERS.get(node.op_type) if not domain else None
+        if node.op_type == "If" and not domain:
+            return self.inline_branch(node, label, emit)
         if fn is None:
             self.error(f"{label}: operator not supported")
             return self.poison(node)
@@ -186,6 +188,30 @@ class _Importer:
             if onnx_name:
                 self.values[onnx_name] = value
                 emit.hint(value, onnx_name)
+
+    def inline_branch(self, node, label: str, emit: Emitter) -> None:
+        """An If whose condition is known at import: the nodes of the branch it takes, converted in
+        place (torch.onnx writes one on the input's rank for nn.LocalResponseNorm)."""
+        cond = self.values.get(node.input[0]) if node.input else None
+        if node.input and node.input[0] in self.values and cond is None:
+            return self.poison(node)  # from a node that failed: already reported
+        if cond is None or not cond.is_known or cond.known.size != 1:
+            self.error(f"{label}: the condition must be one value known when the model is compiled")
+            return self.poison(node)
+        taken = "then_branch" if bool(cond.known.reshape(-1)[0]) else "else_branch"
+        branch = next(a.g for a in node.attribute if a.name == taken)
+        if len(branch.output) != len(node.output):
+            self.error(
+                f"{label}: invalid node: the {taken} has {len(branch.output)} outputs, the If {len(node.output)}"
+            )
+            return self.poison(node)
+        for init in branch.initializer:
+            self.values[init.name] = self.initializer(init)
+        for index, inner in enumerate(branch.node):
+            self.convert(inner, index, emit)
+        for onnx_name, inner in zip(node.output, branch.output, strict=True):
+            if onnx_name:
+                self.values[onnx_name] = self.values.get(inner.name)
 
     def poison(self, node) -> None:
         for name in node.output:
