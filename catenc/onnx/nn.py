@@ -36,14 +36,13 @@ from catenc.onnx.builder import (
     guarded,
     lit,
     reduce,
-    shape_list,
     where,
 )
 from catenc.onnx.emitter import Emitter, IndexNames
 from catenc.onnx.errors import ModelError, Unsupported
 from catenc.onnx.reduce import reduction
 from catenc.onnx.registry import OnnxNode, converter, need_float
-from catenc.onnx.shape import shape_text
+from catenc.onnx.shape import reshaped, shape_text
 from catenc.onnx.values import NUMPY, Shape, Value, dims, static
 from catenc.symbolic import Expr, const, floordiv
 
@@ -218,8 +217,7 @@ def _grouped(
     t_shape = (batch, const(groups), const(per_group), *out)
     expr = expr_of(Scaled(g, per_group, factor_last=True) + j, g, j)
     t = emit.index_temp([outs[0], g, j, *outs[1:]], expr, expr.dtype, t_shape, "groups")
-    shape = (batch, const(groups * per_group), *out)
-    return emit.result(call("reshape", emit.ref(t), shape_list(shape), dtype=t.dtype, shape=shape))
+    return reshaped(t, (batch, const(groups * per_group), *out), emit)
 
 
 @converter("Conv")

@@ -13,6 +13,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from catenc.onnx.builder import affine
 from catenc.onnx.elementwise import FOLD_LIMIT
 from catenc.onnx.errors import ModelError, Unsupported
 from catenc.onnx.registry import OnnxNode, axis_of, converter, known_ints
@@ -73,7 +74,32 @@ def reshaped(x: Value, shape: Shape, emit) -> Value:
         fixed = static(shape)
         if fixed is not None:
             return Value(x.dtype, shape, known=x.known.reshape(fixed))
-    return emit.out(f"reshape({emit.text(x)}, {shape_text(shape)})", x.dtype, shape)
+    return _regrouped(x, shape, emit) or emit.out(f"reshape({emit.text(x)}, {shape_text(shape)})", x.dtype, shape)
+
+
+def _regrouped(x: Value, shape: Shape, emit) -> Value | None:
+    """A reshape that splits one axis into several, or merges several into one, ahead of kept
+    trailing axes (a channel shuffle's), in index form `y[n, g, j, h, w] = x[n, 2*g + j, h, w]`: as a
+    flat `reshape` of the whole tensor, a padded window read of y would fold its row offsets into
+    the channel's index, which the IR's bound checks cannot follow; None for any other reshape."""
+    old, new = tuple(x.shape), tuple(shape)
+    lead = next((d for d, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
+    room = min(len(old), len(new)) - lead
+    trail = next((d for d in range(room) if old[-1 - d] != new[-1 - d]), room)
+    split, merged = old[lead : len(old) - trail], new[lead : len(new) - trail]
+    if not trail or min(len(split), len(merged)) != 1 or static(split + merged) is None:
+        return None
+    xt = emit.ref(x)
+    out = emit.index_names().numbered(len(new))
+    sizes = static(merged if len(split) == 1 else split)
+    strides = [math.prod(sizes[k + 1 :]) for k in range(len(sizes))]
+    if len(split) == 1:  # one old axis: the row-major position of the new ones
+        source = [affine(list(zip(strides, out[lead : lead + len(sizes)])))]
+    else:  # one new axis: the old ones are its digits
+        digits = [out[lead] // stride if stride > 1 else out[lead] for stride in strides]
+        source = [digit % size if k else digit for k, (digit, size) in enumerate(zip(digits, sizes))]
+    source = [*out[:lead], *source, *out[len(new) - trail :]]
+    return emit.out_index(out, xt[tuple(source)], x.dtype, shape)
 
 
 @converter("Constant")
