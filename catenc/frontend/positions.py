@@ -12,7 +12,7 @@ from typing import Protocol
 from catenc.diagnostics import Loc
 
 KeyPath = tuple[str | int, ...]
-HEX_ESCAPE_WIDTH = {"x": 2, "u": 4, "U": 8}
+_HEX_ESCAPE_WIDTH = {"x": 2, "u": 4, "U": 8}
 _HEX_DIGITS = re.compile(r"[0-9A-Fa-f]*")
 
 
@@ -66,9 +66,21 @@ class ScanError(Exception):
     """The scanner met text it does not understand; positions stop there."""
 
 
-def hex_char(text: str, start: int, width: int) -> str:
+def _hex_char(text: str, start: int, width: int) -> str:
     """The character of the ``width`` hex digits at ``start``."""
     digits = text[start : start + width]
     if len(digits) != width or not _HEX_DIGITS.fullmatch(digits):
         raise ScanError
     return chr(int(digits, 16))  # ValueError above U+10FFFF
+
+
+def escape_at(text: str, i: int, simple: dict[str, str]) -> tuple[str, int]:
+    """The character the backslash escape at `i` stands for and the escape's length: one of
+    `simple` (`\\n`) or `\\xHH`, `\\uHHHH`, `\\UHHHHHHHH`; anything else is a ScanError."""
+    esc = text[i + 1 : i + 2]
+    if esc in simple:
+        return simple[esc], 2
+    if esc in _HEX_ESCAPE_WIDTH:
+        width = _HEX_ESCAPE_WIDTH[esc]
+        return _hex_char(text, i + 2, width), 2 + width
+    raise ScanError

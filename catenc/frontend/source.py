@@ -32,7 +32,6 @@ from typing import Any
 
 from catenc.diagnostics import CatencError, Loc, remember_source
 from catenc.frontend.positions import (
-    HEX_ESCAPE_WIDTH,
     ROOT,
     Entry,
     KeyPath,
@@ -40,7 +39,7 @@ from catenc.frontend.positions import (
     NoPositions,
     PositionIndex,
     ScanError,
-    hex_char,
+    escape_at,
 )
 
 if sys.version_info >= (3, 11):
@@ -454,17 +453,11 @@ class _TomlScanner:
                     while j < len(text) and text[j] in " \t\r\n":
                         j += 1
                     i = j
-                elif esc in _TOML_ESCAPES:
-                    chars.append(_TOML_ESCAPES[esc])
-                    offsets.append(i)
-                    i += 2
-                elif esc in HEX_ESCAPE_WIDTH:
-                    width = HEX_ESCAPE_WIDTH[esc]
-                    chars.append(hex_char(text, i + 2, width))
-                    offsets.append(i)
-                    i += 2 + width
                 else:
-                    raise ScanError
+                    char, length = escape_at(text, i, _TOML_ESCAPES)
+                    chars.append(char)
+                    offsets.append(i)
+                    i += length
             elif c == "\r" and multiline and text.startswith("\r\n", i):
                 chars.append("\n")  # tomllib reads CRLF as LF
                 offsets.append(i)

@@ -13,7 +13,6 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from catenc.diagnostics import CatencError, Loc
 from catenc.frontend.positions import (
-    HEX_ESCAPE_WIDTH,
     ROOT,
     Entry,
     KeyPath,
@@ -21,7 +20,7 @@ from catenc.frontend.positions import (
     NoPositions,
     PositionIndex,
     ScanError,
-    hex_char,
+    escape_at,
 )
 
 _PLAIN_TAG = "tag:catenc,2025:plain"  # an untagged plain scalar, resolved by us
@@ -385,17 +384,11 @@ def _yaml_flow_scalar(text: str, i: int, end: int, style: str | None) -> tuple[s
                 i, breaks = folded_breaks(_line_break_end(text, i + 1))
                 chars += "\n" * len(breaks)
                 offsets += breaks
-            elif esc in _YAML_ESCAPES:
-                chars.append(_YAML_ESCAPES[esc])
-                offsets.append(i)
-                i += 2
-            elif esc in HEX_ESCAPE_WIDTH:
-                width = HEX_ESCAPE_WIDTH[esc]
-                chars.append(hex_char(text, i + 2, width))
-                offsets.append(i)
-                i += 2 + width
             else:
-                raise ScanError
+                char, length = escape_at(text, i, _YAML_ESCAPES)
+                chars.append(char)
+                offsets.append(i)
+                i += length
         elif c == "'" and style == "'":  # '' stands for '
             chars.append("'")
             offsets.append(i)
