@@ -405,16 +405,13 @@ def efficientnet_b0(size: str) -> Model:
     return _classifier("efficientnet_b0", 12, size, lambda: efficientnet_net(8, EFFICIENTNET_TINY, 32, 10))
 
 
-# shufflenet is left out for now: it compiles and matches onnxruntime, but under the IR verifier
-# (--verify-ir, on in the tests) the concat of a stride-2 unit reads its grouped conv's result at
-# `(c // 4) - 3`, a floor plus a constant, which catenc/ir/verify.py does not bound ("cannot prove
-# 0 <= (i161 // 4) - 3 on axis 1").
 MODELS: dict[str, Callable[[str], Model]] = {
     "alexnet": alexnet,
     "googlenet": googlenet,
     "vgg16": vgg16,
     "resnet50": resnet50,
     "densenet121": densenet121,
+    "shufflenet": shufflenet,
     "squeezenet": squeezenet,
     "efficientnet_b0": efficientnet_b0,
 }

@@ -512,3 +512,25 @@ def test_a_row_of_a_reshaped_matrix_verifies():
 
     assert verify_graph(rows(3 * N)) == []
     assert_names(verify_graph(rows(3 * N + 1)), "compute y", "cannot prove (i0 // 3) < N on axis 0 of m")
+
+
+def test_a_shifted_row_of_a_reshaped_tensor_verifies():
+    """ShuffleNet's concat of two branches, each reshaped per group: the second branch's element
+    is x[(i0 // 4) - 3] where i0 >= 12, which is (i0 - 12) // 4: in bounds of x[3] for i0 < 24
+    (the where's condition is a fact), not for i0 >= 11, and not under a division by a size K
+    that may be 0 (then the read is at -3)."""
+
+    def concat(split: int, divisor: Expr | int = 4) -> Graph:
+        buffers = (
+            Buffer("head", F32, (const(12),), "input"),
+            Buffer("x", F32, (const(3), const(4)), "input"),
+            Buffer("y", F32, (const(24),), "output"),
+        )
+        cond = Binary(BOOL, "lt", SymInt(I64, I0), Const(I64, split))
+        tail = Load(F32, "x", (floordiv(I0, divisor) - 3, mod(I0, 4)))
+        body = Where(F32, cond, Load(F32, "head", (minimum(I0, const(11)),)), tail)
+        return Graph("g", buffers, (Compute("y", (("i0", const(24)),), body),))
+
+    assert verify_graph(concat(12)) == []
+    assert_names(verify_graph(concat(11)), "compute y", "cannot prove 0 <= (i0 // 4) - 3 on axis 0")
+    assert_names(verify_graph(concat(12, sym("K"))), "compute y", "cannot prove 0 <= (i0 // K) - 3 on axis 0")

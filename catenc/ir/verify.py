@@ -322,27 +322,34 @@ def bounds_problems(index: tuple[Expr, ...], buf: Buffer, facts: Facts, load: Lo
     return out
 
 
-def _floor_of(e: Expr, facts: Facts) -> tuple[Expr, Expr] | None:
-    """(a, c) when e is exactly a // c for a constant c > 0 or a size c (a reshape's row of an
-    inlined index; a division by a size 0 gives 0)."""
-    if len(e.terms) != 1:
-        return None
-    ((monomial, coefficient),) = e.terms
-    if coefficient != 1 or len(monomial) != 1 or monomial[0][1] != 1:
-        return None
-    atom = monomial[0][0]
-    if not (isinstance(atom, Call) and atom.func == "floordiv"):
-        return None
-    divisor = atom.args[1]
-    if divisor.is_const and divisor.value <= 0 or not proved_nonneg(divisor, facts):
-        return None
-    return atom.args[0], divisor
+def _floor_of(e: Expr, facts: Facts) -> tuple[Expr, Expr, Expr] | None:
+    """(a, c, r) when e is a // c + r for a constant c > 0 or a size c and r the rest of e (a
+    reshape's row of an inlined index, shifted by a concatenation's offset or a window's tap; a
+    division by a size 0 gives 0). Then e = (a + c*r) // c wherever c > 0."""
+    for monomial, coefficient in e.terms:
+        if coefficient != 1 or len(monomial) != 1 or monomial[0][1] != 1:
+            continue
+        atom = monomial[0][0]
+        if not (isinstance(atom, Call) and atom.func == "floordiv"):
+            continue
+        divisor = atom.args[1]
+        if divisor.is_const and divisor.value <= 0 or not proved_nonneg(divisor, facts):
+            continue
+        return atom.args[0], divisor, e - Expr.from_dict({monomial: 1})
+    return None
 
 
 def _proved_at_least_zero(e: Expr, facts: Facts) -> bool:
-    """0 <= e; for e = a // c (c > 0) it is enough that 0 <= a."""
+    """0 <= e; for e = a // c + r it is enough that 0 <= a + c*r, with c >= 1 unless 0 <= r (a
+    division by a size 0 gives 0, and then e = r)."""
+    if proved_in_bounds(e, facts):
+        return True
     floor = _floor_of(e, facts)
-    return proved_in_bounds(e, facts) or (floor is not None and _proved_at_least_zero(floor[0], facts))
+    if floor is None:
+        return False
+    a, c, rest = floor
+    positive = proved_in_bounds(rest, facts) or proved_nonneg(c - 1, facts)
+    return positive and _proved_at_least_zero(a + c * rest, facts)
 
 
 def _rounded_down(e: Expr, facts: Facts) -> tuple[Expr, int] | None:
@@ -360,13 +367,14 @@ def _rounded_down(e: Expr, facts: Facts) -> tuple[Expr, int] | None:
 
 
 def _proved_below(e: Expr, dim: Expr, facts: Facts) -> bool:
-    """e < dim; for e = a // c (c > 0) it is enough that a < c*dim (which a >= 0 makes c > 0),
-    and for e = c*(a // c) that a < c*ceil(dim / c) (the two are equivalent)."""
+    """e < dim; for e = a // c + r (c > 0) it is enough that a < c*(dim - r) (which a >= 0 makes
+    c > 0), and for e = c*(a // c) that a < c*ceil(dim / c) (the two are equivalent)."""
     if proved_in_bounds(dim - e - 1, facts):
         return True
     floor = _floor_of(e, facts)
     if floor is not None:
-        return _proved_below(floor[0], floor[1] * dim, facts)
+        a, c, rest = floor
+        return _proved_below(a, c * (dim - rest), facts)
     rounded = _rounded_down(e, facts)
     if rounded is not None:
         a, c = rounded
