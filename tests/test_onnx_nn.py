@@ -432,6 +432,23 @@ def test_if_on_a_known_condition_runs_its_branch(tmp_path):
     check_against_reference(model, tmp_path, {"x": x})
 
 
+def test_a_convolution_an_if_branch_also_reads_is_not_folded_into_its_batchnorm(tmp_path):
+    """The branch reads the raw convolution by name: folding the BatchNormalization into the Conv
+    (its only reader in the main graph) would hand the branch normalised values."""
+    branch = helper.make_graph([node("Neg", ["conv"], "negated")], "b", [], [tensor("negated", F, None)])
+    nodes = [
+        node("Conv", ["x", "w"], "conv", pads=[1, 1, 1, 1]),
+        node("BatchNormalization", ["conv", "scale", "bias", "mean", "var"], "normed"),
+        node("If", ["yes"], "branch_out", then_branch=branch, else_branch=branch),
+    ]
+    positive = np.abs(RNG.standard_normal(4)).astype(np.float32) + 0.5
+    inits = [weights("w", 4, 3, 3, 3), weights("scale", 4), weights("bias", 4), weights("mean", 4)]
+    inits += [numpy_helper.from_array(positive, "var"), numpy_helper.from_array(np.array(True), "yes")]
+    outputs = [tensor("normed", F, None), tensor("branch_out", F, None)]
+    model = make_model(nodes, [tensor("x", F, [1, 3, 5, 5])], outputs, inits)
+    check_against_reference(model, tmp_path, {"x": RNG.standard_normal((1, 3, 5, 5)).astype(np.float32)}, rtol=1e-5)
+
+
 def test_if_on_a_run_time_condition_is_reported():
     branch = helper.make_graph([node("Neg", ["x"], "y")], "b", [], [tensor("y", F, None)])
     model = make_model(

@@ -9,6 +9,7 @@ the normalisation then costs nothing at run time.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -20,7 +21,7 @@ def fold_batchnorm(model):
     onnx = onnx_module()
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
-    uses = Counter(name for node in graph.node for name in node.input)
+    uses = Counter(_inputs(graph))
     uses.update(o.name for o in graph.output)
     producers = {out: node for node in graph.node for out in node.output}
     folds = {}  # id of the BatchNormalization -> (the Conv, new weight, new bias)
@@ -81,6 +82,16 @@ def fold_batchnorm(model):
         replacement.output.append(node.output[0])
         folded.graph.node.append(replacement)
     return folded
+
+
+def _inputs(graph) -> Iterator[str]:
+    """Every name the graph's nodes read, those of their subgraphs (an If's branches read the
+    outer graph's values by name) included."""
+    for node in graph.node:
+        yield from node.input
+        for attribute in node.attribute:
+            for sub in (*([attribute.g] if attribute.HasField("g") else []), *attribute.graphs):
+                yield from _inputs(sub)
 
 
 def _fresh(name: str, taken: set[str]) -> str:
