@@ -669,13 +669,32 @@ def _onnx_row(row: str, name: str, quick: bool, size: str, notes: str, weights: 
 
 
 def onnx_cases(quick: bool = False) -> list[Case]:
-    """ResNet-18, MobileNetV2, a 4-layer BERT encoder and GPT-2 small imported from ONNX, batch 1."""
+    """ResNet-18, MobileNetV2, a 4-layer BERT encoder, GPT-2 small and the image networks from their
+    papers imported from ONNX, batch 1."""
     return [
         _onnx_row("resnet18", "resnet18", quick, "ResNet-18, 1x3x224x224", "ResNet-18, BatchNorm folded", "baked"),
         _onnx_row("mobilenetv2", "mobilenetv2", quick, "MobileNetV2 1.0, 1x3x224x224", "MobileNetV2, width 1", "baked"),
         _onnx_row("bert4", "bert4", quick, "4 layers, 768, 12 heads, seq 128", "BERT-base, 4 layers", "external"),
         _onnx_row("gpt2-onnx", "gpt2_small", quick, "GPT-2 small 124M, seq 128", "GPT-2 small, all logits", "external"),
+        *(
+            _onnx_row(name, name, quick, f"{title}, 1x3x224x224", f"{title}, written from its paper", weights)
+            for name, title, weights in PAPER_NETWORKS
+        ),
     ]
+
+
+# The image networks of bench/paper_models.py (issue 26): (model, title, --weights). Those over 20M
+# parameters keep them external, as bert4 and GPT-2 do (VGG-16 baked: a 1.6 GB C source, 126 s to compile).
+PAPER_NETWORKS = (
+    ("alexnet", "AlexNet", "external"),
+    ("googlenet", "GoogLeNet (Inception v1)", "baked"),
+    ("vgg16", "VGG-16", "external"),
+    ("resnet50", "ResNet-50", "external"),
+    ("densenet121", "DenseNet-121", "baked"),
+    ("shufflenet", "ShuffleNet v1 (g=3)", "baked"),
+    ("squeezenet", "SqueezeNet 1.1", "baked"),
+    ("efficientnet_b0", "EfficientNet-B0", "baked"),
+)
 
 
 # ------------------------------------------------------------ natural formulations
