@@ -65,7 +65,7 @@ def test_the_second_command_asks_the_compiler_nothing(work):
     first = compile_with(work, compiler)
     assert any("-dM -E" in c for c in first) and any("-fopenmp" in c for c in first), first
     assert probes(compile_with(work, compiler)) == []
-    assert probes(compile_with(work, compiler, "--config", "MARCH=x86-64-v2")) != [], "other flags: asked again"
+    assert probes(compile_with(work, compiler, "--config", "MARCH=")) != [], "other flags: asked again"
 
 
 def test_a_changed_compiler_is_asked_again(work):
