@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import itertools
-import math
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -895,31 +894,41 @@ def simplify(e: Expr, facts: Facts, deep: bool = False) -> Expr:
 
 
 def _undo_exact_divisions(e: Expr, facts: Facts) -> Expr:
-    """k*(x // c) is (k / c)*x where the facts say x % c == 0 and c divides k: the C // 8 that
-    reshape(x, [N, 8, -1]) introduces cancels where it is multiplied back."""
-    exact = _exact_divisions(facts)
-    if not exact:
+    """k*(x // c) is (k / c)*x where the facts say x % c' == 0 for a multiple c' of c, and c
+    divides k: the C // 8 that reshape(x, [N, 8, -1]) introduces cancels where it is multiplied
+    back."""
+    multiples = _known_multiples(facts)
+    if not multiples:
         return e
     out: dict[Monomial, int] = {}
     for m, c in e.terms:
         for atom, power in m:
-            undone = exact.get(atom) if power == 1 else None
-            if undone is not None and c % undone[1] == 0:
-                m = _mul_monomials(tuple(p for p in m if p[0] != atom), ((undone[0], 1),))
-                c //= undone[1]
+            exact = _exact_division(atom, multiples) if power == 1 else None
+            if exact is not None and c % exact[1] == 0:
+                m = _mul_monomials(tuple(p for p in m if p[0] != atom), ((exact[0], 1),))
+                c //= exact[1]
                 break
         out[m] = out.get(m, 0) + c
     return Expr.from_dict(out)
 
 
+def _exact_division(atom: Atom, multiples: dict[str, tuple[int, ...]]) -> tuple[Sym, int] | None:
+    """(x, c) when atom is x // c for a symbol x that is a multiple of c."""
+    if not (isinstance(atom, Call) and atom.func == "floordiv"):
+        return None
+    name, divisor = atom.args[0].as_symbol(), atom.args[1]
+    if name is None or not divisor.is_const or divisor.value < 2:
+        return None
+    c = divisor.value
+    return (Sym(name), c) if any(whole % c == 0 for whole in multiples.get(name, ())) else None
+
+
 @lru_cache(maxsize=1 << 10)
-def _exact_divisions(facts: Facts) -> dict[Call, tuple[Sym, int]]:
-    """`x // c` -> (x, c) for every divisor c > 1 of a c' the facts say divides the symbol x."""
-    found: dict[Call, tuple[Sym, int]] = {}
+def _known_multiples(facts: Facts) -> dict[str, tuple[int, ...]]:
+    """symbol -> the constants the facts say divide it."""
+    found: dict[str, tuple[int, ...]] = {}
     for name, whole in divisibility(facts):
-        small = [c for c in range(1, math.isqrt(whole) + 1) if whole % c == 0]
-        for c in sorted({*small, *(whole // c for c in small)} - {1}):
-            found[Call("floordiv", (sym(name), const(c)))] = (Sym(name), c)
+        found[name] = (*found.get(name, ()), whole)
     return found
 
 

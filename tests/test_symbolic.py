@@ -161,3 +161,5 @@ def test_an_exact_division_multiplied_back_cancels():
     assert simplify(16 * floordiv(C, 4), facts) == 4 * C
     assert simplify(4 * floordiv(C, 8), facts) == 4 * floordiv(C, 8)
     assert simplify(8 * floordiv(C, 8), Facts()) == 8 * floordiv(C, 8)  # no fact: C = 9 gives 8
+    huge = Facts().with_nonneg(-mod(C, 2**62))  # no divisor is enumerated: this answers at once
+    assert simplify(8 * floordiv(C, 8) + 3 * floordiv(C, 3), huge) == C + 3 * floordiv(C, 3)
