@@ -881,16 +881,15 @@ def simplify(e: Expr, facts: Facts, deep: bool = False) -> Expr:
     k*(x % c) inside them: results a bounds proof may not follow, so checked by the caller."""
     if not any(isinstance(atom, Call) for m, _ in e.terms for atom, _ in m):
         return e
-    e = _undo_exact_divisions(e, facts)
-    total = ZERO
-    for m, c in e.terms:
+    terms = []
+    for m, c in _undo_exact_divisions(e, facts).terms:
         term = const(c)
         for atom, power in m:
             piece = _simplify_atom(atom, facts, deep)
             for _ in range(power):
                 term = term * piece
-        total = total + term
-    return total
+        terms.append(term)
+    return total(terms)
 
 
 def _undo_exact_divisions(e: Expr, facts: Facts) -> Expr:

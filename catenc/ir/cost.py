@@ -96,7 +96,7 @@ def element_work(value: Value) -> Work:
 def element_reads(value: Value) -> Expr:
     """The bytes one evaluation of a value tree loads, counted as element_work counts ops: what
     inlining a producer makes each of its readers load instead of the stored value."""
-    return _count(value, "_reads", _node_reads, None)[0]
+    return _count(value, "_reads", _node_reads, (ZERO,))[0]
 
 
 Counts = tuple[Expr, ...]
@@ -113,15 +113,15 @@ def _node_reads(node: Value) -> Counts | None:
     return (const(node.dtype.itemsize),) if isinstance(node, Load) else None
 
 
-def _count(value: Value, memo: str, own: Callable[[Value], Counts | None], combine: Counts | None) -> Counts:
+def _count(value: Value, memo: str, own: Callable[[Value], Counts | None], combine: Counts) -> Counts:
     """The sums of `own(node)` over the distinct nodes of the tree, each times the extents of the
-    reductions around it, plus `combine` per element each reduction combines; kept on the root
-    under `memo`. Arithmetic on indices and sizes alone counts nothing, nor does anything below it."""
+    reductions around it, plus `combine` (as many counts) per element each reduction combines;
+    kept on the root under `memo`. Arithmetic on indices and sizes alone counts nothing, nor does
+    anything below it."""
     found = value.__dict__.get(memo)
     if found is not None:
         return found
-    width = 2 if combine is not None else 1
-    total: list[Expr] = [ZERO] * width
+    total: list[Expr] = [ZERO] * len(combine)
     seen: set[Value] = set()
     stack: list[tuple[Value, Expr]] = [(value, ONE)]
 
@@ -142,8 +142,7 @@ def _count(value: Value, memo: str, own: Callable[[Value], Counts | None], combi
             continue  # index and size arithmetic: free, and so is all of it below
         if isinstance(node, Reduce):
             times = times * product(e for _, e in node.indices)
-            if combine is not None:
-                add(combine, times)  # one combine per element
+            add(combine, times)  # one combine per element
         counted = own(node)
         if counted is not None:
             add(counted, times)

@@ -196,14 +196,13 @@ def inline_decision(producer: Compute, sites: list[Site], element_bytes: int, re
     evaluations = sum(per_read.values(), ZERO)
     made = elements(producer)
     each = element_work(producer.body).weighted
-    if producer.body.summary.has_reduce:
-        # a reduction loads a window per evaluation where its stored result is one element: a
-        # 2x2 max pool inlined into a convolution's taps reads four times as much (an elementwise
-        # value reads about what it stores, and its row values stay in registers)
-        each = each + element_reads(producer.body) * BYTE_WEIGHT
     traffic = (made + evaluations) * element_bytes * BYTE_WEIGHT
     if producer.body.summary.has_reduce:
         kind = "a reduction"
+        # it loads a window per evaluation where its stored result is one element: a 2x2 max pool
+        # inlined into a convolution's taps reads four times as much (an elementwise value reads
+        # about what it stores, and its row values stay in registers)
+        each = each + element_reads(producer.body) * BYTE_WEIGHT
     else:
         kind = "an expensive elementwise value" if calls_expensive(producer.body) else "an elementwise value"
     if not no_more_than(evaluations * each, made * each + traffic):
