@@ -39,11 +39,17 @@ def tool_identity(name: str) -> list[object] | None:
 
 
 def memoised(
-    question: str, compiler: str, args: Sequence[str], ask: Callable[[], Answer], keep: Callable[[Answer], bool]
+    question: str,
+    compiler: str,
+    args: Sequence[str],
+    ask: Callable[[], Answer],
+    keep: Callable[[Answer], bool],
+    kind: type[Answer],
 ) -> Answer:
-    """`ask()`'s answer for this compiler and arguments: from the memo when it was kept before,
-    else asked now and kept when `keep(answer)` (a missing OpenMP runtime can be installed later,
-    so only a yes is worth keeping). An unreadable or unwritable memo only means asking."""
+    """`ask()`'s answer (a `kind`) for this compiler and arguments: from the memo when it was kept
+    before, else asked now and kept when `keep(answer)` (a missing OpenMP runtime can be installed
+    later, so only a yes is worth keeping). An unreadable, unwritable or damaged memo only means
+    asking."""
     identity = tool_identity(compiler)
     if identity is None:
         return ask()
@@ -51,7 +57,7 @@ def memoised(
     path = memo_dir() / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         record = json.loads(path.read_text())
-        if record["key"] == key and _well_formed(record["answer"]):
+        if record["key"] == key and _well_formed(record["answer"], kind):
             return record["answer"]
     answer = ask()
     if keep(answer):
@@ -60,8 +66,9 @@ def memoised(
     return answer
 
 
-def _well_formed(answer: object) -> bool:
-    return isinstance(answer, bool) or (isinstance(answer, list) and all(isinstance(x, str) for x in answer))
+def _well_formed(answer: object, kind: type) -> bool:
+    """A bool, or a list of names, as the question's answers are."""
+    return isinstance(answer, kind) and (kind is not list or all(isinstance(x, str) for x in answer))
 
 
 def clear() -> None:

@@ -5,6 +5,7 @@ TOML file."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -92,6 +93,11 @@ def test_damaged_answers_are_asked_again_and_cache_clear_forgets_them(work):
     assert len(answers) == 2
     for path in answers:
         path.write_text('{"key": 1, "answer": "garbage"')
+    assert len(probes(compile_with(work, compiler))) == 2
+    for path in answers:  # the right key, an answer of the other question's kind
+        record = json.loads(path.read_text())
+        record["answer"] = ["_LP64"] if record["answer"] is True else True
+        path.write_text(json.dumps(record))
     assert len(probes(compile_with(work, compiler))) == 2
     env = {**os.environ, "CATENC_CACHE_DIR": str(work / "cache")}
     subprocess.run([sys.executable, "-m", "catenc", "cache", "clear"], env=env, check=True, capture_output=True)

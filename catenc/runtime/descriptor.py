@@ -311,7 +311,7 @@ class CRuntime(Runtime):
 @functools.cache
 def _probe_openmp(compiler: str) -> bool:
     """Whether the compiler builds and links an OpenMP shared library (a yes is remembered)."""
-    return memoised("links OpenMP", compiler, (), lambda: _links_openmp(compiler), keep=bool)
+    return memoised("links OpenMP", compiler, (), lambda: _links_openmp(compiler), keep=bool, kind=bool)
 
 
 def _links_openmp(compiler: str) -> bool:
@@ -333,7 +333,9 @@ def _links_openmp(compiler: str) -> bool:
 def _probe_macros(compiler: str, target_flags: tuple[str, ...]) -> frozenset[str]:
     """The macros the compiler predefines with these flags (none if it cannot say; a real answer
     is remembered)."""
-    names = memoised("predefined macros", compiler, target_flags, lambda: _predefined(compiler, target_flags), bool)
+    names = memoised(
+        "predefined macros", compiler, target_flags, lambda: _predefined(compiler, target_flags), keep=bool, kind=list
+    )
     return frozenset(names)
 
 
