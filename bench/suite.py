@@ -37,7 +37,6 @@ from catenc.ccall import BoundCall
 from catenc.diagnostics import CatencError
 from catenc.loader import Library, load
 from catenc.runtime.descriptor import load_runtime
-from catenc.weights import read_weights
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -250,17 +249,6 @@ def compile_composite(composite: str, toml: Path, level: str, config: str, extra
     build.seconds = time.perf_counter() - start
     build.source = (outdir / f"{composite}.c").read_bytes()
     return build
-
-
-def external_weights(library: Library, entry: str) -> list[np.ndarray]:
-    """The values of the entry's weight arguments (`--weights external`: the constants that stay inputs,
-    after the declared ones, docs/cli.md), read from the library's safetensors file; [] for a baked build."""
-    keys = [arg["weight"] for arg in library[entry].spec["args"] if "weight" in arg]
-    if not keys:
-        return []
-    (weights,) = [f["path"] for f in library.manifest["files"] if f.get("role") == "weights"]
-    tensors = read_weights(str(library.manifest_path.parent / weights))
-    return [tensors[key].data for key in keys]
 
 
 # ------------------------------------------------------------------------- timing
@@ -626,7 +614,7 @@ def run(argv: Sequence[str], catenc_config: str) -> int:
             contender = None
             if build.library is not None:
                 try:
-                    bound = BoundCall(build.library, case.entry, inputs + external_weights(build.library, case.entry))
+                    bound = BoundCall(build.library, case.entry, inputs)
                     contender = Contender(f"catenc {level}", "catenc", bound, True)
                 except Exception as error:  # noqa: BLE001 - reported in the table
                     contender = Contender(f"catenc {level}", "catenc", lambda: None, True, crashed=True)

@@ -11,24 +11,21 @@ import signal
 import subprocess
 from pathlib import Path
 
-import numpy as np
-
 from catenc import __version__
 from catenc.cache import Inputs
 from catenc.codegen.c import buffer_args
 from catenc.codegen.gpu import KernelArg, launch_plan, status_offsets, temp_offsets
 from catenc.diagnostics import CatencError
-from catenc.dtypes import DTYPES, DType
-from catenc.emit import parameters, prototype, render_header, render_source, size_exprs
+from catenc.emit import entry_weights, parameters, prototype, render_header, render_source, size_exprs, weights_layout
 from catenc.ir.cost import Cost
 from catenc.ir.nodes import Binary, Reduce, Unary, format_graph, walk
 from catenc.lower.gpu import format_gpu
 from catenc.lower.loops import format_loops
 from catenc.outputs import BuildRequest, commit_outputs, output_directory, staging_directory
-from catenc.plan import EntryPlan, FilePlan, Options
+from catenc.plan import EntryPlan, FilePlan, Options, external_weights
 from catenc.schedule.kernels import Kernel, format_schedule, kernel_cost, schedule_cost
 from catenc.symbolic import Expr
-from catenc.weights import weights_bytes
+from catenc.weights import Placed, weights_bytes
 
 
 class InternalError(Exception):
@@ -144,30 +141,6 @@ def build(plan: FilePlan, options: Options, request: BuildRequest) -> dict[str, 
         return commit_outputs(out_dir, staging, outputs, request, deps)
 
 
-def external_weights(entries: tuple[EntryPlan, ...]) -> dict[str, tuple[DType, np.ndarray]]:
-    """The constants the entries take as arguments (--weights external), by name, in order: the
-    weights file's tensors. Two entries may share a name only with the same value."""
-    tensors: dict[str, tuple[DType, np.ndarray]] = {}
-    owners: dict[str, str] = {}
-    for entry in entries:
-        if entry.baked:
-            continue
-        for decl, values in zip(entry.composite.constants, entry.constants):
-            tensor = (DTYPES[decl.dtype], values)
-            if decl.name in tensors and not _same(tensors[decl.name], tensor):
-                raise CatencError(
-                    f"--weights external: constant '{decl.name}' of '{entry.name}' differs from the one of "
-                    f"'{owners[decl.name]}', and the weights file holds one tensor per name; rename one of them",
-                    decl.loc,
-                )
-            tensors[decl.name], owners[decl.name] = tensor, entry.name
-    return tensors
-
-
-def _same(a: tuple[DType, np.ndarray], b: tuple[DType, np.ndarray]) -> bool:
-    return a[0] is b[0] and a[1].shape == b[1].shape and a[1].tobytes() == b[1].tobytes()
-
-
 def _emitted(requested: tuple[str, ...], runtime) -> tuple[str, ...]:
     """The requested kinds the runtime writes: no header where it has no C entry, and no shared
     library where the driver compiles the source when it is loaded (the source is checked
@@ -210,7 +183,18 @@ def _run_toolchain(argv: list[str], cwd: Path, user_flags: str = "") -> None:
         )
 
 
-def _entry_manifest(entry: EntryPlan) -> dict:
+def _weights_arg(entry: EntryPlan, placed: dict[str, Placed], file: str) -> dict:
+    """The manifest's record of an entry's `weights` argument: the file, its data section's size
+    and, per constant, the tensor it reads and where."""
+    tensors = [
+        {"name": p.name, "dtype": p.dtype.name, "shape": list(p.shape), "offset": p.offset}
+        for _, _, p in entry_weights(entry, placed)
+    ]
+    size = sum(p.nbytes for p in placed.values())
+    return {"name": "weights", "role": "weights", "file": file, "bytes": size, "tensors": tensors}
+
+
+def _entry_manifest(entry: EntryPlan, placed: dict[str, Placed], weights_file: str) -> dict:
     args = []
     for p in parameters(entry):
         if p.role in ("input", "output"):
@@ -220,9 +204,10 @@ def _entry_manifest(entry: EntryPlan) -> dict:
                     "role": p.role,
                     "dtype": p.ttype.dtype.name,
                     "shape": [_shape(d) for d in p.ttype.shape],
-                    **({"weight": p.weight} if p.weight is not None else {}),
                 }
             )
+        elif p.role == "weights":
+            args.append(_weights_arg(entry, placed, weights_file))
         elif p.role == "dim":
             args.append({"name": p.name, "role": "dim", "ctype": "int64_t"})
         else:
@@ -308,6 +293,7 @@ def input_files(plan: FilePlan, options: Options) -> list[tuple[str, str]]:
 
 def build_manifest(plan: FilePlan, options: Options, staging: Path, names: dict, produced: list[str], commands) -> dict:
     runtime = options.runtime
+    placed = weights_layout(plan.entries)
     return {
         "schema": "catenc.manifest/1",
         "catenc_version": __version__,
@@ -325,7 +311,7 @@ def build_manifest(plan: FilePlan, options: Options, staging: Path, names: dict,
             for k in produced
         ],
         "build": {"commands": commands},
-        "entries": [_entry_manifest(e) for e in plan.entries],
+        "entries": [_entry_manifest(e, placed, names["weights"]) for e in plan.entries],
     }
 
 

@@ -78,6 +78,9 @@ class BoundCall:
                 else:
                     argtypes.append(ctypes.c_void_p)
                     args.append(ctypes.c_void_p(array.ctypes.data))
+            elif role == "weights":  # --weights external: the data of the weights file, mapped by the loader
+                argtypes.append(ctypes.c_void_p)
+                args.append(ctypes.c_void_p(entry.weights_address()))
             elif role == "output":
                 argtypes.append(ctypes.c_void_p)
                 args.append(ctypes.c_void_p(next(outputs_left).ctypes.data))

@@ -17,32 +17,33 @@ from catenc.diagnostics import CatencError
 from catenc.frontend.typed import TType
 from catenc.ir.nodes import view_stride
 from catenc.lower.loops import iter_stmts
-from catenc.plan import EntryPlan
+from catenc.plan import EntryPlan, external_weights
 from catenc.runtime.conventions import calling_convention
 from catenc.schedule.tiles import GemmTiles
 from catenc.symbolic import C as C_STYLE
 from catenc.symbolic import Call, Expr, Sym, product
+from catenc.weights import Placed, layout
 
 _ENV = environment()
+WEIGHTS = "weights"  # the parameter that points at the weights file's data section (--weights external)
 
 
 @dataclass(frozen=True)
 class Parameter:
     name: str
-    role: str  # input, output, dim, workspace, workspace_bytes
+    role: str  # input, weights, output, dim, workspace, workspace_bytes
     ctype: str
     ttype: TType | None = None
-    weight: str | None = None  # an external constant's key in the weights file
 
 
 def parameters(entry: EntryPlan) -> list[Parameter]:
     """The C arguments of an entry, in ABI order (docs/abi.md)."""
     params = []
-    declared = len(entry.program.inputs) - len(entry.constants)
-    for n, (name, ttype) in enumerate(entry.arguments):
+    for name, ttype in entry.arguments:
         ctype = ttype.dtype.ctype if ttype.rank == 0 else f"const {ttype.dtype.ctype}*"
-        weight = entry.composite.constants[n - declared].name if n >= declared else None
-        params.append(Parameter(name, "input", ctype, ttype, weight))
+        params.append(Parameter(name, "input", ctype, ttype))
+    if entry.takes_weights:
+        params.append(Parameter(WEIGHTS, "weights", "const void*"))
     for name, ttype in entry.program.outputs:
         params.append(Parameter(name, "output", f"{ttype.dtype.ctype}*", ttype))
     params += [Parameter(d, "dim", "int64_t") for d in entry.dims]
@@ -90,7 +91,19 @@ def comment_safe(text: str) -> str:
     return re.sub(r"[^\x20-\x7e]", "?", text).replace("*/", "* /").replace("/*", "/ *")
 
 
-def doc_lines(entry: EntryPlan) -> list[str]:
+def weights_layout(entries: tuple[EntryPlan, ...]) -> dict[str, Placed]:
+    """Where each tensor of the weights file (--weights external) lies in its data section, by name."""
+    return {placed.name: placed for placed in layout(external_weights(entries))}
+
+
+def entry_weights(entry: EntryPlan, placed: Mapping[str, Placed]) -> list[tuple[str, TType, Placed]]:
+    """The entry's constants as its code names them, with their types and places in the weights data."""
+    if not entry.takes_weights:
+        return []
+    return [(name, t, placed[d.name]) for (name, t), d in zip(entry.constant_inputs, entry.composite.constants)]
+
+
+def doc_lines(entry: EntryPlan, placed: Mapping[str, Placed], weights_file: str) -> list[str]:
     comp = entry.composite
     lines = []
     if comp.doc:
@@ -99,8 +112,11 @@ def doc_lines(entry: EntryPlan) -> list[str]:
     lines.append(comment_safe(prototype(entry).replace(f"int {entry.symbol}", entry.symbol, 1)))
     for name, ttype in entry.arguments:
         lines.append(f"  input  {name}: {ttype}")
-    for name, ttype in entry.program.inputs[len(entry.arguments) :]:
-        lines.append(f"  constant {name}: {ttype} (baked into the library)")
+    if entry.takes_weights:
+        lines.append(f"  weights: the data section of {weights_file} (catenc_weights_data), 8-byte aligned")
+        lines += [f"  constant {name}: {t} (weights + {p.offset})" for name, t, p in entry_weights(entry, placed)]
+    else:
+        lines += [f"  constant {name}: {ttype} (baked into the library)" for name, ttype in entry.constant_inputs]
     for name, ttype in entry.program.outputs:
         lines.append(f"  output {name}: {ttype}")
     languages = calling_convention(entry.convention).languages
@@ -118,16 +134,17 @@ def doc_lines(entry: EntryPlan) -> list[str]:
     return lines
 
 
-def doc_comment(entry: EntryPlan) -> str:
-    body = "\n".join(f" * {line}".rstrip() for line in doc_lines(entry))
+def doc_comment(entry: EntryPlan, placed: Mapping[str, Placed], weights_file: str) -> str:
+    body = "\n".join(f" * {line}".rstrip() for line in doc_lines(entry, placed, weights_file))
     return f"/*\n{body}\n */"
 
 
 def render_header(entries: tuple[EntryPlan, ...], stem: str, source: str, prefix: str = "") -> str:
     guard = "CATENC_" + re.sub(r"[^A-Za-z0-9]", "_", prefix + stem).upper() + "_H"
+    placed = weights_layout(entries)
     context = [
         {
-            "comment": doc_comment(e),
+            "comment": doc_comment(e, placed, f"{stem}.safetensors"),
             "prototype": prototype(e),
             "workspace_prototype": workspace_prototype(e),
         }
@@ -139,6 +156,7 @@ def render_header(entries: tuple[EntryPlan, ...], stem: str, source: str, prefix
         source=source,
         guard=guard,
         entries=context,
+        weights=any(e.takes_weights for e in entries),
         declarations=list(dict.fromkeys(d for e in entries for d in calling_convention(e.convention).declarations)),
     )
 
@@ -171,7 +189,8 @@ def render_source(
     if tiles:  # only the drivers a kernel calls: the rest would be compiled for nothing
         calls = ((k, buffer_args(e.schedule.graph.buffers)) for e in entries for k in e.kernels)
         prelude += "\n" + render_gemm_support(tiles, called_drivers(calls))
-    context = [_entry_context(e, renderer, profile) for e, _ in renamed_entries(entries, renderer)]
+    placed = weights_layout(entries)
+    context = [_entry_context(e, renderer, placed, profile) for e, _ in renamed_entries(entries, renderer)]
     return _ENV.get_template("model.c.j2").render(
         source_name=f"{stem}{suffix}",
         header_name=f"{stem}.h",
@@ -190,13 +209,14 @@ def render_gpu_source(
     the renderer has one, its host entry (CUDA's launches on a stream)."""
     prelude = _ENV.get_template("prelude.c.j2").render(**prelude_tables(renderer.math_suffix, renderer.device_inline))
     context = []
+    placed = weights_layout(entries)
     for entry, names in renamed_entries(entries, renderer):
         original = {new: old for old, new in names.items()}
         buffers, temps = buffer_args(entry.schedule.graph.buffers), temp_offsets(entry.schedule)
         kernels = [renderer.gpu_kernel(k, buffers, temps, original) for k in entry.gpu]
         host = ""
         if renderer.host_template:
-            host_context = _gpu_host_context(entry, buffers, temps, original)
+            host_context = _gpu_host_context(entry, buffers, temps, original, placed)
             host = _ENV.get_template(renderer.host_template).render(**host_context)
         context.append({"name": entry.name, "kernels": kernels, "host": host})
     return _ENV.get_template("model.gpu.j2").render(
@@ -278,7 +298,7 @@ def rename_entry(entry: EntryPlan, reserved: Reserved) -> tuple[EntryPlan, dict[
     return rename_signature(entry, names), names
 
 
-def _gpu_host_context(entry: EntryPlan, buffers, temps, original: dict[str, str]) -> dict:
+def _gpu_host_context(entry: EntryPlan, buffers, temps, original: dict[str, str], placed) -> dict:
     launches = []
     for launch in launch_plan(entry, buffers, temps, original):
         actuals = []
@@ -293,6 +313,7 @@ def _gpu_host_context(entry: EntryPlan, buffers, temps, original: dict[str, str]
         "workspace_call": f"{entry.workspace_symbol}({', '.join(entry.dims)})",
         "dims": entry.dims,
         "checks": [_render_check(c.lhs, c.op, c.rhs) for c in entry.checks],
+        "bindings": weight_bindings(entry, placed, _DEVICE_SCALAR),
         "launches": launches,
         "statuses": [offset.to_c() for offset in status_offsets(entry.schedule)],
         **_size_context(entry),
@@ -313,11 +334,12 @@ def gemm_tiles(entries: tuple[EntryPlan, ...]) -> dict[str, GemmTiles]:
     return dict(sorted(tiles.items()))
 
 
-def _entry_context(entry: EntryPlan, renderer: CRenderer, profile: bool = False) -> dict:
+def _entry_context(entry: EntryPlan, renderer: CRenderer, placed: Mapping[str, Placed], profile: bool = False) -> dict:
     graph = entry.schedule.graph
     args = buffer_args(graph.buffers)
     kernels = [renderer.kernel(k, args) for k in entry.kernels if k.shares is None]
     constants, temps = baked_constants(entry)
+    temps += weight_bindings(entry, placed, _HOST_SCALAR)
     for view in graph.buffers:
         if view.view_of is not None:
             base, at = view.view_of
@@ -352,14 +374,40 @@ def _entry_context(entry: EntryPlan, renderer: CRenderer, profile: bool = False)
     }
 
 
+# How an entry reads a scalar constant at `at` into `name` of C type `ctype`: from host memory, or
+# (CUDA, whose weights are device memory) copied back on the stream.
+_HOST_SCALAR = "const {ctype} {name} = *(const {ctype}*)({at});"
+_DEVICE_SCALAR = (
+    "{ctype} {name};\n"
+    "if (cudaMemcpyAsync(&{name}, {at}, sizeof {name}, cudaMemcpyDeviceToHost, stream) != cudaSuccess\n"
+    "    || cudaStreamSynchronize(stream) != cudaSuccess)\n"
+    "    return CATENC_E_DEVICE;"
+)
+
+
+def weight_bindings(entry: EntryPlan, placed: Mapping[str, Placed], scalar: str) -> list[str]:
+    """The statements that bind each constant the entry's code reads to its place in the `weights`
+    data (--weights external; an unused constant is left out); `scalar` says how a rank-0 one is read."""
+    used = {b.name for b in entry.schedule.graph.buffers}
+    bindings = []
+    for name, ttype, where in entry_weights(entry, placed):
+        if name not in used:
+            continue
+        ctype, at = ttype.dtype.ctype, f"(const unsigned char*){WEIGHTS} + {where.offset}"
+        if ttype.rank:
+            bindings.append(f"const {ctype}* {name} = (const {ctype}*)({at});")
+        else:
+            bindings.append(scalar.format(ctype=ctype, name=name, at=at))
+    return bindings
+
+
 def baked_constants(entry: EntryPlan) -> tuple[list[str], list[str]]:
     """The definitions of the entry's baked constants that its code reads, and the statements
     that bind each one's buffer name to its array (an unused constant is left out)."""
     used = {b.name for b in entry.schedule.graph.buffers}
-    bound = entry.program.inputs[len(entry.arguments) :]
     definitions, bindings = [], []
     for symbol, (name, ttype), values, decl in zip(
-        entry.constant_symbols, bound, entry.constants, entry.composite.constants
+        entry.constant_symbols, entry.constant_inputs, entry.constants, entry.composite.constants
     ):
         if name not in used:
             continue

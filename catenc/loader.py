@@ -77,6 +77,7 @@ from catenc.runtime.manifest import (
     ShapeExpr,
     UnsupportedRuntimeError,
 )
+from catenc.runtime.weights_data import WeightsData
 
 __all__ = [
     "MANIFEST_NAME",
@@ -128,7 +129,7 @@ _CTYPES: dict[str, type] = {
     "double": ctypes.c_double,
 }
 
-_ARG_ROLES = ("input", "output", "dim", "workspace", "workspace_bytes")
+_ARG_ROLES = ("input", "weights", "output", "dim", "workspace", "workspace_bytes")
 
 
 # --------------------------------------------------------------------------- errors
@@ -311,8 +312,8 @@ class Entry:
         self.constraints: list[str] = list(spec.get("constraints") or [])
         self._cdll = cdll  # keeps the library loaded as long as the entry lives
         self._trailing = trailing
-        self.weights: dict[str, str] = {}  # input name -> its tensor in the weights file (--weights external)
-        self._weights_file: Callable[[], Mapping[str, np.ndarray]] | None = None
+        self.weights: Mapping[str, Any] | None = None  # the manifest's `weights` argument (--weights external)
+        self._weights_data: Callable[[], int] | None = None  # the address of the weights data (Library sets it)
 
         self._roles: list[tuple[str, ArgSpec | None]] = []
         argtypes: list[type] = []
@@ -320,12 +321,14 @@ class Entry:
             role = _required(arg, "role", where)
             if role in ("input", "output"):
                 arg_spec = _arg_spec(arg, role, where)
-                if role == "input" and isinstance(arg.get("weight"), str):
-                    self.weights[arg_spec.name] = arg["weight"]
                 (self.inputs if role == "input" else self.outputs).append(arg_spec)
                 self._roles.append((role, arg_spec))
                 by_value = role == "input" and arg_spec.rank == 0
                 argtypes.append(_CTYPES[arg_spec.dtype.ctype] if by_value else ctypes.c_void_p)
+            elif role == "weights":
+                self.weights = arg
+                self._roles.append((role, None))
+                argtypes.append(ctypes.c_void_p)
             elif role == "dim":
                 dim_name = _required(arg, "name", where)
                 if arg.get("ctype", "int64_t") != "int64_t":
@@ -619,7 +622,7 @@ class Entry:
         changing the kind of its values (module doc), and :class:`CatencStatusError` when the
         C function returns nonzero (or, before the call, when a size overflows int64).
         """
-        arrays = [np.asarray(value) for value in inputs] + self._missing_weights(len(inputs))
+        arrays = [np.asarray(value) for value in inputs]
         values = self._bind([array.shape for array in arrays], dims)
         for spec, array in zip(self.inputs, arrays, strict=True):
             _check_kind(self.name, spec, array)
@@ -634,6 +637,8 @@ class Entry:
             else:
                 buffers.append(_to_buffer(array, spec.dtype))
                 args.append(buffers[-1].ctypes.data)
+        if self.weights is not None:
+            args.append(self.weights_address())
         outputs = self._outputs(values, out, buffers)
         args += [output.ctypes.data for output in outputs]
         args += [values[name] for name in self.dims]
@@ -643,14 +648,11 @@ class Entry:
             raise CatencStatusError(status, self.name, self._explain(status, values))
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
-    def _missing_weights(self, given: int) -> list[np.ndarray]:
-        """The trailing weight inputs a call leaves out, from the library's weights file (a build
-        with --weights external writes it beside the library; docs/abi.md)."""
-        missing = self.inputs[given:]
-        if not missing or self._weights_file is None or any(spec.name not in self.weights for spec in missing):
-            return []
-        tensors = self._weights_file()
-        return [tensors[self.weights[spec.name]] for spec in missing]
+    def weights_address(self) -> int:
+        """The address of the weights data the entry reads its constants from (docs/abi.md)."""
+        if self._weights_data is None:
+            raise ManifestError(f"{self.name}: the manifest names no weights file to read the constants from")
+        return self._weights_data()
 
     def call_raw(self, *args: Any) -> int:
         """Call the C function with every argument given, in C order; return its status.
@@ -666,7 +668,7 @@ class Entry:
         for (role, spec), value in zip(self._roles, args, strict=True):
             if role == "input" and spec is not None and spec.rank == 0:
                 converted.append(self._scalar(spec, np.asarray(value)))
-            elif role in ("input", "output", "workspace") or role in self._trailing:
+            elif role in ("input", "weights", "output", "workspace") or role in self._trailing:
                 converted.append(_pointer(value))
             else:
                 converted.append(operator.index(value))
@@ -752,7 +754,13 @@ class Library:
     library stays loaded as long as the Library or one of its entries lives.
     """
 
-    def __init__(self, manifest_path: str | os.PathLike[str], *, verify: bool = True) -> None:
+    def __init__(
+        self,
+        manifest_path: str | os.PathLike[str],
+        *,
+        verify: bool = True,
+        weights: str | os.PathLike[str] | None = None,
+    ) -> None:
         path = Path(manifest_path)
         if path.is_dir():
             found = sorted(path.glob("*.manifest.json"))
@@ -786,28 +794,17 @@ class Library:
             raise ManifestError(f"{where}: unknown calling_convention {self.runtime['calling_convention']!r}")
         trailing = tuple(name for name, _ in convention.trailing)
         self.entries: dict[str, Entry] = {}
-        weights_files = [f["path"] for f in self.manifest.get("files") or () if f.get("role") == "weights"]
-        weights = self._weights_loader(weights_files[0]) if len(weights_files) == 1 else None
         for spec in _required(self.manifest, "entries", where):
             entry = Entry(spec, self._cdll, trailing=trailing)
-            entry._weights_file = weights
             if entry.name in self.entries:
                 raise ManifestError(f"{where}: entry {entry.name!r} is declared twice")
             self.entries[entry.name] = entry
-
-    def _weights_loader(self, name: str) -> Callable[[], Mapping[str, np.ndarray]]:
-        """Reads the weights file once, when a call first leaves its weights out."""
-        path = self.manifest_path.parent / name
-        loaded: dict[str, np.ndarray] = {}
-
-        def tensors() -> Mapping[str, np.ndarray]:
-            if not loaded:
-                from catenc.weights import read_weights
-
-                loaded.update({key: tensor.data for key, tensor in read_weights(str(path)).items()})
-            return loaded
-
-        return tensors
+        takers = [entry for entry in self.entries.values() if entry.weights is not None]
+        if takers:
+            path = Path(weights) if weights is not None else self.manifest_path.parent / takers[0].weights["file"]
+            data = WeightsData(path, [entry.weights for entry in takers])
+            for entry in takers:
+                entry._weights_data = data.address
 
     def _shared_library(self, where: str, verify: bool) -> Path:
         """The manifest's shared library, checked against its sha256 when verify."""
@@ -856,7 +853,9 @@ class Library:
         return f"<catenc library {self.path.name}: {', '.join(self.entries)}>"
 
 
-def load(manifest_path: str | os.PathLike[str], *, verify: bool = True) -> Library:
+def load(
+    manifest_path: str | os.PathLike[str], *, verify: bool = True, weights: str | os.PathLike[str] | None = None
+) -> Library:
     """Load the library a catenc build manifest describes.
 
     manifest_path is a ``*.manifest.json`` file or the directory that holds it (its only
@@ -864,5 +863,10 @@ def load(manifest_path: str | os.PathLike[str], *, verify: bool = True) -> Libra
     (the default) the shared library's sha256 must match the manifest's. Raises
     :class:`UnsupportedRuntimeError` for a build that cannot run here (``cuda`` without a
     GPU) and :class:`ManifestError` for a malformed manifest.
+
+    A build with ``--weights external`` reads its constants from its weights file: the one beside
+    the manifest, or ``weights``, a file of the same layout (docs/abi.md, "External weights"). It
+    is mapped once, at the first call, and checked against the layout the library was compiled
+    for (:class:`ManifestError` when it differs).
     """
-    return Library(manifest_path, verify=verify)
+    return Library(manifest_path, verify=verify, weights=weights)

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from catenc.diagnostics import CatencError
+from catenc.dtypes import DTYPES, DType
 from catenc.frontend import typed as T
 from catenc.frontend.composites import Composite, CompositeFile, Library
 from catenc.frontend.constraints import RuntimeCheck
@@ -36,7 +38,7 @@ class Options:
     time_passes: bool = False  # --time-passes: time every pass
     tune: Tune | None = None  # changes the schedule's decisions (never results): a tuner, a test
     tuning: Tuning | None = None  # --tuning: a tuning file's decisions, where its entries match
-    weights: str = "baked"  # --weights: constants "baked" into the library, or "external" arguments
+    weights: str = "baked"  # --weights: constants "baked" into the library, or "external" (a weights file)
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ class EntryPlan:
     convention: str = "host"  # "cuda": device pointers and a trailing stream argument
     # the values (storage form) of the program's last inputs, its constants
     constants: tuple[np.ndarray, ...] = field(default=(), compare=False)
-    baked: bool = False  # the constants are defined in the library, not arguments (--weights baked)
+    baked: bool = False  # the constants are defined in the library, not in a weights file (--weights baked)
 
     @property
     def name(self) -> str:
@@ -63,9 +65,20 @@ class EntryPlan:
 
     @property
     def arguments(self) -> tuple[tuple[str, T.TType], ...]:
-        """The program's inputs that are arguments of the C entry: baked constants are not."""
+        """The program's inputs that are arguments of the C entry: its declared inputs, not its
+        constants (baked into the library, or read from the one `weights` argument)."""
         inputs = self.program.inputs
-        return inputs[: len(inputs) - len(self.constants)] if self.baked else inputs
+        return inputs[: len(inputs) - len(self.constants)]
+
+    @property
+    def constant_inputs(self) -> tuple[tuple[str, T.TType], ...]:
+        """The program's inputs that are its constants, in the constants' order."""
+        return self.program.inputs[len(self.arguments) :]
+
+    @property
+    def takes_weights(self) -> bool:
+        """Whether the entry has a `weights` argument (--weights external, and constants to read)."""
+        return bool(self.constants) and not self.baked
 
     @property
     def constant_symbols(self) -> tuple[str, ...]:
@@ -75,6 +88,30 @@ class EntryPlan:
     @property
     def workspace_symbol(self) -> str:
         return f"{self.symbol}_workspace_bytes"
+
+
+def external_weights(entries: tuple[EntryPlan, ...]) -> dict[str, tuple[DType, np.ndarray]]:
+    """The tensors of the weights file (--weights external): the entries' constants by name, in
+    order. Two entries may share a name only with the same value."""
+    tensors: dict[str, tuple[DType, np.ndarray]] = {}
+    owners: dict[str, str] = {}
+    for entry in entries:
+        if not entry.takes_weights:
+            continue
+        for decl, values in zip(entry.composite.constants, entry.constants):
+            tensor = (DTYPES[decl.dtype], values)
+            if decl.name in tensors and not _same(tensors[decl.name], tensor):
+                raise CatencError(
+                    f"--weights external: constant '{decl.name}' of '{entry.name}' differs from the one of "
+                    f"'{owners[decl.name]}', and the weights file holds one tensor per name; rename one of them",
+                    decl.loc,
+                )
+            tensors[decl.name], owners[decl.name] = tensor, entry.name
+    return tensors
+
+
+def _same(a: tuple[DType, np.ndarray], b: tuple[DType, np.ndarray]) -> bool:
+    return a[0] is b[0] and a[1].shape == b[1].shape and a[1].tobytes() == b[1].tobytes()
 
 
 @dataclass(frozen=True)

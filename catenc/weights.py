@@ -2,7 +2,9 @@
 
 A file is an 8-byte little-endian header length, a JSON header {name: {dtype, shape, data_offsets}}
 (offsets into the data that follows) and the raw little-endian data. Tensors are read as views of
-the mapped file, in the storage form of catenc's C ABI (bf16 as its uint16 bits).
+the mapped file, in the storage form of catenc's C ABI (bf16 as its uint16 bits). A file catenc
+writes has its data 64-byte aligned and each tensor at a multiple of its element size
+(docs/abi.md, "External weights").
 """
 
 from __future__ import annotations
@@ -42,11 +44,13 @@ class WeightsError(Exception):
 
 @dataclass(frozen=True)
 class Tensor:
-    """One tensor of a weights file: its dtype code as written (F32, ...), shape and storage."""
+    """One tensor of a weights file: its dtype code as written (F32, ...), shape, storage and
+    where it starts in the data section."""
 
     code: str
     shape: tuple[int, ...]
     data: np.ndarray | None  # None when the code is no dtype of catenc's
+    offset: int = 0
 
     @property
     def dtype(self) -> DType | None:
@@ -56,29 +60,39 @@ class Tensor:
 
 def read_weights(path: str) -> dict[str, Tensor]:
     """Every tensor of a safetensors file, in the header's order; the data maps the file."""
+    return parse_weights(map_file(path))
+
+
+def map_file(path: str) -> memoryview:
+    """A safetensors file, mapped read-only."""
     try:
         with open(path, "rb") as handle:
             size = handle.seek(0, 2)
             if size < 8:
                 raise WeightsError(f"the file is truncated ({size} bytes, no header)")
-            buffer = memoryview(mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ))
+            return memoryview(mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ))
     except OSError as err:
         raise WeightsError(f"cannot read it: {err.strerror or err}") from None
-    return parse_weights(buffer)
+
+
+def data_start(buffer: memoryview) -> int:
+    """Where the data section of the safetensors file held in buffer starts (8 + the header length)."""
+    (length,) = struct.unpack("<Q", buffer[:8])
+    if length > min(len(buffer) - 8, _MAX_HEADER):
+        raise WeightsError(f"the header length {length} runs past the end of the file ({len(buffer)} bytes)")
+    return 8 + length
 
 
 def parse_weights(buffer: memoryview) -> dict[str, Tensor]:
     """The tensors of a safetensors file held in buffer (views of it)."""
-    (length,) = struct.unpack("<Q", buffer[:8])
-    if length > min(len(buffer) - 8, _MAX_HEADER):
-        raise WeightsError(f"the header length {length} runs past the end of the file ({len(buffer)} bytes)")
+    start = data_start(buffer)
     try:
-        header = json.loads(bytes(buffer[8 : 8 + length]).decode("utf-8"))
+        header = json.loads(bytes(buffer[8:start]).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as err:
         raise WeightsError(f"the header is not JSON ({err})") from None
     if not isinstance(header, dict):
         raise WeightsError("the header is not a JSON object")
-    data = buffer[8 + length :]
+    data = buffer[start:]
     tensors: dict[str, Tensor] = {}
     for name, record in header.items():
         if name != "__metadata__":
@@ -100,7 +114,7 @@ def _tensor(name: str, record: object, data: memoryview) -> Tensor:
         raise WeightsError(
             f"tensor '{name}' lies at bytes {begin}..{end} of the data, which has {len(data)} (a truncated file?)"
         )
-    tensor = Tensor(record["dtype"], tuple(shape), None)
+    tensor = Tensor(record["dtype"], tuple(shape), None, begin)
     dtype = tensor.dtype
     if dtype is None:
         return tensor
@@ -111,23 +125,44 @@ def _tensor(name: str, record: object, data: memoryview) -> Tensor:
             f"its offsets give {end - begin}"
         )
     storage = np.dtype(dtype.numpy).newbyteorder("<")
-    return Tensor(tensor.code, tensor.shape, np.frombuffer(data[begin:end], dtype=storage).reshape(shape))
+    return Tensor(tensor.code, tensor.shape, np.frombuffer(data[begin:end], dtype=storage).reshape(shape), begin)
+
+
+DATA_ALIGNMENT = 64  # where the data section starts in a file catenc writes
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Where a tensor lies in the data section of a weights file catenc writes."""
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    offset: int  # bytes from the start of the data section
+    nbytes: int
+
+
+def layout(tensors: Mapping[str, tuple[DType, np.ndarray]]) -> tuple[Placed, ...]:
+    """The tensors in the order catenc writes them: the widest elements first (else as given), so
+    with no gap between them (the format allows none) each starts at a multiple of its element size."""
+    placed, offset = [], 0
+    for name, (dtype, values) in sorted(tensors.items(), key=lambda item: -item[1][0].itemsize):
+        nbytes = int(values.size) * dtype.itemsize
+        placed.append(Placed(name, dtype, tuple(values.shape), offset, nbytes))
+        offset += nbytes
+    return tuple(placed)
 
 
 def weights_bytes(tensors: Mapping[str, tuple[DType, np.ndarray]]) -> bytes:
-    """A safetensors file of these tensors (name -> dtype and storage values), in the given order."""
-    header: dict[str, object] = {}
-    chunks: list[bytes] = []
-    offset = 0
-    for name, (dtype, values) in tensors.items():
-        raw = np.ascontiguousarray(values, dtype=np.dtype(dtype.numpy).newbyteorder("<")).tobytes()
-        header[name] = {
-            "dtype": _CODES[dtype.name],
-            "shape": list(values.shape),
-            "data_offsets": [offset, offset + len(raw)],
-        }
-        chunks.append(raw)
-        offset += len(raw)
+    """A safetensors file of these tensors (name -> dtype and storage values), laid out by `layout`,
+    its header padded with spaces so that the data starts DATA_ALIGNMENT-aligned in the file."""
+    placed = layout(tensors)
+    header = {
+        p.name: {"dtype": _CODES[p.dtype.name], "shape": list(p.shape), "data_offsets": [p.offset, p.offset + p.nbytes]}
+        for p in placed
+    }
     text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
+    text += b" " * (-(8 + len(text)) % DATA_ALIGNMENT)
+    storage = (np.dtype(p.dtype.numpy).newbyteorder("<") for p in placed)
+    chunks = (np.ascontiguousarray(tensors[p.name][1], dtype=s).tobytes() for p, s in zip(placed, storage))
     return struct.pack("<Q", len(text)) + text + b"".join(chunks)

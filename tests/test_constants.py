@@ -21,7 +21,7 @@ from catenc.diagnostics import CatencError
 from catenc.driver import plan_file
 from catenc.dtypes import DTYPES, bf16_to_f32
 from catenc.frontend.composites import composite_file_from_text
-from catenc.loader import load
+from catenc.loader import ManifestError, load
 from catenc.plan import Options
 from catenc.runtime.descriptor import load_runtime
 from catenc.weights import read_weights, weights_bytes
@@ -127,21 +127,59 @@ def test_baked_constants_leave_the_signature_and_compute_with_their_values(baked
     check_outputs(load(baked["manifest"])["net"](x), x)
 
 
-def test_external_constants_are_inputs_with_a_weights_file(external: dict[str, str]) -> None:
+def test_external_constants_are_one_weights_argument(external: dict[str, str]) -> None:
     manifest = json.loads(Path(external["manifest"]).read_text())
     (entry,) = manifest["entries"]
-    inputs = [a for a in entry["args"] if a["role"] == "input"]
-    names = ["x", "w", "b", "scale", "table", "mask", "h", "bb", "k"]
-    assert [a["name"] for a in inputs] == names
-    assert [a.get("weight") for a in inputs] == [None, *names[1:]]
+    assert [(a["name"], a["role"]) for a in entry["args"][:3]] == [
+        ("x", "input"),
+        ("weights", "weights"),
+        ("y", "output"),
+    ]
+    assert entry["prototype"].startswith("int net(const float* x, const void* weights, float* y, ")
     weights_path = Path(external["manifest"]).parent / "net.safetensors"
     assert {"path": "net.safetensors", "role": "weights"}.items() <= manifest["files"][-1].items()
     written = read_weights(str(weights_path))
-    assert list(written) == names[1:]
+    names = ["w", "b", "scale", "table", "mask", "h", "bb", "k"]
+    assert list(written) == ["table", "w", "b", "scale", "k", "h", "bb", "mask"]  # widest elements first
+    arg = entry["args"][1]
+    assert arg["file"] == "net.safetensors" and arg["bytes"] == 5 * 8 + 19 * 4 + 6 * 2 + 3
+    assert [t["name"] for t in arg["tensors"]] == names
+    for record in arg["tensors"]:
+        tensor = written[record["name"]]
+        assert (record["dtype"], record["shape"], record["offset"]) == (
+            tensor.dtype.name,
+            list(tensor.shape),
+            tensor.offset,
+        )
+        assert record["offset"] % tensor.dtype.itemsize == 0
+    raw = weights_path.read_bytes()
+    assert (8 + int.from_bytes(raw[:8], "little")) % 64 == 0  # the data starts 64-byte aligned in the file
     for name, (dtype, value) in tensors().items():
         assert written[name].dtype is dtype and written[name].data.tobytes() == value.tobytes()
     x = np.random.default_rng(3).standard_normal((5, 4)).astype(np.float32)
-    check_outputs(load(external["manifest"])["net"](x, *(written[n].data for n in names[1:])), x)
+    check_outputs(load(external["manifest"])["net"](x), x)
+
+
+def test_the_loader_takes_another_weights_file_of_the_same_layout(external: dict[str, str], tmp_path: Path) -> None:
+    changed = dict(tensors())
+    changed["b"] = (DTYPES["f32"], np.full(3, 100.0, np.float32))
+    (tmp_path / "other.safetensors").write_bytes(weights_bytes(changed))
+    x = np.random.default_rng(4).standard_normal((2, 4)).astype(np.float32)
+    y = load(external["manifest"], weights=tmp_path / "other.safetensors")["net"](x)[0]
+    want = expected(x)[0] + np.where(tensors()["mask"][1], (100.0 - tensors()["b"][1]) * 1.5, 0.0)
+    np.testing.assert_allclose(y[:, 1:], want[:, 1:], rtol=1e-5, atol=1e-4)
+    del changed["k"]
+    changed["k2"] = (DTYPES["i32"], np.zeros(3, np.int32))
+    (tmp_path / "renamed.safetensors").write_bytes(weights_bytes(changed))
+    with pytest.raises(ManifestError, match=r"no tensor 'k' \(i32\[3\] at byte 104; a file catenc wrote"):
+        load(external["manifest"], weights=tmp_path / "renamed.safetensors")["net"](x)
+    changed = dict(tensors())
+    changed["b"] = (DTYPES["f32"], np.zeros(4, np.float32))
+    (tmp_path / "reshaped.safetensors").write_bytes(weights_bytes(changed))
+    with pytest.raises(
+        ManifestError, match=r"tensor 'b' is f32\[4\] at byte 88, the library reads f32\[3\] at byte 88"
+    ):
+        load(external["manifest"], weights=tmp_path / "reshaped.safetensors")["net"](x)
 
 
 def test_outputs_do_not_depend_on_the_hash_seed(project: Path, tmp_path: Path) -> None:

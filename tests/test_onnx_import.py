@@ -342,22 +342,23 @@ def test_docs_list_exactly_the_operators_catenc_converts():
     assert sum(module <= {f.__name__ for f in FAMILIES} for module in modules.values()) == len(CONVERTERS)
 
 
-def test_external_weights_are_inputs_that_the_loader_fills_from_the_weights_file(tmp_path):
+def test_external_weights_are_one_argument_that_the_loader_maps_from_the_weights_file(tmp_path):
     from catenc.loader import load
-    from catenc.weights import read_weights
+    from catenc.weights import read_weights, weights_bytes
 
     model = mlp_model()
     save(model, tmp_path)
     assert catenc(tmp_path, "compile", "model.onnx", "--weights", "external", "-o", "out").returncode == 0
     header = (tmp_path / "out/model.h").read_text()
-    assert "int net(const float* input_1, const float* fc1_weight, const float* fc1_bias, " in header
-    library = load(tmp_path / "out")
+    assert "int net(const float* input_1, const void* weights, float* logits, " in header
     x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
     want = ReferenceEvaluator(model).run(None, {"input.1": x})[0]
-    np.testing.assert_allclose(library.entries["net"](x), want, rtol=1e-5, atol=1e-6)  # weights from the file
+    np.testing.assert_allclose(load(tmp_path / "out").entries["net"](x), want, rtol=1e-5, atol=1e-6)
     tensors = read_weights(str(tmp_path / "out/model.safetensors"))
-    zeros = [np.zeros_like(tensors[key].data) for key in library.entries["net"].weights.values()]
-    np.testing.assert_array_equal(library.entries["net"](x, *zeros), np.zeros((3, 4), np.float32))  # given
+    zeros = {key: (t.dtype, np.zeros_like(t.data)) for key, t in tensors.items()}
+    (tmp_path / "zeros.safetensors").write_bytes(weights_bytes(zeros))  # the same layout, other values
+    library = load(tmp_path / "out", weights=tmp_path / "zeros.safetensors")
+    np.testing.assert_array_equal(library.entries["net"](x), np.zeros((3, 4), np.float32))
 
 
 def test_an_error_in_the_imported_program_says_where_to_see_it(tmp_path):

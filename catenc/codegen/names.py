@@ -126,7 +126,7 @@ C_FUNCTIONS = (
 )
 C_NAMES = C_RESERVED | C_KEYWORDS | C_MACROS_AND_TYPES | C_FUNCTIONS
 # Locals and parameters of the entry function catenc writes (templates/model.c.j2).
-C_LOCALS = _words("workspace workspace_bytes need")
+C_LOCALS = _words("workspace workspace_bytes weights need")
 
 CXX_KEYWORDS = _words(
     """alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t char32_t

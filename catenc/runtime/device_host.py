@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import math
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +33,8 @@ from catenc.runtime.manifest import (
     ShapeExpr,
     UnsupportedRuntimeError,
 )
+
+WEIGHTS = "#weights"  # the `weights` argument's key among the tensors (no tensor's name has a #)
 
 
 class DeviceEntry:
@@ -81,11 +84,25 @@ class DeviceEntry:
                     values[arg["name"]] = value
                 else:
                     tensors[arg["name"]] = (value, self.nbytes(arg, scope), role == "output")
+            elif role == "weights":
+                self.bind_weights(arg, value, tensors, values)
             elif role == "workspace":
                 workspace = value
             elif role == "workspace_bytes":
                 workspace_bytes = int(value)
         return self.run(scope, tensors, values, workspace, workspace_bytes)
+
+    def bind_weights(self, arg: Mapping[str, Any], address: int, tensors: dict, values: dict) -> None:
+        """The constants of the `weights` argument (host data at address): each a tensor to copy,
+        or a scalar value."""
+        for tensor in arg["tensors"]:
+            dtype = DTYPES[tensor["dtype"]]
+            at = address + tensor["offset"]
+            if tensor["shape"]:
+                tensors[tensor["name"]] = (at, math.prod(tensor["shape"]) * dtype.itemsize, False)
+            else:  # as a scalar input is passed: f16 and bf16 as their bits
+                storage = np.uint16 if dtype.is_half else dtype.numpy
+                values[tensor["name"]] = _host_view(at, dtype.itemsize).view(storage)[0]
 
     def run(self, scope, tensors, values, workspace, workspace_bytes) -> int:
         raise NotImplementedError
@@ -268,6 +285,10 @@ class CudaEntry(DeviceEntry):
         self.function = function
         self.function.restype = ctypes.c_int
 
+    def bind_weights(self, arg: Mapping[str, Any], address: int, tensors: dict, values: dict) -> None:
+        """The whole weights data, one device copy (the entry binds its constants in it)."""
+        tensors[WEIGHTS] = (address, int(arg["bytes"]), False)
+
     def run(self, scope, tensors, values, workspace, workspace_bytes) -> int:
         cuda = _cudart()
         allocated: list[ctypes.c_void_p] = []
@@ -289,6 +310,8 @@ class CudaEntry(DeviceEntry):
             for role, arg in self.roles:
                 if role in ("input", "output"):
                     args.append(values[arg["name"]] if arg["name"] in values else device[arg["name"]])
+                elif role == "weights":
+                    args.append(device[WEIGHTS])
                 elif role == "dim":
                     args.append(ctypes.c_int64(scope[arg["name"]]))
                 elif role == "workspace":

@@ -348,23 +348,22 @@ def entry_env(entry: EntryPlan, sizes: dict[str, int]) -> dict[str, int]:
 
 
 def random_inputs(entry: EntryPlan, composite: Composite, env: dict[str, int], seed: int) -> list[np.ndarray]:
-    """The entry's C inputs at these symbol values, in storage form: random (within the
-    composite's test.ranges) and seeded, but its external constants hold their values."""
+    """The entry's declared inputs at these symbol values, in storage form: random (within the
+    composite's test.ranges) and seeded (its constants are baked or read from its weights file)."""
     rng = np.random.default_rng(seed)
     storage = []
-    declared = len(entry.program.inputs) - len(entry.constants)
-    for name, ttype in entry.program.inputs[:declared]:
+    for name, ttype in entry.arguments:
         shape = tuple(int(d.evaluate(env)) for d in ttype.shape)
         storage.append(
             to_storage(random_input(rng, ttype.dtype, shape, input_range(composite, name, env)), ttype.dtype)
         )
-    return storage + list(entry.constants[: len(entry.arguments) - declared])
+    return storage
 
 
 def program_inputs(entry: EntryPlan, arguments: list[np.ndarray]) -> dict[str, np.ndarray]:
-    """The values (not bits) of every input of the entry's program, given its C inputs: baked
-    constants added."""
-    storage = arguments + (list(entry.constants) if entry.baked else [])
+    """The values (not bits) of every input of the entry's program, given its declared inputs:
+    its constants added."""
+    storage = arguments + list(entry.constants)
     return {name: stored_values(s, ttype.dtype) for (name, ttype), s in zip(entry.program.inputs, storage, strict=True)}
 
 
