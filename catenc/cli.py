@@ -23,7 +23,7 @@ import click
 
 from catenc import __version__, cache
 from catenc.diagnostics import CatencError, Loc, closest, format_diagnostic
-from catenc.onnx.model import with_import_note
+from catenc.onnx.model import import_notes, with_import_note
 from catenc.options import CompileOptions
 from catenc.outputs import EMIT_KINDS, BuildRequest, emit_kinds, restore, write_atomic
 from catenc.resources import bundled_runtime_names, find_runtime
@@ -111,6 +111,8 @@ def debug_print(plan: FilePlan, level: int, source_text: str | None) -> None:
 
     dumps = stage_dumps(plan)
     if level >= 1:
+        for note in import_notes(plan.root.source.text):  # an ONNX model's constants (docs/onnx.md)
+            click.echo(f"[catenc] {note}", err=True)
         for entry in plan.entries:
             click.echo(f"[catenc] {entry.name}: {len(entry.kernels)} kernel(s)", err=True)
             for kernel, group in zip(entry.kernels, entry.schedule.kernels):

@@ -6,8 +6,7 @@ Each maps onto a built-in function or operator of the body language with numpy b
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -16,17 +15,10 @@ from catenc.onnx import builder as B
 from catenc.onnx.builder import Group, Lit, Node, call, cast, lit, num, where
 from catenc.onnx.emitter import Emitter
 from catenc.onnx.errors import ModelError, Unsupported
+from catenc.onnx.folding import compact, computable
 from catenc.onnx.model import type_name
 from catenc.onnx.registry import OnnxNode, converter, known_ints, need_float
 from catenc.onnx.values import FLOATS, NUMPY, ONNX_DTYPES, Value, broadcast, known_value
-
-FOLD_LIMIT = 1 << 20  # elements: larger results are computed by the library, not at import
-
-
-def foldable(shape: Iterable[int]) -> bool:
-    """Whether a result of this static shape is small enough to compute at import (elements
-    counted in Python ints: np.prod wraps past 2**63, and a wrapped count looked small)."""
-    return math.prod(int(d) for d in shape) <= FOLD_LIMIT
 
 
 def result_shape(node: OnnxNode, values: list[Value]):
@@ -40,17 +32,19 @@ def result_shape(node: OnnxNode, values: list[Value]):
 
 
 def fold(node: OnnxNode, values: list[Value], fn: Callable, dtype: str) -> Value | None:
-    """fn over the known inputs, when all are known and the result is small."""
+    """fn over the known inputs, when all are known and the result may be computed at import
+    (folding.computable): on the data of broadcast inputs, so that a fill stays a broadcast."""
     if not all(v.is_known for v in values):
         return None
     arrays = [v.known for v in values]
     if any(a.dtype == object for a in arrays) and not getattr(fn, "symbolic", False):
         return None
     size = np.broadcast_shapes(*(a.shape for a in arrays))
-    if not foldable(size):
+    if not computable(size):
         return None
     with np.errstate(all="ignore"):
-        return known_value(np.asarray(fn(*arrays)), dtype)
+        result = np.asarray(fn(*(compact(a) for a in arrays)))
+    return known_value(np.broadcast_to(result, size) if result.shape != size else result, dtype)
 
 
 def symbolic(fn: Callable) -> Callable:
@@ -281,6 +275,10 @@ _ACTIVATIONS: dict[str, tuple[dict[str, object], Callable[[Node, dict], Node]]] 
     "Gelu": ({"approximate": "none"}, lambda x, a: call(_GELU[a["approximate"]], x)),
 }
 _GELU = {"none": "gelu", "tanh": "gelu_tanh"}
+# The operators that read each input element by element (a broadcast input stays one: folding.place).
+ELEMENTWISE_OPS = frozenset((*_UNARY, *_BINARY, *_ACTIVATIONS))
+ELEMENTWISE_OPS |= {"Div", "Mod", "BitShift", "Pow", "Max", "Min", "Sum", "Mean", "PRelu", "Clip", "IsInf"}
+ELEMENTWISE_OPS |= {"Where", "Cast", "CastLike", "Swish"}
 
 
 @converter(*_ACTIVATIONS)

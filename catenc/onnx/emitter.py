@@ -15,6 +15,7 @@ from catenc.frontend.composites import check_name
 from catenc.frontend.shapes import SHAPE_FUNCS
 from catenc.onnx.builder import Index, Lit, Node, Ref, check_scope, dim_text, render
 from catenc.onnx.errors import Unsupported
+from catenc.onnx.folding import compact, place, repeats
 from catenc.onnx.model import file_loc
 from catenc.onnx.values import ONNX_DTYPES, Shape, Value, dims, literal
 from catenc.registry import ELEMENTWISE, REDUCTIONS
@@ -99,6 +100,22 @@ class Emitter:
         self.constraints: list[str] = []  # `where` constraints the converters need (docs/language.md)
         self.outputs: tuple[str, ...] = ()  # the current node's output names
         self.output_names: dict[str, str] = {}  # ONNX name -> body name, fixed up front for graph outputs
+        self.op = ""  # the current node's operator
+        self.elementwise = False  # whether the current node reads its inputs elementwise
+        self.notes: list[str] = []  # where each constant value is computed (folding.py), in order
+
+    def mark(self) -> tuple[int, ...]:
+        """The body so far, for `rollback`."""
+        tables = (self.lines, self.constants, self._constant_names, self.constraints, self.notes)
+        return tuple(len(t) for t in tables)
+
+    def rollback(self, mark: tuple[int, ...]) -> None:
+        """Forget what was written since `mark` (a node computed at import after all); names stay taken."""
+        lines, constants, names, constraints, notes = mark
+        for table, size in ((self.constants, constants), (self._constant_names, names)):
+            for key in list(table)[size:]:
+                del table[key]
+        del self.lines[lines:], self.constraints[constraints:], self.notes[notes:]
 
     def text(self, value: Value) -> str:
         """The body expression of a value: its name, a literal, or a constant."""
@@ -109,7 +126,34 @@ class Emitter:
             return literal(array.item(), value.dtype)
         if array.dtype == object:
             return self.symbolic_vector(value)
+        if repeats(array):
+            return self.broadcast(value)
         return self.constant(array, value.dtype)
+
+    def broadcast(self, value: Value) -> str:
+        """A known broadcast (a fill, an Expand of a known tensor): stored as a constant, or repeated
+        by the library where it is read (folding.place)."""
+        array = value.known
+        found = self._constant_names.get(id(array))
+        if found is not None:
+            return found
+        decision = place(self.op, array.size, (value.dtype,), True, self.elementwise)
+        hint = self._hints.get(id(array), "c")
+        self.notes.append(decision.note(f"{hint} {value.dtype}[{', '.join(map(str, array.shape))}], read by {self.op}"))
+        if decision.at_import:
+            return self.constant(np.ascontiguousarray(array), value.dtype, hint, key=array)
+        data = compact(array)
+        shape = ", ".join(map(str, array.shape))
+        if data.size == 1:
+            expr = f"full([{shape}], {literal(data.item(), value.dtype)}, {value.dtype})"
+        else:
+            source = self.constant(np.ascontiguousarray(data), value.dtype, hint + "_data")
+            expr = f"expand({source}, [{shape}])"
+        name = self.names.fresh(hint)
+        self.lines.append(f"{name} = {expr}")
+        self._constant_names[id(array)] = name
+        self._arrays.append(array)
+        return name
 
     def ref(self, value: Value) -> Node:
         """The value as an expression: its tensor, a literal, or a constant (as `text`)."""
@@ -134,14 +178,16 @@ class Emitter:
         self.lines.append(f"{name}[i < {len(entries)}] = cast({expr}, {value.dtype})")
         return name
 
-    def constant(self, array: np.ndarray, dtype: str, hint: str = "c") -> str:
-        found = self._constant_names.get(id(array))
+    def constant(self, array: np.ndarray, dtype: str, hint: str = "c", key: np.ndarray | None = None) -> str:
+        """`array` as a constant of the composite, once per `key` (the array itself by default)."""
+        key = array if key is None else key
+        found = self._constant_names.get(id(key))
         if found is not None:
             return found
-        name = self.names.fresh(self._hints.get(id(array), hint))
+        name = self.names.fresh(self._hints.get(id(key), hint))
         self.constants[name] = (dtype, array)
-        self._constant_names[id(array)] = name
-        self._arrays.append(array)
+        self._constant_names[id(key)] = name
+        self._arrays += [array, key]
         return name
 
     def constant_ref(self, array: np.ndarray, dtype: str, hint: str = "c") -> Ref:

@@ -8,6 +8,7 @@ compiling the imported file run the same program (docs/onnx.md).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,14 +18,17 @@ import numpy as np
 from catenc import __version__
 from catenc.diagnostics import CatencError
 from catenc.dtypes import DTYPES, f32_to_bf16
+from catenc.onnx.elementwise import ELEMENTWISE_OPS
 from catenc.onnx.emitter import RESERVED, Emitter, Names, sanitise, usable
 from catenc.onnx.errors import ModelError, Unsupported
+from catenc.onnx.evaluate import NotEvaluated, evaluate
 from catenc.onnx.families import FAMILIES  # noqa: F401  (importing them registers their converters)
-from catenc.onnx.model import file_loc, load_model, node_label, onnx_module, opsets, type_name
+from catenc.onnx.folding import Decision, Placement, place, repeats
+from catenc.onnx.model import IMPORT_NOTE, file_loc, load_model, node_label, onnx_module, opsets, type_name
 from catenc.onnx.registry import CONVERTERS, OnnxNode, decode_attribute
 from catenc.onnx.rewrite import fold_batchnorm
 from catenc.onnx.validate import validate
-from catenc.onnx.values import NUMPY, ONNX_DTYPES, Value, dims
+from catenc.onnx.values import NUMPY, ONNX_DTYPES, Value, dims, known_value, static
 from catenc.symbolic import sym
 from catenc.weights import weights_bytes
 
@@ -38,6 +42,7 @@ class Imported:
     text: str
     constants: dict[str, np.ndarray] = field(default_factory=dict)  # name -> storage values
     dtypes: dict[str, str] = field(default_factory=dict)  # name -> dtype of each constant
+    notes: tuple[str, ...] = ()  # where each value computed from constants only is computed (folding.py)
 
     def weights_bytes(self) -> bytes:
         """The constants as a safetensors file (what `weights =` names in the text)."""
@@ -115,7 +120,8 @@ class _Importer:
         entry = self.entry_name(name)
         text = self.render(entry, emit, outputs, weights_file if emit.constants else None)
         storage = {n: f32_to_bf16(a) if d == "bf16" else a for n, (d, a) in emit.constants.items()}
-        return Imported(entry, text, storage, {n: d for n, (d, _) in emit.constants.items()})
+        dtypes = {n: d for n, (d, _) in emit.constants.items()}
+        return Imported(entry, text, storage, dtypes, tuple(emit.notes))
 
     # ---- values ------------------------------------------------------------------------------
     def initializer(self, tensor) -> Value:
@@ -173,7 +179,8 @@ class _Importer:
         attrs = {a.name: decode_attribute(a, self.onnx) for a in node.attribute}
         onnx_node = OnnxNode(node.op_type, node.name, opset, inputs, tuple(node.output), attrs)
         emit.outputs = tuple(node.output)
-        mark = len(emit.lines)
+        emit.op, emit.elementwise = node.op_type, node.op_type in ELEMENTWISE_OPS
+        mark, before = len(emit.lines), emit.mark()
         try:
             results = list(fn(onnx_node, emit))
         except Unsupported as error:
@@ -182,12 +189,54 @@ class _Importer:
         except ModelError as error:
             self.error(f"{label}: invalid node: {error}")
             return self.poison(node)
+        if _constant(inputs):
+            results = self.computed_once(node, label, inputs, results, emit, before)
         if len(emit.lines) > mark + 1:  # a node of several statements says where they come from
             emit.lines.insert(mark, emit.comment(f"{node.name or node.op_type}: {node.op_type}"))
         for onnx_name, value in zip(node.output, results, strict=False):
             if onnx_name:
                 self.values[onnx_name] = value
                 emit.hint(value, onnx_name)
+
+    def computed_once(
+        self, node, label: str, inputs: tuple[Value | None, ...], results: list[Value], emit: Emitter, before
+    ) -> list[Value]:
+        """A node of constant inputs: its results computed at import, when its converter left them
+        to the library and folding.place says so (the statements it wrote are taken back)."""
+        outputs = results[: len(node.output)]
+        shapes = [static(v.shape) for v in outputs]
+        if all(v.is_known for v in outputs):
+            # a broadcast (a fill) is decided where it is read (Emitter.broadcast)
+            if all(v.known.dtype != object and not repeats(v.known) for v in outputs):
+                count = sum(v.known.size for v in outputs)
+                self.note(emit, label, outputs, Decision(Placement.IMPORT, f"{count} elements, by its converter"))
+            return results
+        count = None if None in shapes else sum(math.prod(s) for s in shapes)
+        dtypes = [v.dtype for v in (*inputs, *outputs) if v is not None]
+        decision = place(node.op_type, count, dtypes, False, False)
+        if decision.at_import:
+            try:
+                arrays = evaluate(node, [None if v is None else v.known for v in inputs], self.opsets)
+            except NotEvaluated as error:
+                decision = Decision(Placement.CODE, f"onnx's reference evaluator failed: {error}")
+            else:
+                folded = [known_value(a, v.dtype) for a, v in zip(arrays, outputs, strict=False)]
+                if [f.known.shape for f in folded] == shapes:
+                    emit.rollback(before)
+                    self.note(emit, label, folded, decision)
+                    return folded + results[len(folded) :]
+                decision = Decision(Placement.CODE, "onnx's reference evaluator disagrees on its shape")
+        self.note(emit, label, outputs, decision)
+        return results
+
+    @staticmethod
+    def note(emit: Emitter, label: str, values: list[Value], decision: Decision) -> None:
+        """Say where a constant value is computed: every decision to leave one to the library, and
+        each one computed at import that is a tensor (not a shape or a scalar)."""
+        if decision.at_import and not any(v.is_float or v.rank > 1 for v in values):
+            return
+        shapes = ", ".join(f"{v.dtype}[{', '.join(map(str, v.shape))}]" for v in values)
+        emit.notes.append(decision.note(f"{label} -> {shapes}"))
 
     def inline_branch(self, node, label: str, emit: Emitter) -> None:
         """An If whose condition is known at import: the nodes of the branch it takes, converted in
@@ -253,7 +302,8 @@ class _Importer:
         opset = self.opsets.get("", 0)
         header = f"Imported from {self.display} by catenc {__version__} (ONNX opset {opset}"
         header += f", produced by {producer})" if producer else ")"
-        lines = [_toml_comment(header), "", f"[composite.{entry}]"]
+        lines = [_toml_comment(header), *(_toml_comment(IMPORT_NOTE + n) for n in emit.notes), ""]
+        lines.append(f"[composite.{entry}]")
         doc = self.model.graph.doc_string or self.model.doc_string
         if doc:
             lines.append(f"doc = {_toml_string(doc.strip().splitlines()[0])}")
@@ -276,6 +326,12 @@ class _Importer:
 
     def input_decls(self) -> list[tuple[str, Value]]:
         return [(v.name, v) for _, v in self.inputs]
+
+
+def _constant(inputs: tuple[Value | None, ...]) -> bool:
+    """Whether a node's inputs are all known numbers (a node of a constant subgraph)."""
+    given = [v for v in inputs if v is not None]
+    return bool(given) and all(v.is_known and v.known.dtype != object for v in given)
 
 
 def _decl(name: str, value: Value) -> str:

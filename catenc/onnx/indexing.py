@@ -37,9 +37,9 @@ from catenc.onnx.builder import (
     subscript,
     where,
 )
-from catenc.onnx.elementwise import FOLD_LIMIT, foldable
 from catenc.onnx.emitter import Emitter
 from catenc.onnx.errors import ModelError, Unsupported
+from catenc.onnx.folding import SMALL, computable
 from catenc.onnx.registry import OnnxNode, axis_of, converter, known_ints
 from catenc.onnx.shape import reshaped
 from catenc.onnx.values import NUMPY, ONNX_DTYPES, Shape, Value, dims, known_value, static
@@ -50,8 +50,9 @@ _TO_END = (1 << 31) - 1
 
 
 def small(x: Value) -> bool:
-    """Whether a known value is small enough to fold operations on it at import."""
-    return x.is_known and x.known.size <= FOLD_LIMIT
+    """Whether a known value is small enough that its converter folds operations on it (larger
+    ones the importer computes at import as a whole node: folding.place)."""
+    return x.is_known and x.known.size <= SMALL
 
 
 def _int(v) -> Expr:
@@ -243,7 +244,7 @@ def tile(node: OnnxNode, emit: Emitter) -> list[Value]:
     if all(r == const(1) for r in repeats):
         return [x]
     fixed = static(shape)
-    if x.is_known and fixed is not None and foldable(fixed):
+    if x.is_known and fixed is not None and computable(fixed):
         return [known_value(np.tile(x.known, [r.value for r in repeats]), x.dtype)]
     xt = emit.ref(x)
     if all(d == const(1) for d, r in zip(x.shape, repeats, strict=True) if r != const(1)):
@@ -307,7 +308,7 @@ def pad(node: OnnxNode, emit: Emitter) -> list[Value]:
         return [x] if x.name is None or not crop else [emit.out(emit.ref(x), x.dtype, x.shape)]
     shape = tuple(d + lo + hi for d, (lo, hi) in zip(x.shape, amounts, strict=True))
     fixed = static(shape)
-    fold = x.is_known and fixed is not None and foldable(fixed)
+    fold = x.is_known and fixed is not None and computable(fixed)
     if fold and mode != "constant":
         return [known_value(np.pad(x.known, amounts, mode=mode), x.dtype)]
     if mode == "constant":
@@ -511,7 +512,7 @@ def eye_like(node: OnnxNode, emit: Emitter) -> list[Value]:
         raise Unsupported(f"dtype={to}: catenc has no such element type")
     k = node.attr("k", 0)
     fixed = static(x.shape)
-    if fixed is not None and fixed[0] * fixed[1] <= FOLD_LIMIT:
+    if fixed is not None and fixed[0] * fixed[1] <= SMALL:
         return [known_value(np.eye(fixed[0], fixed[1], k, dtype=NUMPY[dtype]), dtype)]
     names = emit.index_names()
     i, j = names("i"), names("j")

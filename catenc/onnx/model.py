@@ -10,6 +10,16 @@ if TYPE_CHECKING:
     import onnx
 
 
+# How the imported file's header says where a constant value is computed (`--debug 1` prints these).
+IMPORT_NOTE = "import: "
+
+
+def import_notes(text: str) -> list[str]:
+    """The notes at the head of an imported model's composite text (`IMPORT_NOTE`), in order."""
+    head = text.split("\n[", 1)[0].splitlines()
+    return [line[2 + len(IMPORT_NOTE) :] for line in head if line.startswith("# " + IMPORT_NOTE)]
+
+
 def file_loc(display: str) -> Loc:
     """The place of an error in a binary file: the file as a whole (rendered `model.onnx: error:`)."""
     return Loc(display, 0, 0)

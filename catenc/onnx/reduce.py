@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from catenc.onnx.builder import Lit, Node, call, cast, num, seq, shape_list, size, where
-from catenc.onnx.elementwise import FOLD_LIMIT
 from catenc.onnx.emitter import Emitter
 from catenc.onnx.errors import ModelError, Unsupported
+from catenc.onnx.folding import computable
 from catenc.onnx.registry import OnnxNode, axis_of, converter, known_ints, need_float
 from catenc.onnx.values import Shape, Value, known_value
 from catenc.symbolic import const
@@ -80,7 +80,7 @@ def reduce(node: OnnxNode, emit: Emitter) -> list[Value]:
         tail = shift if keepdims else call("reshape", shift, shape_list(shape), dtype=x.dtype, shape=shape)
         return [emit.out(total + tail, x.dtype, shape)]
     op, term, final = _REDUCTIONS[node.op]
-    if x.is_known and x.known.dtype != object and x.known.size <= FOLD_LIMIT and term is final is None:
+    if x.is_known and x.known.dtype != object and computable(x.known.shape) and term is final is None:
         with np.errstate(all="ignore"):
             folded = _NUMPY[op](x.known, axis=tuple(axes), keepdims=keepdims)
         return [known_value(np.asarray(folded), x.dtype)]

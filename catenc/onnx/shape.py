@@ -14,8 +14,8 @@ from fractions import Fraction
 import numpy as np
 
 from catenc.onnx.builder import affine
-from catenc.onnx.elementwise import FOLD_LIMIT
 from catenc.onnx.errors import ModelError, Unsupported
+from catenc.onnx.folding import SMALL, computable, repeats
 from catenc.onnx.registry import OnnxNode, axis_of, converter, known_ints
 from catenc.onnx.values import (
     FLOATS,
@@ -221,8 +221,9 @@ def transpose(node: OnnxNode, emit) -> list[Value]:
     if sorted(perm) != list(range(x.rank)):
         raise ModelError(f"perm {perm} is not a permutation of the {x.rank} axes")
     shape = tuple(x.shape[p] for p in perm)
-    if x.is_known and x.known.size <= FOLD_LIMIT:
-        return [Value(x.dtype, shape, known=np.ascontiguousarray(x.known.transpose(perm)))]
+    if x.is_known and computable(x.known.shape):  # a broadcast stays one
+        moved = x.known.transpose(perm)
+        return [Value(x.dtype, shape, known=moved if repeats(moved) else np.ascontiguousarray(moved))]
     if perm == list(range(x.rank)):
         return [x]
     return [emit.out(f"transpose({emit.text(x)}, {perm})", x.dtype, shape)]
@@ -239,7 +240,7 @@ def concat(node: OnnxNode, emit) -> list[Value]:
         if v.rank != rank or any(v.shape[i] != values[0].shape[i] for i in range(rank) if i != axis):
             raise ModelError("inputs differ in shape outside the concatenation axis")
     shape = values[0].shape[:axis] + (sum((v.shape[axis] for v in values), const(0)),) + values[0].shape[axis + 1 :]
-    if all(v.is_known for v in values):
+    if all(v.is_known for v in values) and (static(shape) is None or computable(static(shape))):
         return [known_value(np.concatenate([v.known for v in values], axis=axis), values[0].dtype)]
     parts = [v for v in values if v.shape[axis] != const(0)]
     if len(parts) == 1:
@@ -277,8 +278,8 @@ def constant_of_shape(node: OnnxNode, emit) -> list[Value]:
         raise ModelError(f"its value holds {array.size} elements, not one")
     dtype = {v: k for k, v in NUMPY.items() if k != "bf16"}.get(array.dtype.type, "f32")
     fixed = static(shape)
-    if fixed is not None and element_count(fixed) <= FOLD_LIMIT:
-        return [known_value(np.full(fixed, array[0]), dtype)]
+    if fixed is not None and computable([element_count(fixed)]):  # one value, repeated: no memory
+        return [Value(dtype, shape, known=np.broadcast_to(array[:1].astype(NUMPY[dtype]).reshape(()), fixed))]
     return [emit.out(f"full({shape_text(shape)}, {lit(array[0], dtype)}, {dtype})", dtype, shape)]
 
 
@@ -290,8 +291,8 @@ def expand(node: OnnxNode, emit) -> list[Value]:
     if shape is None:
         raise ModelError(f"cannot expand {shape_text(x.shape)} to {shape_text(requested)}")
     fixed = static(shape)
-    if fixed is not None and element_count(fixed) <= FOLD_LIMIT and x.is_known:
-        return [known_value(np.broadcast_to(x.known, fixed).copy(), x.dtype)]
+    if fixed is not None and computable([element_count(fixed)]) and x.is_known:
+        return [Value(x.dtype, shape, known=np.broadcast_to(x.known, fixed))]  # a view: x's data, repeated
     if shape == x.shape:
         return [x]
     return [emit.out(f"expand({emit.text(x)}, {shape_text(shape)})", x.dtype, shape)]
@@ -304,7 +305,7 @@ def arange(node: OnnxNode, emit) -> list[Value]:
     if all(v.is_known and v.known.dtype != object for v in (start, limit, delta)):
         first, last, step = (np.asarray(v.known).reshape(-1)[0] for v in (start, limit, delta))
         count = element_count([range_length(first, last, step, dtype)])
-        if count <= FOLD_LIMIT:
+        if count <= SMALL:
             if dtype in FLOATS:
                 values = np.arange(first, last, step)
             else:  # ONNX's start + i * delta, wrapping as the type does
