@@ -232,8 +232,8 @@ class _Importer:
     @staticmethod
     def note(emit: Emitter, label: str, values: list[Value], decision: Decision) -> None:
         """Say where a constant value is computed: every decision to leave one to the library, and
-        each one computed at import that is a tensor (not a shape or a scalar)."""
-        if decision.at_import and not any(v.is_float or v.rank > 1 for v in values):
+        each floating-point one computed at import (not the shapes, pads and axes computed there)."""
+        if decision.at_import and not any(v.is_float for v in values):
             return
         shapes = ", ".join(f"{v.dtype}[{', '.join(map(str, v.shape))}]" for v in values)
         emit.notes.append(decision.note(f"{label} -> {shapes}"))
