@@ -104,8 +104,8 @@ def test_language_error_example_prints_the_diagnostic_shown(
 
 
 def test_abi_c_example_runs(tmp_path: Path):
-    (composite,) = examples("abi.md", ("toml",))
-    (program,) = examples("abi.md", ("c",))
+    (composite,) = [e for e in examples("abi.md", ("toml",)) if "[composite.rmsnorm]" in e.text]
+    (program,) = [e for e in examples("abi.md", ("c",)) if '"rmsnorm.h"' in e.text]
     (tmp_path / "rmsnorm.toml").write_text(composite.text)
     (tmp_path / "main.c").write_text(program.text)
     code, output = run_catenc(["compile", str(tmp_path / "rmsnorm.toml"), "-o", str(tmp_path), "-S"])

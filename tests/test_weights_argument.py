@@ -1,0 +1,120 @@
+"""--weights external (docs/abi.md, "External weights"): an entry takes its constants through ONE
+`weights` argument, the data section of the safetensors file catenc writes; checked from Python on a
+model with more constants than ctypes takes arguments, from the C program of docs/abi.md, through the
+header's catenc_weights_data, and on OpenCL (PoCL)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+from click.testing import CliRunner
+
+from catenc.cli import main
+from catenc.dtypes import DTYPES
+from catenc.loader import load
+from catenc.weights import weights_bytes
+from tests.test_docs_examples import examples
+
+COUNT = 1100  # constants: more than the 1024 arguments a ctypes function takes
+
+
+def compile_ok(*args: str) -> None:
+    result = CliRunner().invoke(main, ["compile", *args])
+    assert result.exit_code == 0, result.output
+
+
+def chain_model(path: Path) -> list[np.ndarray]:
+    """An ONNX graph x + c0 + c1 + ... of COUNT tiny initializers; returns their values."""
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    rng = np.random.default_rng(0)
+    values = [rng.standard_normal(2).astype(np.float32) for _ in range(COUNT)]
+    inits = [numpy_helper.from_array(v, f"c{i}") for i, v in enumerate(values)]
+    nodes = [helper.make_node("Add", ["x" if i == 0 else f"t{i - 1}", f"c{i}"], [f"t{i}"]) for i in range(COUNT)]
+    graph = helper.make_graph(
+        nodes,
+        "net",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info(f"t{COUNT - 1}", TensorProto.FLOAT, [2])],
+        inits,
+    )
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return values
+
+
+def test_more_constants_than_ctypes_takes_arguments(tmp_path: Path) -> None:
+    values = chain_model(tmp_path / "chain.onnx")
+    compile_ok(str(tmp_path / "chain.onnx"), "--weights", "external", "-O0", "-o", str(tmp_path / "out"))
+    manifest = json.loads((tmp_path / "out/chain.manifest.json").read_text())
+    (entry,) = manifest["entries"]
+    assert [a["role"] for a in entry["args"]] == ["input", "weights", "output", "workspace", "workspace_bytes"]
+    assert len(entry["args"][1]["tensors"]) == COUNT and entry["args"][1]["bytes"] == COUNT * 8
+    x = np.array([1.0, -2.0], np.float32)
+    want = x.copy()
+    for value in values:
+        want = want + value
+    np.testing.assert_allclose(load(tmp_path / "out")["net"](x), want, rtol=1e-5, atol=1e-5)
+
+
+AFFINE_W = np.array([[1.0, -1.0], [0.5, 2.0], [-3.0, 0.25]], np.float32)
+AFFINE_B = np.array([10.0, -20.0], np.float32)
+
+
+def test_the_c_program_of_abi_md_maps_the_weights_file(tmp_path: Path) -> None:
+    (composite,) = [e for e in examples("abi.md", ("toml",)) if "[composite.affine]" in e.text]
+    (program,) = [e for e in examples("abi.md", ("c",)) if '"affine.h"' in e.text]
+    (tmp_path / "affine.toml").write_text(composite.text)
+    tensors = {"w": (DTYPES["f32"], AFFINE_W), "b": (DTYPES["f32"], AFFINE_B)}
+    (tmp_path / "affine.safetensors").write_bytes(weights_bytes(tensors))
+    (tmp_path / "main.c").write_text(program.text)
+    compile_ok(str(tmp_path / "affine.toml"), "--weights", "external", "-S", "-o", str(tmp_path / "out"))
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    assert cc, "a C compiler is required"
+    build = [cc, "-std=c99", "-Wall", "-Werror", "-Iout", "main.c", "out/affine.c", "-lm", "-o", "main"]
+    subprocess.run(build, check=True, cwd=tmp_path)
+    done = subprocess.run(["./main", "out/affine.safetensors"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    x = np.array([[1, 2, 3], [-1, 0.5, 4]], np.float32)
+    got = np.array([float(line) for line in done.stdout.split()], np.float32).reshape(2, 2)
+    np.testing.assert_allclose(got, x @ AFFINE_W + AFFINE_B, rtol=1e-6)
+
+
+HELPER_CHECK = """\
+#include <stdio.h>
+#include <string.h>
+
+#include "affine.h"
+
+int main(void) {
+    unsigned char file[80];
+    memset(file, ' ', sizeof file);
+    memcpy(file, "\\x48\\0\\0\\0\\0\\0\\0\\0", 8); /* a header of 72 bytes: the data at byte 80 */
+    printf("%d %d %d %d\\n",
+           catenc_weights_data(file, 80) == (const void*)(file + 80),
+           catenc_weights_data(file, 79) == NULL, /* the header runs past the end */
+           catenc_weights_data(file, 7) == NULL,  /* no header length */
+           catenc_weights_data(NULL, 80) == NULL);
+    memcpy(file, "\\xff\\xff\\xff\\xff\\xff\\xff\\xff\\xff", 8);
+    printf("%d\\n", catenc_weights_data(file, 80) == NULL); /* a length that would overflow */
+    return 0;
+}
+"""
+
+
+def test_the_header_helper_checks_the_header_length(tmp_path: Path) -> None:
+    (composite,) = [e for e in examples("abi.md", ("toml",)) if "[composite.affine]" in e.text]
+    (tmp_path / "affine.toml").write_text(composite.text)
+    tensors = {"w": (DTYPES["f32"], AFFINE_W), "b": (DTYPES["f32"], AFFINE_B)}
+    (tmp_path / "affine.safetensors").write_bytes(weights_bytes(tensors))
+    compile_ok(str(tmp_path / "affine.toml"), "--weights", "external", "-S", "-o", str(tmp_path / "out"))
+    (tmp_path / "check.c").write_text(HELPER_CHECK)
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    subprocess.run(
+        [cc, "-std=c99", "-Wall", "-Wextra", "-Werror", "-Iout", "check.c", "-o", "check"], check=True, cwd=tmp_path
+    )
+    done = subprocess.run(["./check"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["1", "1", "1", "1", "1"]
