@@ -11,12 +11,14 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from catenc.cli import main
 from catenc.dtypes import DTYPES
 from catenc.loader import load
 from catenc.weights import weights_bytes
+from tests.test_constants import expected, tensors, write_project
 from tests.test_docs_examples import examples
 
 COUNT = 1100  # constants: more than the 1024 arguments a ctypes function takes
@@ -118,3 +120,34 @@ def test_the_header_helper_checks_the_header_length(tmp_path: Path) -> None:
     )
     done = subprocess.run(["./check"], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["1", "1", "1", "1", "1"]
+
+
+@pytest.fixture(scope="module")
+def net_project(tmp_path_factory) -> Path:
+    return write_project(tmp_path_factory.mktemp("gpu_weights"))
+
+
+def test_opencl_builds_read_the_constants_from_the_weights_data(net_project: Path) -> None:
+    """The loader's OpenCL host (PoCL here) copies each constant from the mapped data to the device."""
+    out = net_project.parent / "opencl"
+    compile_ok(str(net_project), "--runtime", "opencl", "--weights", "external", "-o", str(out))
+    x = np.random.default_rng(5).standard_normal((5, 4)).astype(np.float32)
+    y, z, wc, hc = load(out)["net"](x)
+    want_y, want_z = expected(x)
+    np.testing.assert_allclose(y[:, 1:], want_y[:, 1:], rtol=1e-5, atol=1e-5)  # w, b, scale, mask, h, bb, k
+    assert np.isnan(y[:, 0]).all()
+    np.testing.assert_allclose(z, want_z, rtol=1e-6)  # table (f64); the f32 row sums are the device's
+    assert wc.tobytes() == tensors()["w"][1].tobytes() and hc.tobytes() == tensors()["h"][1].tobytes()
+
+
+def test_cuda_entries_bind_the_constants_in_one_device_copy(net_project: Path) -> None:
+    """nvcc builds the host entry that points each constant into `weights` (device memory) and
+    copies the scalar one back on the stream before the launches."""
+    out = net_project.parent / "cuda"
+    compile_ok(str(net_project), "--runtime", "cuda", "--weights", "external", "-o", str(out))
+    entry = json.loads((out / "net.manifest.json").read_text())["entries"][0]
+    assert entry["prototype"].startswith("int net(const float* x, const void* weights, float* y, ")
+    source = (out / "net.cu").read_text()
+    assert "const float* w = (const float*)((const unsigned char*)weights + 40);" in source
+    assert "cudaMemcpyAsync(&scale, (const unsigned char*)weights + 100, sizeof scale, cudaMemcpyDeviceToHost" in source
+    assert (out / "libnet.so").is_file()
