@@ -45,6 +45,12 @@ returns ``SIZE_MAX`` for such dims; a call through :meth:`Entry.__call__` raises
 Every call allocates its own outputs and workspace, so one entry may be called from several
 threads at once; ctypes releases the GIL while the C function runs.
 
+External weights: an entry built with ``--weights external`` takes its constants through one
+``weights`` argument, the data section of the build's safetensors file (docs/abi.md). The
+library maps that file once, at the first call, checks it against the layout the library was
+compiled for and passes the pointer itself: a call takes the declared inputs only.
+``load(path, weights=other)`` reads another file of the same layout.
+
 Builds of the GPU runtimes load too (:mod:`catenc.runtime.device_host`): an ``opencl`` build runs
 through pyopencl on this machine's OpenCL device, a ``cuda`` build on its GPU; the entries
 take and return host arrays and copy them to and from the device. Loading a build that
