@@ -9,6 +9,7 @@ from heapq import heapify, heappop, heappush
 from itertools import count
 
 from catenc.dispatch import Table
+from catenc.dtypes import BOOL
 from catenc.ir.cost import BYTE_WEIGHT, at_reference, element_reads, element_work, elements, no_more_than
 from catenc.ir.nodes import (
     Binary,
@@ -418,7 +419,11 @@ _INT_FOLDS = {
 def fold_value(value: Value) -> Value:
     """Constant folding and algebraic identities that hold for every input (no float reassociation:
     x + 0.0 stays, as it turns -0.0 into 0.0)."""
-    value = value.with_children(tuple(fold_value(c) for c in value.children()))
+    return fold_node(value.with_children(tuple(fold_value(c) for c in value.children())))
+
+
+def fold_node(value: Value) -> Value:
+    """fold_value's rules at the root of a value whose children are folded already."""
     return _FOLD[type(value)](value)
 
 
@@ -435,6 +440,8 @@ def _fold_unary(value: Unary) -> Value:
     dtype = value.dtype
     if isinstance(value.x, Const) and value.op == "neg" and dtype.is_int:
         return Const(dtype, _wrap(-int(value.x.value), dtype))
+    if isinstance(value.x, Const) and value.op == "not" and dtype == BOOL:
+        return Const(BOOL, not value.x.value)
     return value
 
 
@@ -456,8 +463,19 @@ def _fold_binary(value: Binary) -> Value:
         return b
     if value.op in ("add", "sub") and dtype.is_int and isinstance(b, Const) and b.value == 0:
         return a
+    if value.op in ("and", "or") and dtype == BOOL:
+        return _fold_logic(value)
     if value.op == "pow" and isinstance(b, Const) and b.value == 2 and not dtype.is_int:
         return Binary(dtype, "mul", a, a)  # x ** 2: x*x is the correctly rounded square, NaN and inf alike
+    return value
+
+
+def _fold_logic(value: Binary) -> Value:
+    """`and`/`or` with a constant operand: the other operand, or the constant that decides it."""
+    deciding = value.op == "or"  # the operand value that decides the result alone
+    for known, other in ((value.a, value.b), (value.b, value.a)):
+        if isinstance(known, Const):
+            return known if bool(known.value) == deciding else other
     return value
 
 

@@ -20,8 +20,10 @@ from catenc.ir.nodes import Graph, format_graph
 from catenc.ir.passes import fold_constants, inline_computes, remove_dead_computes, split_constant_slices
 from catenc.ir.verify import verify_graph
 from catenc.lower.gpu import GemmTile, GpuProgram, format_gpu, lower_gpu
+from catenc.lower.guards import split_guarded_loops
 from catenc.lower.loops import LoopKernel, LoopProgram, format_loops, lower_schedule
 from catenc.lower.share import share_identical_kernels
+from catenc.lower.unroll import unroll_windows
 from catenc.lower.vectorize import jam_rows, split_reduction_lanes
 from catenc.lower.verify import verify_loops
 from catenc.passes.manager import Pass, Pipeline, Structure
@@ -183,6 +185,10 @@ def build_pipeline(
          loops, loops, each_kernel(lanes), False),
         (fast and cpu, "jam-rows", "rows of lane reductions jammed as decided",
          loops, loops, each_kernel(lambda _, k: jam_rows(k)), False),
+        (fast and cpu, "unroll-windows", "short loops of accumulator updates (a pool's taps) as straight code",
+         loops, loops, each_kernel(lambda _, k: unroll_windows(k)), False),
+        (fast and cpu, "split-guarded-loops", "loops split where padding guards change: an unguarded interior",
+         loops, loops, each_kernel(lambda _, k: split_guarded_loops(k)), False),
         (fuse and cpu, "share-identical-kernels", "kernels equal up to names call one function", loops, loops, share,
          False),
         (target.work_groups, "lower-gpu", "loop nests to GPU work-groups", loops, s["gpu"], to_gpu, True),
