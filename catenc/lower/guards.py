@@ -62,8 +62,9 @@ def _split_loop(loop: For, ranges: Ranges, copies: int) -> list[Stmt]:
     out: list[Stmt] = []
     for start, stop in pieces:
         at = {loop.index: const(start) if stop - start == 1 else sym(loop.index) + start}
+        body = _decided(loop.body, ranges | {loop.index: (start, stop - 1)}, loop.index)
+        body = tuple(_substituted(s, at) for s in body)
         inner = ranges | {loop.index: (0, stop - start - 1)}
-        body = _decided(tuple(_substituted(s, at) for s in loop.body), inner)
         out.append(For(loop.index, const(stop - start), _split_body(body, inner, copies * len(pieces))))
     return out
 
@@ -146,17 +147,20 @@ def _extreme(e: Expr, ranges: Ranges, low: bool) -> int | None:
     return total
 
 
-def _decided(body: tuple[Stmt, ...], ranges: Ranges) -> tuple[Stmt, ...]:
-    """The body with each comparison that the loop ranges decide replaced by its value, folded."""
+def _decided(body: tuple[Stmt, ...], ranges: Ranges, index: str) -> tuple[Stmt, ...]:
+    """The body with each comparison of `index` that the loop ranges decide replaced by its
+    value, folded."""
     out: list[Stmt] = []
     for stmt in body:
         inner = _inner_ranges(stmt, ranges)
-        stmt = _mapped(stmt, partial(_decide, ranges=inner), _same)
-        out.append(stmt.with_children(_decided(stmt.children(), inner)))
+        stmt = _mapped(stmt, partial(_decide, ranges=inner, index=index), _same)
+        out.append(stmt.with_children(_decided(stmt.children(), inner, index)))
     return tuple(out)
 
 
-def _decide(value: Value, ranges: Ranges) -> Value:
+def _decide(value: Value, ranges: Ranges, index: str) -> Value:
+    if index not in value.summary.symbols:
+        return value
     e = _nonnegative(value)
     if e is not None:
         low, high = _lowest(e, ranges), _extreme(e, ranges, low=False)
@@ -165,7 +169,7 @@ def _decide(value: Value, ranges: Ranges) -> Value:
         if high is not None and high < 0:
             return Const(BOOL, False)
         return value
-    return fold_node(value.with_children(tuple(_decide(c, ranges) for c in value.children())))
+    return fold_node(value.with_children(tuple(_decide(c, ranges, index) for c in value.children())))
 
 
 def _substituted(stmt: Stmt, at: dict[str, Expr]) -> Stmt:
