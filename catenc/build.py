@@ -250,6 +250,7 @@ def _entry_manifest(entry: EntryPlan, placed: dict[str, Placed], weights_file: s
         "name": entry.name,
         "symbol": entry.symbol,
         "workspace_symbol": entry.workspace_symbol,
+        **({"threads_symbol": entry.threads_symbol} if entry.threads_symbol else {}),
         "prototype": prototype(entry),
         "args": args,
         "constraints": [c.render() for c in entry.checks],

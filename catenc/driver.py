@@ -224,6 +224,7 @@ def _check_unique_symbols(entries: list[EntryPlan]) -> None:
     seen: dict[str, str] = {}
     for entry in entries:
         names = [entry.symbol, entry.workspace_symbol, *entry.constant_symbols] + [k.name for k in entry.kernels]
+        names += [entry.threads_symbol] if entry.threads_symbol else []
         for name in names:
             if name in seen and seen[name] != entry.name:
                 raise CatencError(

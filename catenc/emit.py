@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from catenc import __version__
-from catenc.codegen.c import CRenderer, buffer_args, prelude_tables
+from catenc.codegen.c import CRenderer, buffer_args, prelude_tables, region_condition
 from catenc.codegen.constants import constant_array
 from catenc.codegen.gemm import called_drivers, render_gemm_support
 from catenc.codegen.gpu import GpuRenderer, launch_plan, status_offsets, temp_offsets
@@ -147,6 +147,7 @@ def render_header(entries: tuple[EntryPlan, ...], stem: str, source: str, prefix
             "comment": doc_comment(e, placed, f"{stem}.safetensors"),
             "prototype": prototype(e),
             "workspace_prototype": workspace_prototype(e),
+            "threads_symbol": e.threads_symbol,
         }
         for e in entries
     ]
@@ -369,6 +370,8 @@ def _entry_context(entry: EntryPlan, renderer: CRenderer, placed: Mapping[str, P
         "constants": constants,
         "temps": temps,
         "calls": calls,
+        "region": region_condition(entry.kernels),
+        "threads_symbol": entry.threads_symbol,
         "statuses": statuses,
         **_size_context(entry),
     }

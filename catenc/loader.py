@@ -379,6 +379,15 @@ class Entry:
                 raise ManifestError(f"{where}: the library has no symbol {workspace_symbol!r}") from None
             self._size_function.argtypes = [ctypes.c_int64] * len(self.dims)
             self._size_function.restype = ctypes.c_size_t
+        self._threads_function = None
+        threads_symbol = spec.get("threads_symbol")
+        if threads_symbol:
+            try:
+                self._threads_function = cdll[threads_symbol]
+            except AttributeError:
+                raise ManifestError(f"{where}: the library has no symbol {threads_symbol!r}") from None
+            self._threads_function.argtypes = [ctypes.c_int]
+            self._threads_function.restype = None
 
     # ------------------------------------------------------------- manifest checks
 
@@ -455,6 +464,18 @@ class Entry:
         when a free symbol can be inferred from no input (give it as a keyword).
         """
         return self._bind([np.shape(value) for value in inputs], dims)
+
+    @property
+    def threaded(self) -> bool:
+        """Whether its calls run on CPU threads (a GPU entry's do not)."""
+        return self._threads_function is not None
+
+    def set_num_threads(self, n: int) -> None:
+        """Run this entry's calls on `n` threads from now on (n <= 0: the default again); a GPU
+        entry has no threads to set (docs/abi.md, "Threads")."""
+        if self._threads_function is None:
+            raise TypeError(f"{self.name}() runs on a GPU: it has no thread count")
+        self._threads_function(max(min(int(n), 1 << 20), 0))
 
     def workspace_bytes(self, **dims: int) -> int:
         """The workspace size in bytes for these symbol values (all free symbols needed).
@@ -829,6 +850,12 @@ class Library:
                     f"{digest}; rebuild, or load with verify=False"
                 )
         return path
+
+    def set_num_threads(self, n: int) -> None:
+        """Run the calls of every CPU entry of the library on `n` threads (n <= 0: the default again)."""
+        for entry in self.entries.values():
+            if entry.threaded:
+                entry.set_num_threads(n)
 
     def __getitem__(self, name: str) -> Entry:
         try:

@@ -89,6 +89,11 @@ class EntryPlan:
     def workspace_symbol(self) -> str:
         return f"{self.symbol}_workspace_bytes"
 
+    @property
+    def threads_symbol(self) -> str | None:
+        """The function that sets the thread count of the entry's calls (a CPU entry's; None on a GPU)."""
+        return None if self.gpu else f"{self.symbol}_set_num_threads"
+
 
 def external_weights(entries: tuple[EntryPlan, ...]) -> dict[str, tuple[DType, np.ndarray]]:
     """The tensors of the weights file (--weights external): the entries' constants by name, in

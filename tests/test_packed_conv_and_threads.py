@@ -206,8 +206,8 @@ def test_a_stored_rows_by_depth_is_read_in_place(tmp_path: Path, threads: str):
     config = {"CFLAGS": FORCE_THREADS.split("=", 1)[1]} if threads == "threads-forced" else None
     lib = compile_text(tmp_path, STATIC_WEIGHTS, name="static", config=config)
     source = (lib.path.parent / "static.c").read_text()
-    assert "catenc_gemm_direct_a_f32(13LL, 81LL, 45LL, w, 45LL," in source
-    assert "catenc_gemm_direct_a_f32(13LL, 70LL, 40LL, a + (520LL*i" in source
+    assert "catenc_gemm_call_f32(13LL, 81LL, 45LL, w, 45LL," in source
+    assert "catenc_gemm_call_f32(13LL, 70LL, 40LL, a + (520LL*i" in source
     x, w = randn((2, 5, 9, 9), seed=1), randn((13, 5, 3, 3), seed=2)
     assert_close(lib["conv_static"](x, w), np_conv(x, w, 1, 1, 1), rtol=1e-5, atol=1e-5)
     a, b = randn((3, 13, 40), seed=3), randn((3, 40, 70), seed=4)

@@ -1,8 +1,9 @@
 """OpenMP by default, with a size threshold: small kernels stay on the calling thread.
 
-The clang runtime builds with OpenMP unless `--config OMP=0`; every parallel row loop carries
-an `if(work >= threshold)` clause whose work is the kernel's flops plus stores, so a call
-too small to pay for waking threads runs serially, and results never depend on which.
+The clang runtime builds with OpenMP unless `--config OMP=0`; the entry's parallel region and
+each kernel's share of its row loop carry the condition `work >= threshold`, whose work is the
+kernel's flops plus stores, so a call too small to pay for waking threads runs serially, and
+results never depend on which.
 """
 
 from __future__ import annotations
@@ -39,8 +40,10 @@ def test_openmp_is_the_default(built):
 def test_parallel_loop_has_a_size_threshold(built):
     _, source = built
     threshold = PARALLEL_WORK
-    pragma = f"#pragma omp parallel for schedule(static) if((3LL*D*N) >= {threshold})"
-    assert pragma in source
+    # the entry opens its team only when the kernel is worth threads, and the kernel shares its rows
+    # among the team on the same condition
+    assert f"#pragma omp parallel if((3LL*D*N) >= {threshold})" in source
+    assert f"#pragma omp for schedule(static, catenc_team_chunk(N, (3LL*D*N) >= {threshold}))" in source
     # the row body is a function of its own (restrict pointers survive OpenMP outlining)
     assert "static void scale_rows_k0_row0(" in source
 

@@ -84,8 +84,8 @@ def test_the_timed_build_computes_the_plain_builds_bits(tmp_path: Path, stack: s
 
 def _is_timed_call(plain: str, timed: str) -> bool:
     """`timed` is the kernel call `plain` wrapped in a timer."""
-    found = re.fullmatch(r"    CATENC_PROFILE_CALL\(\w+_profile_table, \d+, (.*)\);", timed)
-    return found is not None and f"    {found.group(1)};" == plain
+    found = re.fullmatch(r"( *)CATENC_PROFILE_CALL\(\w+_profile_table, \d+, (.*)\);", timed)
+    return found is not None and f"{found.group(1)}{found.group(2)};" == plain
 
 
 @pytest.mark.parametrize("source", ["stack", "attention"])

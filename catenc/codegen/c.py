@@ -76,12 +76,16 @@ class CRenderer:
     indent = "    "
     kernel_qualifier = "static void"
     restrict = "restrict"
-    # guarded, so the file also compiles warning-free without OpenMP
-    parallel_pragma = "#ifdef _OPENMP\n#pragma omp parallel for schedule(static) if({work} >= {threshold})\n#endif"
-    # A batch of small products runs one product per thread, each with its own panels.
+    # Threads (docs/abi.md, "Threads"): an entry call opens one parallel region and runs every kernel
+    # on its team. A kernel the schedule runs on threads shares its parallel loop among them (one
+    # thread takes it all below the kernel's work threshold); any other runs on one thread while the
+    # rest wait. Guarded, so the file also compiles warning-free without OpenMP.
+    team_pragma = (
+        "#ifdef _OPENMP\n#pragma omp for schedule(static, catenc_team_chunk({extent}, {work} >= {threshold}))\n#endif"
+    )
+    single_pragma = "#ifdef _OPENMP\n#pragma omp single\n#endif"
+    # A batch of small products runs one product per thread (at most this many), each with its own panels.
     batch_slots = 2
-    batch_pragma = "#ifdef _OPENMP\n#pragma omp parallel for schedule(static) num_threads({slots}) if({apart})\n#endif"
-    thread_index = "catenc_thread_index()"
     compute_ctype = {"f16": "float", "bf16": "float", "bool": "uint8_t"}
     load_conversion = {"f16": "catenc_f16_to_f32({0})", "bf16": "catenc_bf16_to_f32({0})"}
     store_conversion = {
@@ -278,7 +282,12 @@ class CRenderer:
         state.params = [self.buffer_param(buffers[name]) for name in kernel.buffers]
         state.params += [f"int64_t {s}" for s in kernel.symbols]
         lines = [f"{self.kernel_qualifier} {kernel.name}({', '.join(state.params) or 'void'})", "{"]
-        self.statements(kernel.body, 1, lines, kernel.decisions.parallel)
+        if shares_work(kernel):
+            self.statements(kernel.body, 1, lines, True)
+        else:  # one thread of the team runs it
+            lines += [f"{self.indent}{line}" for line in self.single_pragma.splitlines()] + [f"{self.indent}{{"]
+            self.statements(kernel.body, 2, lines, False)
+            lines.append(f"{self.indent}}}")
         lines.append("}")
         return "\n\n".join(state.functions + ["\n".join(lines)])
 
@@ -307,8 +316,7 @@ class CRenderer:
     @STATEMENTS.register(For)
     def loop(self, stmt: For, pad: str, depth: int, lines: list[str], parallel: bool) -> None:
         if stmt.parallel and parallel:
-            work = f"({self.state.kernel.work.to_c()})"
-            lines += self.pragma_lines(work, pad)
+            lines += self.pragma_lines(stmt.extent.to_c(), f"({self.state.kernel.work.to_c()})", pad)
             self.parallel_loop(stmt, pad, lines)
             return
         extent = stmt.extent.to_c()
@@ -339,8 +347,10 @@ class CRenderer:
             value = conversion.format(value)
         lines.append(f"{pad}{stmt.buffer}[{self.flat_index(stmt.index, buf.shape)}] = {value};")
 
-    def pragma_lines(self, work: str, pad: str) -> list[str]:
-        text = self.parallel_pragma.format(work=work, threshold=self.state.kernel.decisions.parallel_work)
+    def pragma_lines(self, extent: str, work: str, pad: str) -> list[str]:
+        """The work-sharing pragma of a loop of `extent` iterations in a kernel of `work` operations."""
+        threshold = self.state.kernel.decisions.parallel_work
+        text = self.team_pragma.format(extent=extent, work=work, threshold=threshold)
         return [f"{pad}{line}" for line in text.splitlines()]
 
     def parallel_loop(self, loop: For, pad: str, lines: list[str]) -> None:
@@ -437,38 +447,49 @@ class CRenderer:
         per = call.slot_align
         slot = f"((catenc_gemm_pack_elements_{t}({rows}, {cols}, {depth}) + {per - 1}) / {per} * {per})"
         pack = f"{call.pack} + catenc_slot * {slot}"
-        args = [rows, cols, depth, f"{name}_pack_a", f"{name}_pack_b", "&catenc_ctx", out]
-        driver = f"catenc_gemm_{t}"
-        if call.direct_a is not None:  # A read in place: its buffer and row stride come first
+        args = [rows, cols, depth, "0", "0", f"{name}_pack_a", f"{name}_pack_b", "&catenc_ctx", out]
+        if call.direct_a is not None:  # A read in place: its buffer and row stride
             direct = call.direct_a
             at = direct.buffer if direct.offset == ZERO else f"{direct.buffer} + ({direct.offset.to_c()})"
-            args[3:3] = [at, f"{direct.lda}LL"]
-            driver = f"catenc_gemm_direct_a_{t}"
-        args += [c.row_stride.to_c(), c.col_stride.to_c(), pack]
+            args[3:5] = [at, f"{direct.lda}LL"]
+        args += [c.row_stride.to_c(), c.col_stride.to_c(), pack, "catenc_shared"]
         lines += [f"{pad}{{", f"{pad}{i}const int64_t catenc_count = {call.count.to_c()};"]
+        # Every thread of the team runs this statement (`parallel`): a batch of small products runs
+        # one product per thread (catenc_apart), else the team shares each product and its epilogue.
         if call.batch_parallel:
-            apart = (
-                f"CATENC_GEMM_APART(catenc_count, {rows}, {cols}, {depth}, {self.batch_slots}, omp_get_max_threads())"
-            )
-            pragma = self.batch_pragma.format(apart=apart, slots=self.batch_slots)
-            lines += [f"{pad}{i}{line}" for line in pragma.splitlines()]
+            slots = self.batch_slots
+            apart = f"CATENC_GEMM_APART(catenc_count, {rows}, {cols}, {depth}, {slots}, catenc_team_size())"
+            lines += [
+                f"{pad}{i}const int catenc_apart = {apart};",
+                f"{pad}{i}const int catenc_ways = catenc_apart ? CATENC_GEMM_WAYS({slots}) : 1;",
+                f"{pad}{i}const int catenc_slot = catenc_apart ? catenc_thread_index() : 0;",
+                f"{pad}{i}const int catenc_shared = !catenc_apart;",
+            ]
+        else:
+            shared = "1" if parallel else "0"
+            lines += [f"{pad}{i}const int catenc_ways = 1, catenc_slot = 0, catenc_shared = {shared};"]
         lines += [
-            f"{pad}{i}for (int64_t catenc_b = 0; catenc_b < catenc_count; ++catenc_b) {{",
+            f"{pad}{i}for (int64_t catenc_b = catenc_slot; catenc_slot < catenc_ways && catenc_b < catenc_count;"
+            " catenc_b += catenc_ways) {",
             *[f"{pad}{i * 2}{line}" for line in self.indices(call.batch, "catenc_b", const=True)],
-            f"{pad}{i * 2}const int catenc_slot = {self.thread_index if call.batch_parallel else '0'};",
             f"{pad}{i * 2}const struct {name}_ctx catenc_ctx = {{{init}}};",
-            f"{pad}{i * 2}{driver}({', '.join(args)});",
+            f"{pad}{i * 2}catenc_gemm_call_{t}({', '.join(args)});",
         ]
         if call.epilogue is not None:
-            if call.epilogue_parallel:
-                lines += self.pragma_lines(f"({rows}) * ({cols})", pad + i * 2)
             n = call.epilogue_rows
+            first, stride = "0", f"{n}"
+            if call.epilogue_parallel:  # a shared product's rows are shared too
+                first = f"catenc_shared ? {n} * catenc_thread_index() : 0"
+                stride = f"catenc_shared ? {n} * catenc_team_size() : {n}"
             step = f"{rows} - catenc_m < {n} ? {rows} - catenc_m : {n}"
             lines += [
-                f"{pad}{i * 2}for (int64_t catenc_m = 0; catenc_m < {rows}; catenc_m += {n})",
+                f"{pad}{i * 2}for (int64_t catenc_m = {first}; catenc_m < {rows}; catenc_m += {stride})",
                 f"{pad}{i * 3}{name}_epilogue(&catenc_ctx, catenc_m, {step}, 0, {cols});",
             ]
-        lines += [f"{pad}{i}}}", f"{pad}}}"]
+        lines.append(f"{pad}{i}}}")
+        if parallel:  # the statement's outputs are complete before the team goes on
+            lines.append(f"{pad}{i}CATENC_GEMM_BARRIER();")
+        lines.append(f"{pad}}}")
 
     def field_type(self, field: ContextField) -> str:
         if field.dtype is None:
@@ -635,6 +656,29 @@ class CRenderer:
         for name, extent in axes[1:]:
             text = f"if (++{name} == {extent.to_c()}) {{ {name} = 0; {text} }}"
         return text
+
+
+def shares_work(kernel: LoopKernel) -> bool:
+    """Whether the team shares the kernel: the schedule runs it on threads, and each of its statements is a
+    parallel loop or a gemm (anything else runs on one thread)."""
+    body = kernel.body
+    return kernel.decisions.parallel and all(isinstance(s, Gemm) or (isinstance(s, For) and s.parallel) for s in body)
+
+
+def region_condition(kernels: tuple[LoopKernel, ...]) -> str | None:
+    """When an entry call of these kernels opens its parallel region, as the C condition of the region's
+    `if` clause ("1": always); None: never (no kernel is shared, or none does enough work)."""
+    worth = []
+    for kernel in kernels:
+        if not shares_work(kernel):
+            continue
+        work, threshold = kernel.work, kernel.decisions.parallel_work
+        if work.is_const:
+            if work.value >= threshold:
+                return "1"
+        else:
+            worth.append(f"({work.to_c()}) >= {threshold}")
+    return " || ".join(worth) if worth else None
 
 
 def prelude_tables(math_suffix: dict[str, str] = CRenderer.math_suffix, device_inline: str = "") -> dict:
