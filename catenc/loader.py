@@ -251,6 +251,17 @@ def _as_dim(name: str, value: Any) -> int:
 # -------------------------------------------------------------------------- entries
 
 
+def _c_function(cdll: ctypes.CDLL, symbol: str, argtypes: list, restype: Any, where: str) -> Any:
+    """The library's function `symbol`, typed; ManifestError when the library has none."""
+    try:
+        function = cdll[symbol]
+    except AttributeError:
+        raise ManifestError(f"{where}: the library has no symbol {symbol!r}") from None
+    function.argtypes = argtypes
+    function.restype = restype
+    return function
+
+
 @dataclass(frozen=True)
 class ArgSpec:
     """A tensor argument of an entry, as the manifest declares it.
@@ -364,30 +375,16 @@ class Entry:
         self._constraint_exprs = self._parse_constraints()
         self._deps = {e.source: self._free_deps(e) for a in self.inputs for e in a.exprs}
 
-        try:
-            self._function = cdll[self.symbol]
-        except AttributeError:
-            raise ManifestError(f"{where}: the library has no symbol {self.symbol!r}") from None
-        self._function.argtypes = argtypes
-        self._function.restype = ctypes.c_int
-        self._size_function = None
+        self._function = _c_function(cdll, self.symbol, argtypes, ctypes.c_int, where)
         workspace_symbol = spec.get("workspace_symbol")
-        if workspace_symbol:
-            try:
-                self._size_function = cdll[workspace_symbol]
-            except AttributeError:
-                raise ManifestError(f"{where}: the library has no symbol {workspace_symbol!r}") from None
-            self._size_function.argtypes = [ctypes.c_int64] * len(self.dims)
-            self._size_function.restype = ctypes.c_size_t
-        self._threads_function = None
+        sizes = [ctypes.c_int64] * len(self.dims)
+        self._size_function = (
+            _c_function(cdll, workspace_symbol, sizes, ctypes.c_size_t, where) if workspace_symbol else None
+        )
         threads_symbol = spec.get("threads_symbol")
-        if threads_symbol:
-            try:
-                self._threads_function = cdll[threads_symbol]
-            except AttributeError:
-                raise ManifestError(f"{where}: the library has no symbol {threads_symbol!r}") from None
-            self._threads_function.argtypes = [ctypes.c_int]
-            self._threads_function.restype = None
+        self._threads_function = (
+            _c_function(cdll, threads_symbol, [ctypes.c_int], None, where) if threads_symbol else None
+        )
 
     # ------------------------------------------------------------- manifest checks
 
