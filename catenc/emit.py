@@ -6,13 +6,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from catenc import __version__
-from catenc.codegen.c import CRenderer, buffer_args, prelude_tables, region_condition
+from catenc.codegen.c import BufferArg, CRenderer, buffer_args, prelude_tables, region_condition
 from catenc.codegen.constants import constant_array
 from catenc.codegen.gemm import called_drivers, render_gemm_support
 from catenc.codegen.gpu import GpuRenderer, launch_plan, status_offsets, temp_offsets
 from catenc.codegen.jinja import environment
 from catenc.codegen.names import Renamer, Reserved, collect_names, fresh_names
+from catenc.codegen.prepack import Prepacked, prepack
 from catenc.diagnostics import CatencError
 from catenc.frontend.typed import TType
 from catenc.ir.nodes import view_stride
@@ -338,8 +341,9 @@ def gemm_tiles(entries: tuple[EntryPlan, ...]) -> dict[str, GemmTiles]:
 def _entry_context(entry: EntryPlan, renderer: CRenderer, placed: Mapping[str, Placed], profile: bool = False) -> dict:
     graph = entry.schedule.graph
     args = buffer_args(graph.buffers)
-    kernels = [renderer.kernel(k, args) for k in entry.kernels if k.shares is None]
-    constants, temps = baked_constants(entry)
+    packed = prepacked(entry)
+    kernels = [renderer.kernel(k, with_panels(args, packed, k.name)) for k in entry.kernels if k.shares is None]
+    constants, temps = baked_constants(entry, packed)
     temps += weight_bindings(entry, placed, _HOST_SCALAR)
     for view in graph.buffers:
         if view.view_of is not None:
@@ -404,17 +408,37 @@ def weight_bindings(entry: EntryPlan, placed: Mapping[str, Placed], scalar: str)
     return bindings
 
 
-def baked_constants(entry: EntryPlan) -> tuple[list[str], list[str]]:
-    """The definitions of the entry's baked constants that its code reads, and the statements
-    that bind each one's buffer name to its array (an unused constant is left out)."""
+def prepacked(entry: EntryPlan) -> Prepacked:
+    """The entry's gemm operands B that are baked constants, packed at compile time (codegen/prepack.py)."""
+    graph = entry.schedule.graph
+    values = dict(zip((name for name, _ in entry.constant_inputs), entry.constants)) if entry.baked else {}
+    buffers = {b.name: b for b in graph.buffers}
+    return prepack(entry.kernels, buffers, dict(entry.schedule.tiles), {n: values[n] for n in buffers if n in values})
+
+
+def with_panels(args: Mapping[str, BufferArg], packed: Prepacked, function: str) -> dict[str, BufferArg]:
+    """The kernel function's buffer arguments, those whose B panels it reads marked so."""
+    panels = packed.panels.get(function, {})
+    return {name: replace(arg, panels=panels[name]) if name in panels else arg for name, arg in args.items()}
+
+
+def baked_constants(entry: EntryPlan, packed: Prepacked) -> tuple[list[str], list[str]]:
+    """The definitions of the entry's baked constants that its code reads (each followed in its array by
+    its B panels, where `packed` has them), and the statements that bind each one's buffer name to its
+    array (an unused constant is left out)."""
     used = {b.name for b in entry.schedule.graph.buffers}
+    appended = packed.appended
     definitions, bindings = [], []
     for symbol, (name, ttype), values, decl in zip(
         entry.constant_symbols, entry.constant_inputs, entry.constants, entry.composite.constants
     ):
         if name not in used:
             continue
-        definitions.append(constant_array(symbol, ttype.dtype, values, comment_safe(f"{entry.name}: constant {decl}")))
+        comment = comment_safe(f"{entry.name}: constant {decl}")
+        if name in appended:
+            values = np.concatenate([values.reshape(-1), appended[name]])
+            comment += ", then its gemm B panels"
+        definitions.append(constant_array(symbol, ttype.dtype, values, comment))
         ctype = ttype.dtype.ctype
         bindings.append(
             f"const {ctype}* {name} = {symbol}.values;" if ttype.rank else f"const {ctype} {name} = {symbol}.values[0];"

@@ -27,6 +27,7 @@ from catenc.lower.gemm import (
     ContextField,
     GemmCall,
     Odometer,
+    PackedB,
     PackSide,
     gemm_call,
     window_bounds,
@@ -45,6 +46,7 @@ class BufferArg:
     dtype: DType
     shape: tuple[Expr, ...]
     const: bool
+    panels: PackedB | None = None  # a baked constant's B panels, packed at compile time (codegen/prepack.py)
 
 
 @dataclass
@@ -433,11 +435,13 @@ class CRenderer:
         """The call lowering gives the statement (catenc/lower/gemm.py): its helper functions,
         then the batch loop around the driver and the epilogue."""
         state = self.state
-        call = gemm_call(stmt, state.kernel, state.buffers, parallel)
+        panels = {n: arg.panels for n, arg in state.buffers.items() if arg.panels is not None}
+        call = gemm_call(stmt, state.kernel, state.buffers, parallel, panels)
         c = call.contraction
         name = f"{state.kernel.name}_g{len(state.functions)}"
         state.functions.append(self.gemm_context(name, call.fields))
-        state.functions += [self.pack_function(name, call, side) for side in call.sides]
+        sides = call.sides[:1] if call.packed_b is not None else call.sides  # packed B: no pack_b
+        state.functions += [self.pack_function(name, call, side) for side in sides]
         if call.epilogue is not None:
             state.functions.append(self.epilogue_function(name, call))
         t, i = c.dtype.name, self.indent
@@ -447,11 +451,13 @@ class CRenderer:
         per = call.slot_align
         slot = f"((catenc_gemm_pack_elements_{t}({rows}, {cols}, {depth}) + {per - 1}) / {per} * {per})"
         pack = f"{call.pack} + catenc_slot * {slot}"
-        args = [rows, cols, depth, "0", "0", f"{name}_pack_a", f"{name}_pack_b", "&catenc_ctx", out]
+        args = [rows, cols, depth, "0", "0", "0", f"{name}_pack_a", f"{name}_pack_b", "&catenc_ctx", out]
         if call.direct_a is not None:  # A read in place: its buffer and row stride
             direct = call.direct_a
             at = direct.buffer if direct.offset == ZERO else f"{direct.buffer} + ({direct.offset.to_c()})"
             args[3:5] = [at, f"{direct.lda}LL"]
+        if call.packed_b is not None:  # B's panels packed at compile time, after its constant's values
+            args[5], args[7] = f"{call.packed_b.source.buffer} + {call.packed_b.at}LL", "0"
         args += [c.row_stride.to_c(), c.col_stride.to_c(), pack, "catenc_shared"]
         lines += [f"{pad}{{", f"{pad}{i}const int64_t catenc_count = {call.count.to_c()};"]
         # Every thread of the team runs this statement (`parallel`): a batch of small products runs

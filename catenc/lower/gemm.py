@@ -2,9 +2,9 @@
 catenc/codegen/templates/gemm.c.j2).
 
 A call needs a context struct (what its helpers read), two packing functions that evaluate the
-operands into panels, an optional epilogue applied in place to the output, and a loop over the
-batch. Which fields, which axes each helper walks and how, and what runs on threads is decided
-here; the renderer spells it.
+operands into panels (B's none when a constant's panels were packed at compile time: PackedB), an
+optional epilogue applied in place to the output, and a loop over the batch. Which fields, which
+axes each helper walks and how, and what runs on threads is decided here; the renderer spells it.
 """
 
 from __future__ import annotations
@@ -89,6 +89,28 @@ class DirectA:
 
 
 @dataclass(frozen=True)
+class ConstantB:
+    """Operand B a plain load of its buffer as stored at positions the depth and column indices
+    alone fix (no batch index, no symbol): (depth k, col j) at buffer[offset + the sums of each
+    axis's coefficient times its index], k and j unflattened over the axes (outermost first)."""
+
+    buffer: str
+    offset: int
+    depth: tuple[tuple[int, int], ...]  # (coefficient, extent) of each depth axis
+    cols: tuple[tuple[int, int], ...]  # ... of each column axis
+
+
+@dataclass(frozen=True)
+class PackedB:
+    """B's panels packed at compile time (catenc/codegen/prepack.py): read as `source`, they lie
+    `at` elements past the start of its buffer, a baked constant whose array holds them after its
+    values (templates/gemm.c.j2 gives their layout: `bp`)."""
+
+    source: ConstantB
+    at: int
+
+
+@dataclass(frozen=True)
 class GemmCall:
     """One gemm call: its context fields, its two packing sides, its epilogue (None: none),
     the batch loop, and which of them run on threads."""
@@ -111,6 +133,7 @@ class GemmCall:
     epilogue_parallel: bool
     epilogue_rows: int = EPILOGUE_ROWS
     direct_a: DirectA | None = None
+    packed_b: PackedB | None = None  # B read from panels packed at compile time: no pack_b
 
 
 def odometer(axes: Axes, value: Value, buffers: Mapping[str, Storage] | None = None) -> Odometer:
@@ -213,6 +236,28 @@ def direct_a(c: Contraction, buffers: Mapping[str, Storage]) -> DirectA | None:
     return DirectA(a.buffer, rest, lda.value)
 
 
+def constant_b(c: Contraction, buffers: Mapping[str, Storage]) -> ConstantB | None:
+    """B as a ConstantB when it is a plain load of its buffer as stored at a position whose
+    coefficients on the depth and column indices are constants and whose rest is one (all the
+    extents constant); else None."""
+    b = c.b
+    if type(b) is not Load or buffers[b.buffer].dtype != b.dtype or b.dtype.name not in GEMM_DTYPES:
+        return None
+    flat = flatten(list(b.index), list(buffers[b.buffer].shape))
+    rest, found = flat, []
+    for axes in (c.depth, c.cols):
+        found.append([])
+        for name, extent in axes:
+            coefficient = flat.coefficient(name)
+            if not (coefficient.is_const and extent.is_const):
+                return None
+            rest = rest - coefficient * sym(name)
+            found[-1].append((coefficient.value, extent.value))
+    if not rest.is_const:
+        return None
+    return ConstantB(b.buffer, rest.value, tuple(found[0]), tuple(found[1]))
+
+
 def output_position(c: Contraction) -> Expr:
     """The flat position of the contraction's output element at the current indices."""
     rows = flatten([sym(n) for n, _ in c.rows], [e for _, e in c.rows])
@@ -251,10 +296,22 @@ def window_bounds(window: Window, base: str, length: str) -> tuple[Expr, Expr]:
     return low, high
 
 
-def gemm_call(stmt: Gemm, kernel: LoopKernel, buffers: Mapping[str, Storage], parallel: bool) -> GemmCall:
+def gemm_call(
+    stmt: Gemm,
+    kernel: LoopKernel,
+    buffers: Mapping[str, Storage],
+    parallel: bool,
+    panels: Mapping[str, PackedB] | None = None,
+) -> GemmCall:
     """The call of a Gemm statement in `kernel`; `parallel`: whether threads are on here (a
-    batch of products then runs one product per thread, and the epilogue's rows spread)."""
+    batch of products then runs one product per thread, and the epilogue's rows spread);
+    `panels`: the buffers whose B panels were packed at compile time, read as the PackedB says."""
     c = stmt.contraction
+    packed = None
+    if panels:
+        source = constant_b(c, buffers)
+        packed = panels.get(source.buffer) if source is not None else None
+        packed = packed if packed is not None and packed.source == source else None
     sides = (
         PackSide("a", "MR", flat_extent(c.rows), odometer(c.rows, c.a, buffers)),
         PackSide("b", "NR", flat_extent(c.cols), odometer(c.cols, c.b, buffers)),
@@ -277,4 +334,5 @@ def gemm_call(stmt: Gemm, kernel: LoopKernel, buffers: Mapping[str, Storage], pa
         parallel and bool(c.batch),
         parallel,
         direct_a=direct_a(c, buffers),
+        packed_b=packed,
     )

@@ -81,3 +81,12 @@ def pack_elements(tiles: GemmTiles, M: ExprLike, N: ExprLike, K: ExprLike) -> Ex
     kc_eff * (round_up(M, mr) + round_up(N, nr)) with kc_eff = min(K, kc) (sizes are >= 0)."""
     M, N, K = to_expr(M), to_expr(N), to_expr(K)
     return minimum(K, tiles.kc) * (_round_up(M, tiles.mr) + _round_up(N, tiles.nr))
+
+
+def slice_depth(tiles: GemmTiles, depth: int) -> int:
+    """The depth of the driver's k-slices of a product `depth` deep (catenc_gemm_thread_<T>'s kc):
+    all of it up to kc, else as few slices of at most kc as will do, of nearly equal depths."""
+    if depth <= tiles.kc:
+        return depth
+    slices = -(-depth // tiles.kc)
+    return -(-depth // slices)

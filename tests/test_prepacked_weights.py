@@ -1,0 +1,185 @@
+"""A gemm's baked constant B packed once, at compile time (catenc/codegen/prepack.py): the C has no
+B packing function for it, the call passes the panels stored after the constant's values, and the
+results are bit-identical to --weights external (which packs B on every call) and close to numpy,
+at odd sizes (N not a multiple of NR, K past one k-slice), on 1, 2 and 3 threads, in a kernel
+function shared by layers and in one shared with a product whose B is an argument."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from conftest import randn
+from onnx import TensorProto, helper, numpy_helper
+
+from catenc.build import BuildRequest, build
+from catenc.driver import plan_file
+from catenc.dtypes import DTYPES
+from catenc.loader import load
+from catenc.plan import Options
+from catenc.runtime.descriptor import load_runtime
+from catenc.weights import weights_bytes
+
+K, N, NT, KT = 1100, 77, 45, 700  # K > KC = 512: several k-slices
+FORCE_THREADS = "-DCATENC_GEMM_PARALLEL_FLOPS=0 -DCATENC_GEMM_FLOPS_PER_THREAD=1"
+
+NET = f"""
+[composite.net]
+inputs = ["x: f32[M, {K}]", "v: f32[{K}, {N}]"]
+outputs = ["y: f32[M, {N}]", "z: f32[M, {NT}]", "u: f32[M, {N}]"]
+weights = "net.safetensors"
+constants = ["w: f32[{K}, {N}]", "wt: f32[{NT}, {K}]", "b: f32[{N}]"]
+body = '''
+y = relu(x @ w + b)
+z = x @ transpose(wt)
+u = x @ v
+'''
+
+[composite.layers]
+inputs = ["x: f32[M, {K}]"]
+outputs = ["y: f32[M, {N}]", "z: f32[M, {N}]"]
+weights = "net.safetensors"
+constants = ["w: f32[{K}, {N}]", "w2: f32[{K}, {N}]"]
+body = '''
+y = x @ w
+z = x @ w2
+'''
+
+[composite.mixed]
+inputs = ["x: f32[M, {K}]", "v: f32[{K}, {N}]"]
+outputs = ["y: f32[M, {N}]", "z: f32[M, {N}]"]
+weights = "net.safetensors"
+constants = ["w: f32[{K}, {N}]"]
+body = '''
+y = x @ w
+z = x @ v
+'''
+"""
+
+
+def tensors() -> dict[str, np.ndarray]:
+    return {
+        "w": randn((K, N), seed=1),
+        "wt": randn((NT, K), seed=2),
+        "b": randn((N,), seed=3),
+        "w2": randn((K, N), seed=4),
+    }
+
+
+def compile_model(path: Path, out: Path, weights: str) -> tuple[str, object]:
+    rt = load_runtime("clang")
+    options = Options(rt, config=rt.validate_config({"CFLAGS": FORCE_THREADS}), weights=weights)
+    written = build(
+        plan_file(str(path), options), options, BuildRequest(str(path), str(out), ("c", "h", "manifest", "so"))
+    )
+    return Path(written["c"]).read_text(), load(written["manifest"])
+
+
+@pytest.fixture(scope="module")
+def composite(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("prepacked")
+    values = {name: (DTYPES["f32"], v) for name, v in tensors().items()}
+    (directory / "net.safetensors").write_bytes(weights_bytes(values))
+    (directory / "net.toml").write_text(NET)
+    return {w: compile_model(directory / "net.toml", directory / w, w) for w in ("baked", "external")}
+
+
+def test_baked_b_operands_have_no_packing_function_and_pass_their_panels(composite) -> None:
+    baked, _ = composite["baked"]
+    external, _ = composite["external"]
+    # net: x @ w and x @ transpose(wt) read panels after their constant's values; x @ v packs v
+    assert re.search(r"catenc_gemm_call_f32\(M, 77LL, 1100LL, 0, 0, w \+ \d+LL, \w+_pack_a, 0, ", baked)
+    assert re.search(r"catenc_gemm_call_f32\(M, 45LL, 1100LL, 0, 0, wt \+ \d+LL, \w+_pack_a, 0, ", baked)
+    assert re.search(r"catenc_gemm_call_f32\(M, 77LL, 1100LL, 0, 0, 0, (\w+)_pack_a, \1_pack_b, ", baked)
+    assert len(re.findall(r"static void net_k\d+_g\d+_pack_b\(", baked)) == 1
+    assert len(re.findall(r"static void net_k\d+_g\d+_pack_b\(", external)) == 3
+    assert "then its gemm B panels" in baked and "then its gemm B panels" not in external
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("m", [13, 50])
+def test_prepacked_results_equal_packing_per_call(composite, threads: int, m: int) -> None:
+    t = tensors()
+    x, v = randn((m, K), seed=5), randn((K, N), seed=6)
+    results = {}
+    for weights in ("baked", "external"):
+        entry = composite[weights][1].entries["net"]
+        entry.set_num_threads(threads)
+        results[weights] = entry(x, v)
+    for got, want in zip(results["baked"], results["external"], strict=True):
+        assert got.tobytes() == want.tobytes()
+    y, z, u = results["baked"]
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(y, np.maximum(x64 @ t["w"] + t["b"], 0), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(z, x64 @ t["wt"].T, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(u, x64 @ v, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_shared_kernel_reads_panels_only_when_every_caller_has_them(composite, threads: int) -> None:
+    baked, library = composite["baked"]
+    t = tensors()
+    # layers: both products call one function, each with its own constant's panels
+    assert "layers_k0(x, w2, z" in baked
+    assert re.search(r"catenc_gemm_call_f32\(M, 77LL, 1100LL, 0, 0, w \+ \d+LL, layers_k0_g0_pack_a, 0, ", baked)
+    # mixed: its function also multiplies by an argument, so it packs B on every call
+    assert "mixed_k0(x, v, z" in baked
+    assert re.search(r"catenc_gemm_call_f32\(M, 77LL, 1100LL, 0, 0, 0, mixed_k0_g0_pack_a, mixed_k0_g0_pack_b", baked)
+    x, v = randn((9, K), seed=7), randn((K, N), seed=8)
+    layers, mixed = library.entries["layers"], library.entries["mixed"]
+    for entry in (layers, mixed):
+        entry.set_num_threads(threads)
+    y, z = layers(x)
+    np.testing.assert_allclose(y, x.astype(np.float64) @ t["w"], rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(z, x.astype(np.float64) @ t["w2"], rtol=1e-4, atol=1e-3)
+    y, z = mixed(x, v)
+    np.testing.assert_allclose(y, x.astype(np.float64) @ t["w"], rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(z, x.astype(np.float64) @ v, rtol=1e-4, atol=1e-3)
+
+
+def onnx_model(directory: Path) -> Path:
+    f = TensorProto.FLOAT
+    nodes = [
+        helper.make_node("Gemm", ["x", "wg", "bg"], ["y"], transB=1),
+        helper.make_node("MatMul", ["x", "wm"], ["z"]),
+    ]
+    initializers = [
+        numpy_helper.from_array(randn((NT, KT), seed=9), "wg"),
+        numpy_helper.from_array(randn((NT,), seed=10), "bg"),
+        numpy_helper.from_array(randn((KT, N), seed=11), "wm"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "classifier",
+        [helper.make_tensor_value_info("x", f, ["batch", KT])],
+        [helper.make_tensor_value_info("y", f, ["batch", NT]), helper.make_tensor_value_info("z", f, ["batch", N])],
+        initializer=initializers,
+    )
+    path = directory / "classifier.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_onnx_gemm_and_matmul_by_initializers_are_prepacked(tmp_path: Path, threads: int) -> None:
+    path = onnx_model(tmp_path)
+    built = {w: compile_model(path, tmp_path / w, w) for w in ("baked", "external")}
+    baked, external = built["baked"][0], built["external"][0]
+    assert not re.search(r"_pack_b\(", baked.split("catenc_gemm_call_f32(int64_t")[1].split("int classifier(")[0])
+    assert len(re.findall(r"static void \w+_pack_b\(", external)) == 2
+    model = onnx.load(str(path))
+    w = {i.name: numpy_helper.to_array(i).astype(np.float64) for i in model.graph.initializer}
+    x = randn((21, KT), seed=12)
+    results = {}
+    for weights, (_, library) in built.items():
+        entry = library.entries["classifier"]
+        entry.set_num_threads(threads)
+        results[weights] = entry(x)
+    for got, want in zip(results["baked"], results["external"], strict=True):
+        assert got.tobytes() == want.tobytes()
+    y, z = results["baked"]
+    np.testing.assert_allclose(y, x @ w["wg"].T + w["bg"], rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(z, x @ w["wm"], rtol=1e-4, atol=1e-3)
