@@ -13,11 +13,13 @@ once and writes every buffer it stores once (reuse inside a kernel is the cache'
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from catenc.ir.nodes import Binary, Buffer, Compute, Load, Reduce, Unary, Value, loaded_buffers
+from catenc.ir.evaluate import index_value
+from catenc.ir.nodes import Binary, Buffer, Compute, Load, Reduce, Unary, Value, Where, loaded_buffers
 from catenc.registry import TRANSCENDENTAL_OPS
 from catenc.symbolic import ONE, ZERO, Expr, const, product
 
@@ -152,6 +154,82 @@ def _count(value: Value, memo: str, own: Callable[[Value], Counts | None], combi
     return result
 
 
+Scope = tuple[tuple[str, Expr], ...]  # the indices around a node: the compute's, its reductions'
+Guards = tuple[tuple[Value, bool], ...]  # the conditions of the `where` sides a node is on
+MAX_POINTS = 1 << 16  # most index points a guard is evaluated at; larger, it is taken as always true
+
+
+def compute_work(compute: Compute) -> Work:
+    """The work of every element of a compute: as element_work counts it, except that each side
+    of a `where` whose condition reads only indices of constant extent counts at the points
+    where it is taken (a padded window's fused producer runs at the taps inside the image, a
+    concatenation's sides each over its own part)."""
+    ops = calls = ZERO
+    seen: set[Value] = set()
+    points: dict[tuple[Scope, Guards], Expr] = {}
+    stack: list[tuple[Value, Scope, Guards]] = [(compute.body, tuple(compute.indices), ())]
+    while stack:
+        node, scope, guards = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if isinstance(node, (Unary, Binary)) and not node.summary.reads_data:
+            continue
+        if isinstance(node, Reduce):
+            scope = scope + node.indices
+        key = (scope, guards)
+        if key not in points:
+            points[key] = _points(scope, guards)
+        if isinstance(node, (Unary, Binary)):
+            ops = ops + points[key]
+            calls = calls + (points[key] if node.op in TRANSCENDENTAL_OPS else ZERO)
+        elif isinstance(node, Reduce):
+            ops = ops + points[key]  # one combine per element
+        if isinstance(node, Where) and not node.cond.summary.reads_data:
+            stack += [(node.cond, scope, guards), (node.a, scope, guards + ((node.cond, True),))]
+            stack.append((node.b, scope, guards + ((node.cond, False),)))
+            continue
+        stack.extend((child, scope, guards) for child in node.children())
+    return Work(ops, calls)
+
+
+def _points(scope: Scope, guards: Guards) -> Expr:
+    """The points of the scope's indices where every guard holds, a guard counted only where it
+    reads indices of constant extent alone and they span at most MAX_POINTS points (else it is
+    taken as always true: an upper bound). Guards that share no index are counted apart."""
+    ranges = {name: extent.value for name, extent in scope if extent.is_const}
+    terms = [term for cond, side in guards for term in (_conjuncts(cond) if side else [(cond, False)])]
+    groups: list[tuple[set[str], list[tuple[Value, bool]]]] = []
+    for cond, side in terms:
+        names = set(cond.summary.symbols)
+        if not names <= ranges.keys():
+            continue
+        joined = [g for g in groups if g[0] & names]
+        groups = [g for g in groups if not g[0] & names]
+        groups.append((names.union(*(g[0] for g in joined)), [t for g in joined for t in g[1]] + [(cond, side)]))
+    count, counted = ONE, set()
+    for names, conds in sorted(groups, key=lambda g: sorted(g[0])):
+        order = sorted(names)
+        if math.prod(ranges[n] for n in order) > MAX_POINTS:
+            continue
+        try:
+            held = sum(
+                all(bool(index_value(c, dict(zip(order, at)))) == side for c, side in conds)
+                for at in itertools.product(*(range(ranges[n]) for n in order))
+            )
+        except ValueError:  # an op index_value does not know: always true
+            continue
+        count, counted = count * held, counted | names
+    return count * product(extent for name, extent in scope if name not in counted)
+
+
+def _conjuncts(cond: Value) -> list[tuple[Value, bool]]:
+    """The terms of a conjunction, each to hold."""
+    if isinstance(cond, Binary) and cond.op == "and":
+        return _conjuncts(cond.a) + _conjuncts(cond.b)
+    return [(cond, True)]
+
+
 def elements(compute: Compute) -> Expr:
     return product(extent for _, extent in compute.indices)
 
@@ -166,8 +244,8 @@ def computes_cost(computes: Iterable[Compute], buffers: dict[str, Buffer], store
     computes = list(computes)
     flops = calls = ZERO
     for c in computes:
-        work = element_work(c.body)
-        flops, calls = flops + work.ops * elements(c), calls + work.calls * elements(c)
+        work = compute_work(c)
+        flops, calls = flops + work.ops, calls + work.calls
     written = {c.name for c in computes}
     loaded = dict.fromkeys(b for c in computes for b in loaded_buffers(c.body) if b not in written)
     return Cost(
