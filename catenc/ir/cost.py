@@ -230,6 +230,17 @@ def _conjuncts(cond: Value) -> list[tuple[Value, bool]]:
     return [(cond, True)]
 
 
+def contraction_ops(
+    batch: Expr, rows: Expr, cols: Expr, depth: Expr, a: Value, b: Value, epilogue: Value | None
+) -> Expr:
+    """A packed gemm's ops: 2*M*N*K, its operands' ops once per element (the driver packs each
+    panel once, then reuses it), its epilogue's once per output."""
+    last = ZERO if epilogue is None else element_work(epilogue).ops * rows * cols
+    return batch * (
+        2 * rows * cols * depth + element_work(a).ops * rows * depth + element_work(b).ops * depth * cols + last
+    )
+
+
 def elements(compute: Compute) -> Expr:
     return product(extent for _, extent in compute.indices)
 

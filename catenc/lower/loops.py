@@ -15,7 +15,7 @@ from itertools import count
 
 from catenc.dispatch import Table
 from catenc.dtypes import BOOL, I64, DType
-from catenc.ir.cost import compute_work, element_work
+from catenc.ir.cost import compute_work
 from catenc.ir.nodes import (
     Binary,
     Compute,
@@ -35,7 +35,7 @@ from catenc.ir.passes import replace_node, substitute
 from catenc.registry import EXPENSIVE_OPS
 from catenc.schedule.contractions import Contraction
 from catenc.schedule.interchange import COMBINE, strided_reduction
-from catenc.schedule.kernels import Decisions, Kernel, Schedule
+from catenc.schedule.kernels import Decisions, Kernel, Schedule, gemm_ops
 from catenc.symbolic import ONE, ZERO, Expr, call_atoms, sym
 
 
@@ -205,18 +205,8 @@ def _lower_kernel(schedule: Schedule, kernel: Kernel, taken: set[str]) -> LoopKe
 def _lower_gemm(schedule: Schedule, kernel: Kernel) -> LoopKernel:
     """One gemm statement: a driver call per batch element (the renderer threads the batch or
     the driver)."""
-    flops = _gemm_flops(kernel.contraction)
+    flops = gemm_ops(kernel.contraction)
     return _loop_kernel(schedule, kernel, (Gemm(kernel.contraction, kernel.pack),), flops, flops)
-
-
-def _gemm_flops(c: Contraction) -> Expr:
-    """A gemm's 2*M*N*K, its operands' ops once per element they pack (each read of a panel
-    then reuses it), its epilogue's once per output."""
-    batch, rows, cols, depth = (_product(e for _, e in axes) for axes in (c.batch, c.rows, c.cols, c.depth))
-    epilogue = ZERO if c.epilogue is None else element_work(c.epilogue).ops * rows * cols
-    return batch * (
-        2 * rows * cols * depth + element_work(c.a).ops * rows * depth + element_work(c.b).ops * depth * cols + epilogue
-    )
 
 
 def _loop_kernel(schedule: Schedule, kernel: Kernel, body: tuple[Stmt, ...], flops: Expr, work: Expr) -> LoopKernel:

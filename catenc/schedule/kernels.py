@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from catenc.ir.cost import Cost, computes_cost
+from catenc.ir.cost import Cost, computes_cost, contraction_ops
 from catenc.ir.nodes import Buffer, Compute, Graph, Role, format_shape, format_value, loaded_buffers, loads
 from catenc.schedule.contractions import Contraction, extract_contractions
 from catenc.schedule.tiles import GemmTiles
@@ -283,7 +283,14 @@ def kernel_cost(graph: Graph, kernel: Kernel) -> Cost:
     """What one kernel costs: its computes' work, the buffers it reads, the values it stores."""
     buffers = {b.name: b for b in graph.buffers}
     stored = [m.name for m in kernel.members if m.name not in kernel.scalars]
-    return computes_cost(kernel.members, buffers, stored)
+    cost = computes_cost(kernel.members, buffers, stored)
+    return cost if kernel.contraction is None else replace(cost, flops=gemm_ops(kernel.contraction))
+
+
+def gemm_ops(c: Contraction) -> Expr:
+    """A contraction's ops as the packed driver runs it (catenc/ir/cost.py contraction_ops)."""
+    batch, rows, cols, depth = (product(e for _, e in axes) for axes in (c.batch, c.rows, c.cols, c.depth))
+    return contraction_ops(batch, rows, cols, depth, c.a, c.b, c.epilogue)
 
 
 def schedule_cost(schedule: Schedule) -> Cost:
