@@ -53,6 +53,12 @@ SEED = 0
 FMA_STEPS, FMA_PASSES = 2_000_000, 10
 TRIAD_MIB, TRIAD_PASSES = 64, 10
 INT64_MAX = (1 << 63) - 1
+# The counts are what the loops execute (tests/test_executed_flops.py): a rate above the peak is
+# the clock's or the probe's error, not the count's.
+OVER_PEAK_NOTE = (
+    "!: above the measured FMA peak: the kernel is too short for the clock (give larger --sizes or "
+    "more --runs), or the peak was measured on a busy machine (--peaks measure measures it again)"
+)
 
 
 @dataclass(frozen=True)
@@ -373,13 +379,15 @@ def format_report(report: Mapping) -> str:
                     _number(k["gflops"]),
                     _number(k["gbs"]),
                     _number(k["intensity"], 2),
-                    _number(k["fma_percent"]),
+                    _percent(k["fma_percent"]),
                     _number(k["bandwidth_percent"]),
                     k["bound"],
                     fuses,
                 )
             )
         lines += _columns(rows)
+        if any((k["fma_percent"] or 0) > 100 for k in entry["kernels"]):
+            lines.append(OVER_PEAK_NOTE)
         share = entry["kernels_seconds"] / entry["seconds"] if entry["seconds"] else math.nan
         lines.append(
             f"entry {_duration(entry['seconds'])} per call (its fastest run; the kernels {100 * share:.1f}% of it); "
@@ -404,6 +412,11 @@ def _duration(seconds: float) -> str:
     if seconds >= 1e-3:
         return f"{seconds * 1e3:.3f} ms"
     return f"{seconds * 1e6:.1f} us"
+
+
+def _percent(value: float | None) -> str:
+    """A share of the FMA peak, marked `!` above 100% (see OVER_PEAK_NOTE)."""
+    return _number(value) + ("!" if value is not None and value > 100 else "")
 
 
 def _number(value: float | None, digits: int = 1) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from onnx import TensorProto, helper
 
+from catenc import profile
 from catenc.driver import plan_file
 from catenc.lower.count import executed_ops
 from catenc.plan import EntryPlan, Options
@@ -115,3 +116,15 @@ def _assert_within(entry: EntryPlan) -> None:
         if max(abs(flops - executed.ops), abs(cost - executed.ops)) > TOLERANCE * executed.ops
     ]
     assert not off, "\n".join(off)
+
+
+def test_the_profile_table_marks_a_rate_above_the_peak() -> None:
+    """A kernel faster than the FMA peak allows is marked and explained, never shown bare."""
+    peaks = {"fma_gflops": 100.0, "triad_gbs": 10.0, "source": "given"}
+    row = {"name": "k0", "calls": 1, "seconds": 1e-6, "computes": ["y"], "ops": ["add"]}
+    rates = [profile.rates_of(flops, 1_000, 1e-6, profile.Peaks(100.0, 10.0)) for flops in (50_000, 150_000)]
+    entry = {"entry": "e", "sizes": {}, "seconds": 1e-5, "kernels_seconds": 2e-6, "kernels_fastest_seconds": 2e-6}
+    report = {"file": "f", "runtime": "clang", "compiler": "cc", "opt": "2", "runs": 1, "peaks": peaks}
+    report["entries"] = [{**entry, "kernels": [{**row, **rates[0]}, {**row, "name": "k1", **rates[1]}]}]
+    text = profile.format_report(report)
+    assert " 50.0 " in text and "150.0!" in text and profile.OVER_PEAK_NOTE in text
