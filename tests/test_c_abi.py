@@ -151,7 +151,7 @@ def declarations(header: str) -> dict[str, list[str]]:
     """Function name -> parameter names, for every prototype of the header."""
     text = re.sub(r"/\*.*?\*/", " ", header, flags=re.S)
     found = {}
-    for match in re.finditer(r"\b(?:int|size_t)\s+(\w+)\s*\(([^)]*)\)\s*;", text):
+    for match in re.finditer(r"\b(?:int|size_t|void)\s+(\w+)\s*\(([^)]*)\)\s*;", text):
         params = [p.strip() for p in match[2].split(",") if p.strip()]
         found[match[1]] = [re.findall(r"\w+", p)[-1] for p in params]
     return found

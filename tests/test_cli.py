@@ -96,7 +96,7 @@ def declarations(header: str) -> dict[str, str]:
     """Function name -> parameter list text, for every prototype of the header."""
     text = re.sub(r"/\*.*?\*/", " ", header, flags=re.S)
     found = {}
-    for match in re.finditer(r"\b(?:int|size_t)\s+(\w+)\s*\(([^)]*)\)\s*;", text):
+    for match in re.finditer(r"\b(?:int|size_t|void)\s+(\w+)\s*\(([^)]*)\)\s*;", text):
         found[match[1]] = " ".join(match[2].split())
     return found
 
@@ -300,14 +300,15 @@ def test_emit_archive_and_object(work: Path) -> None:
 def test_composite_selects_entries(work: Path) -> None:
     ok(catenc_run(work, "compile", "model.toml", "-o", "one", "--composite", "scale2"))
     one = work / "one"
-    assert set(declarations((one / "model.h").read_text())) == {"scale2", "scale2_workspace_bytes"}
+    scale2 = {"scale2", "scale2_workspace_bytes", "scale2_set_num_threads"}
+    assert set(declarations((one / "model.h").read_text())) == scale2
     assert [e["name"] for e in manifest(one)["entries"]] == ["scale2"]
-    assert defined_dynamic_symbols(one / "libmodel.so") == {"scale2", "scale2_workspace_bytes"}
+    assert defined_dynamic_symbols(one / "libmodel.so") == scale2
 
     args = ("--composite", "scale2", "--composite", "gemm")
     ok(catenc_run(work, "compile", "model.toml", "-o", "two", "-S", *args))
     assert set(declarations((work / "two" / "model.h").read_text())) == {
-        "gemm", "gemm_workspace_bytes", "scale2", "scale2_workspace_bytes",
+        "gemm", "gemm_workspace_bytes", "gemm_set_num_threads", *scale2,
     }  # fmt: skip
 
 
@@ -321,7 +322,10 @@ def test_prefix_applies_to_every_exported_symbol(work: Path) -> None:
     ok(catenc_run(work, "compile", "model.toml", "-o", "out", "--prefix", "p_", "--test", SIZES))
     out = work / "out"
     exported = defined_dynamic_symbols(out / "libmodel.so")
-    assert exported == {"p_gemm", "p_gemm_workspace_bytes", "p_scale2", "p_scale2_workspace_bytes"}
+    assert exported == {
+        "p_gemm", "p_gemm_workspace_bytes", "p_gemm_set_num_threads",
+        "p_scale2", "p_scale2_workspace_bytes", "p_scale2_set_num_threads",
+    }  # fmt: skip
     assert all(name.startswith("p_") for name in declarations((out / "model.h").read_text()))
     entries = {e["name"]: e for e in manifest(out)["entries"]}
     assert entries["gemm"]["symbol"] == "p_gemm"
