@@ -413,7 +413,9 @@ def prepacked(entry: EntryPlan) -> Prepacked:
     graph = entry.schedule.graph
     values = dict(zip((name for name, _ in entry.constant_inputs), entry.constants)) if entry.baked else {}
     buffers = {b.name: b for b in graph.buffers}
-    return prepack(entry.kernels, buffers, dict(entry.schedule.tiles), {n: values[n] for n in buffers if n in values})
+    aliased = frozenset(b.view_of[0] for b in graph.buffers if b.view_of is not None)
+    baked = {n: values[n] for n in buffers if n in values}
+    return prepack(entry.kernels, buffers, dict(entry.schedule.tiles), baked, aliased)
 
 
 def with_panels(args: Mapping[str, BufferArg], packed: Prepacked, function: str) -> dict[str, BufferArg]:
@@ -435,7 +437,10 @@ def baked_constants(entry: EntryPlan, packed: Prepacked) -> tuple[list[str], lis
         if name not in used:
             continue
         comment = comment_safe(f"{entry.name}: constant {decl}")
-        if name in appended:
+        if name in packed.replaced:  # read only as panels: the values themselves are not kept
+            values = appended[name]
+            comment += ", as its gemm B panels only"
+        elif name in appended:
             values = np.concatenate([values.reshape(-1), appended[name]])
             comment += ", then its gemm B panels"
         definitions.append(constant_array(symbol, ttype.dtype, values, comment))

@@ -29,13 +29,14 @@ FORCE_THREADS = "-DCATENC_GEMM_PARALLEL_FLOPS=0 -DCATENC_GEMM_FLOPS_PER_THREAD=1
 NET = f"""
 [composite.net]
 inputs = ["x: f32[M, {K}]", "v: f32[{K}, {N}]"]
-outputs = ["y: f32[M, {N}]", "z: f32[M, {NT}]", "u: f32[M, {N}]"]
+outputs = ["y: f32[M, {N}]", "z: f32[M, {NT}]", "u: f32[M, {N}]", "s: f32[{N}]"]
 weights = "net.safetensors"
 constants = ["w: f32[{K}, {N}]", "wt: f32[{NT}, {K}]", "b: f32[{N}]"]
 body = '''
 y = relu(x @ w + b)
 z = x @ transpose(wt)
 u = x @ v
+s = sum(w, axis=0)
 '''
 
 [composite.layers]
@@ -90,13 +91,16 @@ def composite(tmp_path_factory):
 def test_baked_b_operands_have_no_packing_function_and_pass_their_panels(composite) -> None:
     baked, _ = composite["baked"]
     external, _ = composite["external"]
-    # net: x @ w and x @ transpose(wt) read panels after their constant's values; x @ v packs v
-    assert re.search(r"catenc_gemm_call_f32\(M, 77LL, 1100LL, 0, 0, w \+ \d+LL, \w+_pack_a, 0, ", baked)
-    assert re.search(r"catenc_gemm_call_f32\(M, 45LL, 1100LL, 0, 0, wt \+ \d+LL, \w+_pack_a, 0, ", baked)
+    # net: x @ w reads panels after w's values (sum(w) reads them too); x @ transpose(wt) reads wt's
+    # panels, all its array holds (nothing else reads wt); x @ v packs v
+    assert re.search(r"catenc_gemm_call_f32\(M, 77LL, 1100LL, 0, 0, w \+ [1-9]\d*LL, \w+_pack_a, 0, ", baked)
+    assert re.search(r"catenc_gemm_call_f32\(M, 45LL, 1100LL, 0, 0, wt \+ 0LL, \w+_pack_a, 0, ", baked)
     assert re.search(r"catenc_gemm_call_f32\(M, 77LL, 1100LL, 0, 0, 0, (\w+)_pack_a, \1_pack_b, ", baked)
     assert len(re.findall(r"static void net_k\d+_g\d+_pack_b\(", baked)) == 1
     assert len(re.findall(r"static void net_k\d+_g\d+_pack_b\(", external)) == 3
     assert "then its gemm B panels" in baked and "then its gemm B panels" not in external
+    wt = re.search(r"constant wt: f32\[45, 1100\], as its gemm B panels only \*/\n.*? bytes\[(\d+)\]", baked)
+    assert wt is not None and int(wt[1]) == 4 * 1100 * 64  # one panel of 64 columns, and no values
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
@@ -111,11 +115,12 @@ def test_prepacked_results_equal_packing_per_call(composite, threads: int, m: in
         results[weights] = entry(x, v)
     for got, want in zip(results["baked"], results["external"], strict=True):
         assert got.tobytes() == want.tobytes()
-    y, z, u = results["baked"]
+    y, z, u, s = results["baked"]
     x64 = x.astype(np.float64)
     np.testing.assert_allclose(y, np.maximum(x64 @ t["w"] + t["b"], 0), rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(z, x64 @ t["wt"].T, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(u, x64 @ v, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(s, t["w"].astype(np.float64).sum(axis=0), rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.parametrize("threads", [1, 3])
