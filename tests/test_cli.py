@@ -221,7 +221,7 @@ def test_compile_writes_the_four_files(built: Path) -> None:
     assert files_in(built) == DEFAULT_FILES
     assert elf_type(built / "libmodel.so") == 3  # ET_DYN
     protos = declarations((built / "model.h").read_text())
-    assert set(protos) == {"gemm", "gemm_workspace_bytes", "scale2", "scale2_workspace_bytes"}
+    assert set(protos) == {f"{e}{s}" for e in ("gemm", "scale2") for s in ("", "_workspace_bytes", "_set_num_threads")}
     roles = {f["path"]: f["role"] for f in manifest(built)["files"]}
     assert roles["libmodel.so"] == "shared_library"
 
