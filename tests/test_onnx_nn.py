@@ -338,6 +338,13 @@ def test_unsupported_forms_are_reported(op, inputs, attrs, message):
         import_proto(model, "m.onnx")
 
 
+def checked_schedule_notes(model, tmp_path, name: str, x_shape: tuple[int, ...]) -> str:
+    """The model's results checked against the reference on a random `x`, then its -O2 schedule notes."""
+    check_against_reference(model, tmp_path, {"x": RNG.standard_normal(x_shape).astype(np.float32)}, rtol=1e-5)
+    plan = plan_file(str(save(model, tmp_path, name)), Options(runtime("clang"), opt="2"))
+    return "\n".join(plan.entries[0].schedule.notes)
+
+
 def test_convolution_under_a_global_pool_keeps_its_gemm_kernel(tmp_path):
     """A convolution read only by a global average pool stays a contraction of its own (inlined into
     the pool's reduction it would be plain loops: ResNet-18's last block took 56 ms instead of 4),
@@ -353,9 +360,7 @@ def test_convolution_under_a_global_pool_keeps_its_gemm_kernel(tmp_path):
         [tensor("pooled", F, None)],
         [weights("w", 16, 8, 3, 3), weights("b", 16)],
     )
-    check_against_reference(model, tmp_path, {"x": RNG.standard_normal((1, 8, 6, 6)).astype(np.float32)}, rtol=1e-5)
-    plan = plan_file(str(save(model, tmp_path, "pool")), Options(runtime("clang"), opt="2"))
-    notes = "\n".join(plan.entries[0].schedule.notes)
+    notes = checked_schedule_notes(model, tmp_path, "pool", (1, 8, 6, 6))
     assert "materialised (a contraction read inside a reduction (it keeps its gemm kernel))" in notes
     # batch 1: the unit axis read at 0 does not keep the bias and relu out of the gemm's epilogue
     assert (
@@ -378,9 +383,7 @@ def test_a_convolution_after_a_max_pool_keeps_its_gemm_kernel(tmp_path):
         [tensor("act", F, None)],
         [weights("w", 16, 8, 3, 3), weights("b", 16)],
     )
-    check_against_reference(model, tmp_path, {"x": RNG.standard_normal((1, 8, 12, 12)).astype(np.float32)}, rtol=1e-5)
-    plan = plan_file(str(save(model, tmp_path, "vgg")), Options(runtime("clang"), opt="2"))
-    notes = "\n".join(plan.entries[0].schedule.notes)
+    notes = checked_schedule_notes(model, tmp_path, "vgg", (1, 8, 12, 12))
     assert "pooled: materialised (would recompute pooled per element of act" in notes, notes
     assert "act: contraction (1 x [16 x 8*3*3] @ [8*3*3 x 6*6]), a packed gemm kernel" in notes, notes
 
