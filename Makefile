@@ -4,8 +4,8 @@
 #   make test    run the test suite on every core (TEST_JOBS=N: N workers) and list its 20 slowest tests
 #   make coverage  regenerate docs/coverage/{clang,opencl,cuda}.md (catenc test-runtime)
 #   make onnx-node-report  regenerate docs/coverage/onnx-node.md (the ONNX node tests, clang)
-#   make gpu-check on a machine with an NVIDIA GPU: every sample with --test and the full
-#                cuda test-runtime (here, without a GPU, cuda cells can only be `compiled`)
+#   make gpu-check on a machine with an NVIDIA GPU: every sample with --test, the full cuda
+#                test-runtime, GPT-2 and the GPU bench against PyTorch (bench/gpu.py; installs nothing)
 #   make lint    ruff check + ruff format --check
 #   make gpt2    GPT-2 small in C (samples/gpt2): compile it, write random weights, generate 32 tokens
 #   make bench   catenc against numpy and PyTorch (bench/run.py; installs the bench extra; writes
@@ -179,20 +179,18 @@ onnx-node-report: $(STAMP)
 	$(CATENC) test-runtime --suite onnx --freeze-shape-inputs --runtime clang -o docs/coverage/onnx-node.md \
 	  --json build/coverage/onnx-node.json || [ $$? -eq 3 ]
 
-# On a machine with an NVIDIA GPU and the CUDA toolkit: run every sample on the GPU against the
-# reference, then the whole op library (fails unless every cell passes).
-gpu-check: $(STAMP)
-	@$(PYBIN) -c "import sys; from catenc.runtime.device_host import cuda_available; sys.exit(not cuda_available())" || \
-	  { echo "error: make gpu-check needs an NVIDIA GPU, its driver and libcudart" >&2; exit 1; }
-	@set -e; for s in $(SAMPLES); do \
-	  sizes=$$(make -s --no-print-directory print-sizes-$$s); \
-	  $(CATENC) compile $$(ls samples/$$s.toml samples/$$s.yaml 2>/dev/null | head -1) --runtime cuda \
-	    -o build/gpu/$$s --test "$$sizes"; \
-	done
-	$(CATENC) test-runtime --runtime cuda -o build/gpu/cuda.md --json build/gpu/cuda.json
+# On a machine with an NVIDIA GPU: bench/gpu.py runs every sample with --test on the GPU, the whole
+# op library (docs/coverage/cuda.md, every cell run), GPT-2 small against the C build and PyTorch,
+# and the GPU bench against PyTorch (bench/gpu_results.md). It installs nothing: GPU_PYTHON is a
+# python3 with PyTorch (CUDA), numpy, click, jinja2 and PyYAML, such as a GPU machine's image has,
+# and catenc runs from this tree (PYTHONPATH). GPU_ARGS="--skip coverage" leaves a part out.
+GPU_PYTHON ?= $(shell if [ -x $(PYBIN) ] && $(PYBIN) -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then echo $(PYBIN); else echo python3; fi)
 
-print-sizes-%:
-	@echo "$(SIZES_$*)"
+gpu-check:
+	@$(GPU_PYTHON) -c "import torch, click, jinja2, yaml, numpy; assert torch.cuda.is_available()" 2>/dev/null || \
+	  { echo "error: make gpu-check needs an NVIDIA GPU and a python3 with PyTorch (CUDA), numpy, click, jinja2, PyYAML (GPU_PYTHON=...)" >&2; exit 1; }
+	@command -v nvcc >/dev/null || { echo "error: make gpu-check needs nvcc (the CUDA toolkit) on PATH" >&2; exit 1; }
+	PYTHONPATH=$(CURDIR) $(GPU_PYTHON) bench/gpu.py $(GPU_ARGS)
 
 lint: $(STAMP)
 	$(RUFF) check $(LINT_DIRS)

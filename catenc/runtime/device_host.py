@@ -17,6 +17,7 @@ import ctypes.util
 import functools
 import math
 import os
+import shutil
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -251,13 +252,29 @@ class OpenCLEntry(DeviceEntry):
 # ---- CUDA --------------------------------------------------------------------------------------
 
 
+def _cudart_candidates() -> list[str]:
+    """Where libcudart may be: the loader's search path, then beside the nvcc on PATH (a toolkit
+    whose lib64 is not in ld.so.conf)."""
+    found = [ctypes.util.find_library("cudart") or "libcudart.so"]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        toolkit = Path(nvcc).resolve().parent.parent
+        for folder in (toolkit / "lib64", toolkit / "targets" / "x86_64-linux" / "lib"):
+            found += sorted(str(p) for p in folder.glob("libcudart.so*"))
+    return found
+
+
 @functools.cache
 def _cudart():
-    name = ctypes.util.find_library("cudart") or "libcudart.so"
-    try:
-        lib = ctypes.CDLL(name)
-    except OSError:
-        raise UnsupportedRuntimeError("running a CUDA build needs libcudart (the CUDA toolkit) and a GPU") from None
+    lib = None
+    for name in _cudart_candidates():
+        try:
+            lib = ctypes.CDLL(name)
+            break
+        except OSError:
+            continue
+    if lib is None:
+        raise UnsupportedRuntimeError("running a CUDA build needs libcudart (the CUDA toolkit) and a GPU")
     count = ctypes.c_int(0)
     if lib.cudaGetDeviceCount(ctypes.byref(count)) != 0 or count.value == 0:
         raise UnsupportedRuntimeError("running a CUDA build needs a GPU; this machine has none")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -304,7 +305,7 @@ def run_coverage(
     blocked = not_run(runtime, config)
     with tempfile.TemporaryDirectory(prefix="catenc-coverage-") as scratch:
         jobs = [(Path(scratch) / f"{family}_{dtype}", group) for (family, dtype), group in groups.items()]
-        with ThreadPoolExecutor(max_workers=2) as pool:
+        with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:  # the compilers run apart
             built = pool.map(lambda job: _build_group(job[0], job[1], options, runnable), jobs)  # as groups finish
             for done, ((_, group), (plans, library, errors)) in enumerate(zip(jobs, built), 1):
                 for case in group:
