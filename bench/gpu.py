@@ -239,6 +239,44 @@ def attention_row(directory: Path) -> Row:
     return Row(workload, ours, theirs, "TFLOP/s", tflop / ours, tflop / theirs, "<= 1.5x sdpa time", met, error, 1e-2)
 
 
+def layout_checks(directory: Path) -> list[str]:
+    """The tensor-core tiles' operand layouts, batch and epilogue against PyTorch in float64 at
+    sizes off the tile (edges; a depth that is no multiple of 8 takes the element-wise copies)."""
+    import torch
+
+    def rand(*shape, dtype=torch.float16):
+        return torch.randn(*shape, device="cuda").to(dtype)
+
+    cases = {
+        "hgemm": lambda m, n, k: ({"a": rand(m, k), "b": rand(k, n)}, lambda t: t["a"] @ t["b"], torch.float16),
+        "hgemm_tn": lambda m, n, k: ({"a": rand(k, m), "b": rand(k, n)}, lambda t: t["a"].T @ t["b"], torch.float16),
+        "hgemm_nt": lambda m, n, k: ({"a": rand(m, k), "b": rand(n, k)}, lambda t: t["a"] @ t["b"].T, torch.float16),
+        "bgemm_tt_relu": lambda m, n, k: (
+            {
+                "a": rand(k, m, dtype=torch.bfloat16),
+                "b": rand(n, k, dtype=torch.bfloat16),
+                "bias": rand(n, dtype=torch.float32),
+            },
+            lambda t: torch.relu(t["a"].T @ t["b"].T + t["bias"]),
+            torch.float32,
+        ),
+        "hbmm": lambda m, n, k: ({"a": rand(3, m, k), "b": rand(3, k, n)}, lambda t: t["a"] @ t["b"], torch.float16),
+    }
+    lines, worst = [], {}
+    for m, n, k in ((257, 131, 72), (128, 256, 64), (61, 45, 77), (1000, 520, 136)):
+        for name, case in cases.items():
+            tensors, reference, dtype = case(m, n, k)
+            want = reference({key: value.double() for key, value in tensors.items()})
+            got = torch.full(want.shape, float("nan"), device="cuda", dtype=dtype)
+            entry = Entry(directory, name)
+            entry(entry.bind(c=got, M=m, N=n, K=k, G=3, **tensors))
+            torch.cuda.synchronize()
+            worst[name] = max(worst.get(name, 0.0), relative_error(got, want))
+    for name, error in worst.items():
+        lines.append(f"- {name}: largest relative error {error:.1e} ({'ok' if error <= 1e-2 else 'WRONG'})")
+    return lines
+
+
 def bench_rows(directory: Path, bandwidth: float, failed: list[str]) -> list[Row]:
     """Every GPU bench workload, catenc against PyTorch on the same inputs; a workload that
     breaks is reported and the rest still run."""
@@ -460,6 +498,14 @@ def main() -> int:
         failed.append(f"bench build: {bench_build.exception()}")
     elif bench_build is not None:
         bench_dir = bench_build.result()
+        report += ["## Tensor-core tiles: layouts, batch, epilogue, edges (against float64)", ""]
+        try:
+            checks = layout_checks(bench_dir)
+            report += checks + [""]
+            failed += [line for line in checks if line.endswith("(WRONG)")]
+        except Exception:  # noqa: BLE001  (reported; the bench still runs)
+            traceback.print_exc()
+            failed.append(f"layout checks: {traceback.format_exc().splitlines()[-1]}")
         bandwidth = copy_bandwidth()
         report += [
             "## Bench against PyTorch (same device, same process, CUDA events, median)",

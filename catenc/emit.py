@@ -19,6 +19,7 @@ from catenc.codegen.prepack import Prepacked, prepack
 from catenc.diagnostics import CatencError
 from catenc.frontend.typed import TType
 from catenc.ir.nodes import view_stride
+from catenc.lower.gpu import TiledGemm
 from catenc.lower.loops import iter_stmts
 from catenc.plan import EntryPlan, external_weights
 from catenc.runtime.conventions import calling_convention
@@ -223,6 +224,9 @@ def render_gpu_source(
             host_context = _gpu_host_context(entry, buffers, temps, original, placed)
             host = _ENV.get_template(renderer.host_template).render(**host_context)
         context.append({"name": entry.name, "kernels": kernels, "host": host})
+    engines = {s.engine for e in entries for k in e.gpu for s in k.body if isinstance(s, TiledGemm)}
+    for engine in sorted(engines & renderer.support.keys()):
+        prelude += "\n" + _ENV.loader.get_source(_ENV, renderer.support[engine])[0]  # plain source, not a template
     return _ENV.get_template("model.gpu.j2").render(
         source_name=f"{stem}{suffix}",
         header_name=f"{stem}.h",
@@ -309,7 +313,13 @@ def _gpu_host_context(entry: EntryPlan, buffers, temps, original: dict[str, str]
         for arg in launch.args:
             actuals.append("(unsigned char*)workspace" if arg.kind == "workspace" else arg.name)
         launches.append(
-            {"kernel": launch.kernel, "groups": launch.groups.to_c(), "block": launch.block, "args": actuals}
+            {
+                "kernel": launch.kernel,
+                "groups": launch.groups.to_c(),
+                "block": launch.block,
+                "shared": launch.shared,
+                "args": actuals,
+            }
         )
     host = {
         "prototype": signature(entry),

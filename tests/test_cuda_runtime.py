@@ -96,7 +96,7 @@ def test_manifest_records_the_launch_of_every_kernel(built):
     assert entry["args"][-1] == {"name": "stream", "role": "stream"}
     mappings = [k["launch"]["mapping"] for k in entry["kernels"]]
     assert mappings == ["gemm", "row", "gemm"]
-    assert entry["kernels"][0]["launch"]["groups"] == "((T + 63) // 64)*((T + 63) // 64)"
+    assert entry["kernels"][0]["launch"]["groups"] == "((T + 127) // 128)*((T + 127) // 128)"
     assert [k["launch"]["block"] for k in entry["kernels"]] == [256, 256, 256]
     command = manifest["build"]["commands"][0]
     assert command[0] == "nvcc" and "-gencode=arch=compute_90,code=[sm_90,compute_90]" in command
@@ -231,3 +231,104 @@ def test_host_entry_checks_sizes_and_workspace_before_launching(built):
     assert entry(*buffers, 45, 64, ctypes.c_void_p(96), need, None) == 2  # not 64-byte aligned
     if not cuda_available():
         assert entry(*buffers, 45, 64, ctypes.c_void_p(64), need, None) == 4
+
+
+# ---- tensor-core tiles (f16 and bf16 operands, f32 accumulators) ------------------------------
+
+LAYOUTS = """
+[composite.layouts_{t}]
+inputs = ["a: {t}[M, K]", "at: {t}[K, M]", "b: {t}[K, N]", "bt: {t}[N, K]", "bias: f32[N]",
+          "x: {t}[G, M, K]", "y: {t}[G, K, N]"]
+outputs = ["nn: {t}[M, N]", "tn: {t}[M, N]", "nt: {t}[M, N]", "tt: f32[M, N]", "batched: {t}[G, M, N]",
+           "scaled: {t}[M, N]"]
+body = '''
+nn = a @ b
+tn = at.T @ b
+nt = a @ bt.T
+tt = relu(at.T.astype(f32) @ bt.T.astype(f32) + bias)
+batched = x @ y
+scaled = (a * 2) @ b
+'''
+"""
+
+
+def tensor_core_calls(source: str) -> list[str]:
+    """The template arguments of every catenc_mma::gemm call, in order."""
+    return re.findall(r"catenc_mma::gemm<([^>]*)>", source)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_half_precision_contractions_take_tensor_cores_in_every_layout(tmp_path, dtype):
+    """Each operand layout is read in place (depth-major or not, per operand); an operand that
+    is an expression keeps the SIMT tiles; the f16/bf16 result is stored by the tile itself."""
+    (tmp_path / "l.toml").write_text(LAYOUTS.replace("{t}", dtype))
+    done = catenc("compile", "l.toml", "--runtime", "cuda", "-S", "-o", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    source = (tmp_path / "out" / "l.cu").read_text()
+    bf16 = str(dtype == "bf16").lower()
+    # sm_90 (the default ARCH): 128 x 128 tiles, one 64 x 64 part per warp for a single product
+    # whose A is depth-major, 64 x 32 parts otherwise
+    wide, narrow = "128, 128, 64, 3", "128, 128, 32, 3"
+    assert tensor_core_calls(source) == [
+        f"{wide}, {bf16}, true, false",  # a @ b: a's rows hold its depth, b's columns are contiguous
+        f"{narrow}, {bf16}, false, false",
+        f"{wide}, {bf16}, true, true",
+        f"{narrow}, {bf16}, false, true",
+        f"{narrow}, {bf16}, true, false",  # batched
+    ]
+    assert source.count("catenc_tile_a[") >= 1  # `(a * 2) @ b` is staged element by element
+    manifest = json.loads((tmp_path / "out" / "l.manifest.json").read_text())
+    kernels = manifest["entries"][0]["kernels"]
+    assert sum(k["launch"]["mapping"] == "gemm" for k in kernels) == 6
+    assert len(kernels) == 6, [k["name"] for k in kernels]  # no conversion pass after any product
+
+
+def test_tensor_core_tiles_follow_the_architecture(tmp_path):
+    (tmp_path / "l.toml").write_text(LAYOUTS.replace("{t}", "f16"))
+    tiles = {}
+    for arch in ("sm_75", "sm_80", "sm_90"):
+        done = catenc(
+            "compile", "l.toml", "--runtime", "cuda", "--config", f"ARCH={arch}", "-S", "-o", arch, cwd=tmp_path
+        )
+        assert done.returncode == 0, done.stderr
+        calls = tensor_core_calls((tmp_path / arch / "l.cu").read_text())
+        tiles[arch] = {call.rsplit(", ", 3)[0] for call in calls}
+    assert tiles == {"sm_75": set(), "sm_80": {"128, 128, 32, 3"}, "sm_90": {"128, 128, 64, 3", "128, 128, 32, 3"}}
+    manifest = json.loads((tmp_path / "sm_80" / "l.manifest.json").read_text())
+    blocks = {k["launch"]["block"] for k in manifest["entries"][0]["kernels"] if k["launch"]["mapping"] == "gemm"}
+    assert blocks == {256}
+
+
+@pytest.mark.parametrize(("dtype", "arch"), [("f16", "sm_80"), ("f16", "sm_90"), ("bf16", "sm_90")])
+def test_tensor_core_tiles_do_not_spill(tmp_path, dtype, arch):
+    """The tiles of every layout and of the op library's contractions stay in registers (both
+    tiles on sm_90, the one of sm_80; bf16 differs from f16 only in the instruction's name)."""
+    (tmp_path / "l.toml").write_text(LAYOUTS.replace("{t}", dtype) + LIBRARY_CONTRACTIONS.replace("{t}", dtype))
+    done = catenc("compile", "l.toml", "--runtime", "cuda", "--config", f"ARCH={arch}", "-S", "-o", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    source = tmp_path / "out" / "l.cu"
+    assert len(tensor_core_calls(source.read_text())) >= 8
+    manifest = json.loads((tmp_path / "out" / "l.manifest.json").read_text())
+    tiled = [k["name"] for e in manifest["entries"] for k in e["kernels"] if k["launch"]["mapping"] == "gemm"]
+    report = ptxas_report(source, arch)
+    assert all(report[name][1] == 0 for name in tiled), {name: report[name] for name in tiled}
+
+
+def test_deeper_pipelines_ask_for_their_shared_memory(tmp_path):
+    """A tile whose stages need over 48 KiB raises the kernel's dynamic shared memory limit
+    before launching it (a runtime of one's own with a 4-stage 128 x 256 tile)."""
+    (tmp_path / "deep.py").write_text(
+        "from catenc.lower.gpu import GemmTile, TensorTiles\nfrom catenc.runtime.gpu_runtime import CudaRuntime\n"
+        "deep = GemmTile(128, 256, 32, 256, 4)\n"
+        "RUNTIME = CudaRuntime(name='deep', tensor_tiles=((80, TensorTiles(deep, deep)),))\n"
+    )
+    (tmp_path / "h.toml").write_text(
+        '[composite.h]\ninputs = ["a: f16[M, K]", "b: f16[K, N]"]\noutputs = ["c: f16[M, N]"]\nbody = "c = a @ b"\n'
+    )
+    done = catenc("compile", "h.toml", "--runtime", "deep.py", "-o", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    source = (tmp_path / "out" / "h.cu").read_text()
+    shared = 4 * (128 + 256) * 32 * 2
+    assert f"cudaFuncSetAttribute(h_k0, cudaFuncAttributeMaxDynamicSharedMemorySize, {shared})" in source
+    assert f"h_k0<<<(unsigned)groups, 256, {shared}, stream>>>" in source
+    assert "__launch_bounds__(256, 1) h_k0(" in source  # all of a multiprocessor's registers if need be

@@ -186,3 +186,29 @@ def test_build_options_reach_the_driver_from_the_config_and_the_manifest(tmp_pat
     assert not (tmp_path / "bad").exists() or not any((tmp_path / "bad").iterdir())
     word = catenc("compile", str(model), "--runtime", "opencl", "--config", "CLFLAGS=O2", cwd=tmp_path)
     assert word.returncode == 1 and "CLFLAGS=O2" in word.stderr, word.stderr
+
+
+def test_contractions_of_every_layout_store_their_half_precision_results(tmp_path):
+    """The layouts CUDA puts on tensor cores, through the shared SIMT tiles here (PoCL): each
+    product is stored by its tile, converted to f16 (no pass after it), at sizes off the tile."""
+    from test_cuda_runtime import LAYOUTS
+
+    lib = compile_text(tmp_path, LAYOUTS.replace("{t}", "f16"), runtime_name="opencl")
+    rng = np.random.default_rng(7)
+    m, n, k, g = 67, 130, 45, 3
+
+    def half(*shape):
+        return rng.standard_normal(shape).astype(np.float16)
+
+    a, at, b, bt, x, y = half(m, k), half(k, m), half(k, n), half(n, k), half(g, m, k), half(g, k, n)
+    bias = rng.standard_normal(n).astype(np.float32)
+    got = lib.layouts_f16(a, at, b, bt, bias, x, y)
+    f64 = [v.astype(np.float64) for v in (a, at, b, bt, x, y)]
+    a64, at64, b64, bt64, x64, y64 = f64
+    want = [a64 @ b64, at64.T @ b64, a64 @ bt64.T, np.maximum(at64.T @ bt64.T + bias, 0), x64 @ y64, (a64 * 2) @ b64]
+    for name, out, ref in zip(("nn", "tn", "nt", "tt", "batched", "scaled"), got, want):
+        assert out.dtype == (np.float32 if name == "tt" else np.float16), name
+        error = np.linalg.norm(out.astype(np.float64) - ref) / np.linalg.norm(ref)
+        assert error < 2e-3, (name, error)
+    manifest = json.loads(next((tmp_path).glob("out_*/*.manifest.json")).read_text())
+    assert [k["launch"]["mapping"] for k in manifest["entries"][0]["kernels"]] == ["gemm"] * 6

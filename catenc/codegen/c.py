@@ -368,14 +368,14 @@ class CRenderer:
         extent = loop.extent.to_c()
         lines.append(f"{pad}for (int64_t {loop.index} = 0; {loop.index} < {extent}; ++{loop.index}) {row}({args});")
 
-    def assignment(self, target: str, v: Value, pad: str) -> list[str]:
+    def assignment(self, target: str, v: Value, pad: str, conversion: str = "{0}") -> list[str]:
         """`target = v;` with the locals v's rendering hoisted, as lines (for statements that
-        render their values inside loops of their own)."""
+        render their values inside loops of their own); `conversion` spells the stored value."""
         state = self.state
         state.statement += 1
         saved, state.hoisted = state.hoisted, []
         try:
-            text = self.value(v)
+            text = conversion.format(self.value(v))
             return [f"{pad}{line}" for line in state.hoisted] + [f"{pad}{target} = {text};"]
         finally:
             state.hoisted = saved

@@ -30,7 +30,16 @@ from catenc.enums import StrEnum
 from catenc.ir.nodes import Binary, Local, Role
 from catenc.lower.flat import flat_extent, unflatten
 from catenc.lower.gemm import output_position
-from catenc.lower.gpu import Barrier, BlockReduce, FirstItem, GpuKernel, GridMapping, ThreadLoop, TiledGemm
+from catenc.lower.gpu import (
+    Barrier,
+    BlockReduce,
+    FirstItem,
+    GemmEngine,
+    GpuKernel,
+    GridMapping,
+    ThreadLoop,
+    TiledGemm,
+)
 from catenc.lower.loops import identity, iter_stmts
 from catenc.schedule.contractions import ACC
 from catenc.schedule.kernels import Schedule
@@ -91,6 +100,7 @@ class Launch:
     groups: Expr
     block: int
     args: tuple[KernelArg, ...]
+    shared: int = 0  # bytes of dynamic local memory per group
 
 
 def temp_offsets(schedule: Schedule) -> dict[str, Expr]:
@@ -108,7 +118,10 @@ def launch_plan(
     entry, buffers: dict[str, BufferArg], temps: dict[str, Expr], original: Mapping[str, str] = {}
 ) -> list[Launch]:
     """The launches of an entry's GPU kernels, in order."""
-    return [Launch(k.name, k.groups, k.block, tuple(kernel_args(k, buffers, temps, original))) for k in entry.gpu]
+    return [
+        Launch(k.name, k.groups, k.block, tuple(kernel_args(k, buffers, temps, original)), k.shared_bytes)
+        for k in entry.gpu
+    ]
 
 
 class GpuRenderer(CRenderer):
@@ -123,11 +136,15 @@ class GpuRenderer(CRenderer):
     group_id = ""  # the group's index along dimension 0
     local_id = ""  # the work-item's index in its group
     group_size_hint = ""  # tells the compiler the group size ({0})
+    tile_size_hint = ""  # ... of a tensor-core tile, which may take all of a multiprocessor's registers
     shuffle_down: str | None = None  # value of lane + offset in the warp ({0}, {1}); None: none
     warp_size = 32
     unroll = "#pragma unroll"
     preamble = ""  # the file's first lines (includes, typedefs)
     host_template: str | None = None  # renders an entry's host function (None: the host is elsewhere)
+    support: dict[GemmEngine, str] = {}  # the source each contraction engine's kernels call
+    vector4: dict[str, str] = {}  # a vector of 4 of a scalar type (reads of 16 bytes from local memory)
+    align16 = ""  # aligns local memory to 16 bytes
     vector_math_f32: dict[str, str] = {}  # the device's math library is already fast
 
     # ---- kernels ----
@@ -159,6 +176,8 @@ class GpuRenderer(CRenderer):
                     f"{i}{pointer} {self.restrict} {name} = ({pointer})({WORKSPACE} + ({temps[name].to_c()}));"
                 )
         hint = self.group_size_hint.format(kernel.block)
+        if kernel.shared_bytes:  # a tensor-core tile: one group per multiprocessor may take every register
+            hint = self.tile_size_hint.format(kernel.block)
         lines = [f"{self.kernel_qualifier} {hint}{kernel.name}({', '.join(params)})", "{"]
         lines += self.local_memory(kernel) + views
         if kernel.mapping is GridMapping.GEMM:
@@ -176,9 +195,12 @@ class GpuRenderer(CRenderer):
         if kernel.mapping is GridMapping.GEMM:
             (stmt,) = kernel.body
             t, ctype = stmt.tile, self.ctype(stmt.contraction.dtype)
+            if stmt.engine is GemmEngine.MMA:  # the tiles live in the support function
+                return []
             return [
-                f"{i}{self.local_qualifier} {ctype} catenc_tile_a[{t.depth}][{t.rows}];",
-                f"{i}{self.local_qualifier} {ctype} catenc_tile_b[{t.depth}][{t.cols}];",
+                # a's rows padded by 4: the items staging one depth slice then store to distinct banks
+                f"{i}{self.local_qualifier} {self.align16}{ctype} catenc_tile_a[{t.depth}][{t.rows + 4}];",
+                f"{i}{self.local_qualifier} {self.align16}{ctype} catenc_tile_b[{t.depth}][{t.cols}];",
             ]
         if any(isinstance(s, BlockReduce) for s in iter_stmts(kernel.body)):
             return [f"{i}{self.local_qualifier} int64_t {SCRATCH}[{kernel.block}];"]
@@ -277,40 +299,55 @@ class GpuRenderer(CRenderer):
     # ---- contractions ----
     def tiled_gemm(self, stmt: TiledGemm, lines: list[str]) -> None:
         """Output tile (m0, n0) of one batch element: operand tiles staged in local memory a
-        depth slice at a time, each work-item accumulating (rows/side) x (cols/side) outputs
-        in registers, spread `side` apart so neighbouring items touch neighbouring columns."""
+        depth slice at a time (the next slice's loads in registers meanwhile), each work-item
+        accumulating (rows/side) x (cols/side) outputs in registers."""
+        if stmt.engine is GemmEngine.MMA:
+            self.mma_gemm(stmt, lines)
+            return
         c, t = stmt.contraction, stmt.tile
         ctype, i, side = self.ctype(c.dtype), self.indent, t.side
         per_row, per_col = t.rows // side, t.cols // side
         rows, cols, depth = flat_extent(c.rows).to_c(), flat_extent(c.cols).to_c(), flat_extent(c.depth).to_c()
         zero = self.literal(0.0, c.dtype)
+        staged = {side: width * t.depth // t.threads for side, width in (("a", t.rows), ("b", t.cols))}
+
+        def owned(item: str, k: str, per: int) -> str:
+            """The tile row (column) of a work-item's k-th output row (column): runs of 4
+            adjacent ones (vector loads from local memory), the runs `side` * 4 apart."""
+            run = 4 if per % 4 == 0 else 1
+            return f"{k} / {run} * {side * run} + {item} * {run} + {k} % {run}" if run > 1 else f"{item} + {k} * {side}"
+
         lines += [
             f"{i}const int {ITEM} = (int){self.local_id};",
             f"{i}const int catenc_ty = {ITEM} / {side}, catenc_tx = {ITEM} % {side};",
-            f"{i}const int64_t catenc_tiles_n = ({cols} + {t.cols - 1}) / {t.cols};",
-            f"{i}const int64_t catenc_tiles_m = ({rows} + {t.rows - 1}) / {t.rows};",
-            f"{i}const int64_t catenc_group = (int64_t){self.group_id};",
-            f"{i}const int64_t catenc_n0 = catenc_group % catenc_tiles_n * {t.cols};",
-            f"{i}const int64_t catenc_m0 = catenc_group / catenc_tiles_n % catenc_tiles_m * {t.rows};",
-            *self.batch_indices(c, i),
+            *self.tile_origin(stmt),
             f"{i}{ctype} catenc_c[{per_row}][{per_col}];",
             f"{i}{self.unroll}",
             f"{i}for (int catenc_i = 0; catenc_i < {per_row}; ++catenc_i)",
             f"{i * 2}{self.unroll}",
             f"{i * 2}for (int catenc_j = 0; catenc_j < {per_col}; ++catenc_j) catenc_c[catenc_i][catenc_j] = {zero};",
-            f"{i}for (int64_t catenc_k0 = 0; catenc_k0 < {depth}; catenc_k0 += {t.depth}) {{",
-            *self.stage_tile(c, "a", t.rows, t, i * 2),
-            *self.stage_tile(c, "b", t.cols, t, i * 2),
+            f"{i}{ctype} catenc_staged_a[{staged['a']}], catenc_staged_b[{staged['b']}];",
+            f"{i}int64_t catenc_k0 = 0;",
+            *self.fetch_tile(c, "a", t.rows, t, i),
+            *self.fetch_tile(c, "b", t.cols, t, i),
+            f"{i}for (; catenc_k0 < {depth}; ) {{",
+            *self.put_tile("a", t.rows, t, i * 2),
+            *self.put_tile("b", t.cols, t, i * 2),
             f"{i * 2}{self.barrier};",
+            f"{i * 2}catenc_k0 += {t.depth};",
+            f"{i * 2}if (catenc_k0 < {depth}) {{  /* the next slice's loads overlap this one's products */",
+            *self.fetch_tile(c, "a", t.rows, t, i * 3),
+            *self.fetch_tile(c, "b", t.cols, t, i * 3),
+            f"{i * 2}}}",
             f"{i * 2}{self.unroll}",
             f"{i * 2}for (int catenc_kk = 0; catenc_kk < {t.depth}; ++catenc_kk) {{",
             f"{i * 3}{ctype} catenc_ra[{per_row}], catenc_rb[{per_col}];",
-            f"{i * 3}{self.unroll}",
-            f"{i * 3}for (int catenc_i = 0; catenc_i < {per_row}; ++catenc_i) "
-            f"catenc_ra[catenc_i] = catenc_tile_a[catenc_kk][catenc_ty + catenc_i * {side}];",
-            f"{i * 3}{self.unroll}",
-            f"{i * 3}for (int catenc_j = 0; catenc_j < {per_col}; ++catenc_j) "
-            f"catenc_rb[catenc_j] = catenc_tile_b[catenc_kk][catenc_tx + catenc_j * {side}];",
+            *self.read_tile(
+                "a", "catenc_ra", "catenc_i", owned("catenc_ty", "catenc_i", per_row), per_row, ctype, i * 3
+            ),
+            *self.read_tile(
+                "b", "catenc_rb", "catenc_j", owned("catenc_tx", "catenc_j", per_col), per_col, ctype, i * 3
+            ),
             f"{i * 3}{self.unroll}",
             f"{i * 3}for (int catenc_i = 0; catenc_i < {per_row}; ++catenc_i)",
             f"{i * 4}{self.unroll}",
@@ -323,16 +360,64 @@ class GpuRenderer(CRenderer):
             f"{i}for (int catenc_i = 0; catenc_i < {per_row}; ++catenc_i) {{",
             f"{i * 2}{self.unroll}",
             f"{i * 2}for (int catenc_j = 0; catenc_j < {per_col}; ++catenc_j) {{",
-            f"{i * 3}const int64_t catenc_row = catenc_m0 + catenc_ty + catenc_i * {side};",
-            f"{i * 3}const int64_t catenc_col = catenc_n0 + catenc_tx + catenc_j * {side};",
+            f"{i * 3}const int64_t catenc_row = catenc_m0 + {owned('catenc_ty', 'catenc_i', per_row)};",
+            f"{i * 3}const int64_t catenc_col = catenc_n0 + {owned('catenc_tx', 'catenc_j', per_col)};",
             f"{i * 3}if (catenc_row < {rows} && catenc_col < {cols}) {{",
-            *[f"{i * 4}{line}" for line in self.indices(unflatten(c.rows), "catenc_row", const=True)],
-            *[f"{i * 4}{line}" for line in self.indices(unflatten(c.cols), "catenc_col", const=True)],
             f"{i * 4}const {ctype} {ACC} = catenc_c[catenc_i][catenc_j];",
-            *self.assignment(f"{c.output}[{output_position(c).to_c()}]", c.epilogue or Local(c.dtype, ACC), i * 4),
+            *self.epilogue_lines(c, i * 4),
             f"{i * 3}}}",
             f"{i * 2}}}",
             f"{i}}}",
+        ]
+
+    def read_tile(self, side: str, target: str, k: str, position: str, count: int, ctype: str, pad: str) -> list[str]:
+        """A work-item's `count` values of its tile at depth catenc_kk into `target`: four at a
+        time where the spelling has a vector of four and they lie in runs of 4 (`position`)."""
+        tile = f"catenc_tile_{side}[catenc_kk]"
+        vector = self.vector4.get(ctype)
+        if vector is None or count % 4:
+            return [
+                f"{pad}{self.unroll}",
+                f"{pad}for (int {k} = 0; {k} < {count}; ++{k}) {target}[{k}] = {tile}[{position}];",
+            ]
+        lanes = "".join(f" {target}[{k} + {n}] = catenc_v.{lane};" for n, lane in enumerate("xyzw"))
+        return [
+            f"{pad}{self.unroll}",
+            f"{pad}for (int {k} = 0; {k} < {count}; {k} += 4) {{",
+            f"{pad}{self.indent}const {vector} catenc_v = *(const {self.local_space}{vector}*)&{tile}[{position}];"
+            + lanes,
+            f"{pad}}}",
+        ]
+
+    def tile_origin(self, stmt: TiledGemm) -> list[str]:
+        """The group's output tile: its first row and column (catenc_m0, catenc_n0) and batch element."""
+        c, t, i = stmt.contraction, stmt.tile, self.indent
+        rows, cols = flat_extent(c.rows).to_c(), flat_extent(c.cols).to_c()
+        return [
+            f"{i}const int64_t catenc_tiles_n = ({cols} + {t.cols - 1}) / {t.cols};",
+            f"{i}const int64_t catenc_tiles_m = ({rows} + {t.rows - 1}) / {t.rows};",
+            f"{i}const int64_t catenc_group = (int64_t){self.group_id};",
+            f"{i}const int64_t catenc_n0 = catenc_group % catenc_tiles_n * {t.cols};",
+            f"{i}const int64_t catenc_m0 = catenc_group / catenc_tiles_n % catenc_tiles_m * {t.rows};",
+            *self.batch_indices(c, i),
+        ]
+
+    def mma_gemm(self, stmt: TiledGemm, lines: list[str]) -> None:
+        """A tile on tensor cores; only a renderer with matrix instructions has one."""
+        raise NotImplementedError(f"{self.language}: no tensor-core contractions")
+
+    def epilogue_lines(self, c, pad: str) -> list[str]:
+        """Output element (catenc_row, catenc_col) of the tile from its sum ACC: the indices, then
+        the store of the epilogue (or the sum)."""
+        return [
+            *[f"{pad}{line}" for line in self.indices(unflatten(c.rows), "catenc_row", const=True)],
+            *[f"{pad}{line}" for line in self.indices(unflatten(c.cols), "catenc_col", const=True)],
+            *self.assignment(
+                f"{c.output}[{output_position(c).to_c()}]",
+                c.epilogue or Local(c.dtype, ACC),
+                pad,
+                self.store_conversion.get(self.state.buffers[c.output].dtype.name, "{0}"),
+            ),
         ]
 
     def batch_indices(self, c, pad: str) -> list[str]:
@@ -344,29 +429,46 @@ class GpuRenderer(CRenderer):
             *[f"{pad}{line}" for line in self.indices(unflatten(c.batch), "catenc_b", const=True)],
         ]
 
-    def stage_tile(self, c, side: str, width: int, t, pad: str) -> list[str]:
-        """Every work-item stages its share of operand `side`'s tile for this depth slice
-        (zero past the edges): a's tile is rows x depth, b's depth x cols, both stored depth-major;
-        consecutive items take consecutive positions along a's depth and b's columns."""
-        ctype, i = self.ctype(c.dtype), self.indent
+    def tile_position(self, side: str, width: int, t) -> str:
+        """Position (catenc_p, catenc_kk) of staged element catenc_e in operand `side`'s tile
+        (a's is rows x depth, b's depth x cols): consecutive items take consecutive positions
+        along a's depth (a row of a row-major operand is contiguous) and along b's columns."""
+        if side == "a":
+            return f"const int catenc_p = catenc_e / {t.depth}, catenc_kk = catenc_e % {t.depth};"
+        return f"const int catenc_p = catenc_e % {width}, catenc_kk = catenc_e / {width};"
+
+    def fetch_tile(self, c, side: str, width: int, t, pad: str) -> list[str]:
+        """Every work-item loads its share of operand `side`'s tile at depth catenc_k0 into
+        registers (catenc_staged_<side>; zero past the edges)."""
+        i = self.indent
         axes, value = (c.rows, c.a) if side == "a" else (c.cols, c.b)
         extent, depth = flat_extent(axes).to_c(), flat_extent(c.depth).to_c()
         origin = "catenc_m0" if side == "a" else "catenc_n0"
-        if side == "a":  # depth fastest: a row of a row-major operand is contiguous
-            position = [f"const int catenc_p = catenc_e / {t.depth}, catenc_kk = catenc_e % {t.depth};"]
-        else:
-            position = [f"const int catenc_p = catenc_e % {width}, catenc_kk = catenc_e / {width};"]
+        target = f"catenc_staged_{side}[catenc_s]"
         return [
-            f"{pad}for (int catenc_e = {ITEM}; catenc_e < {width * t.depth}; catenc_e += {t.threads}) {{",
-            *[f"{pad}{i}{line}" for line in position],
+            f"{pad}{self.unroll}",
+            f"{pad}for (int catenc_s = 0; catenc_s < {width * t.depth // t.threads}; ++catenc_s) {{",
+            f"{pad}{i}const int catenc_e = {ITEM} + catenc_s * {t.threads};",
+            f"{pad}{i}{self.tile_position(side, width, t)}",
             f"{pad}{i}const int64_t catenc_at = {origin} + catenc_p, catenc_q = catenc_k0 + catenc_kk;",
-            f"{pad}{i}{ctype} catenc_v = {self.literal(0.0, c.dtype)};",
+            f"{pad}{i}{target} = {self.literal(0.0, c.dtype)};",
             f"{pad}{i}if (catenc_at < {extent} && catenc_q < {depth}) {{",
             *[f"{pad}{i * 2}{line}" for line in self.indices(unflatten(axes), "catenc_at", const=True)],
             *[f"{pad}{i * 2}{line}" for line in self.indices(unflatten(c.depth), "catenc_q", const=True)],
-            *self.assignment("catenc_v", value, pad + i * 2),
+            *self.assignment(target, value, pad + i * 2),
             f"{pad}{i}}}",
-            f"{pad}{i}catenc_tile_{side}[catenc_kk][catenc_p] = catenc_v;",
+            f"{pad}}}",
+        ]
+
+    def put_tile(self, side: str, width: int, t, pad: str) -> list[str]:
+        """The registers fetch_tile filled, stored into the group's tile (depth-major)."""
+        i = self.indent
+        return [
+            f"{pad}{self.unroll}",
+            f"{pad}for (int catenc_s = 0; catenc_s < {width * t.depth // t.threads}; ++catenc_s) {{",
+            f"{pad}{i}const int catenc_e = {ITEM} + catenc_s * {t.threads};",
+            f"{pad}{i}{self.tile_position(side, width, t)}",
+            f"{pad}{i}catenc_tile_{side}[catenc_kk][catenc_p] = catenc_staged_{side}[catenc_s];",
             f"{pad}}}",
         ]
 
@@ -384,11 +486,35 @@ class CudaRenderer(GpuRenderer):
     group_id = "blockIdx.x"
     local_id = "threadIdx.x"
     group_size_hint = "__launch_bounds__({0}) "
+    tile_size_hint = "__launch_bounds__({0}, 1) "
     shuffle_down = "__shfl_down_sync(0xffffffffu, {0}, {1})"
     preamble = "#include <cuda_runtime.h>\n#include <math.h>\n#include <stdint.h>\n"
     host_template = "cuda_host.cu.j2"
+    support = {GemmEngine.MMA: "mma_gemm.cu"}  # templates the kernels of an engine call
+    vector4 = {"float": "float4"}
+    align16 = "__align__(16) "
     unary_float = registry.unary_spellings("float", "cuda")
     binary_float = registry.binary_spellings("float", "cuda")
+
+    def mma_gemm(self, stmt: TiledGemm, lines: list[str]) -> None:
+        """The group's tile through catenc_mma::gemm (templates/mma_gemm.cu), the epilogue a lambda
+        it calls for every output element in bounds."""
+        c, i, a, b = stmt.contraction, self.indent, stmt.a, stmt.b
+        t = stmt.tile
+        bf16 = "true" if self.state.buffers[a.buffer].dtype.name == "bf16" else "false"
+        warp_cols = t.rows * t.cols * self.warp_size // (64 * t.threads)  # each warp 64 rows of the tile
+        sizes = [str(n) for n in (t.rows, t.cols, warp_cols, t.stages)]
+        flags = ", ".join(sizes + [bf16] + [str(x.depth_major).lower() for x in (a, b)])
+        rows, cols, depth = (flat_extent(axes).to_c() for axes in (c.rows, c.cols, c.depth))
+        lines += [
+            *self.tile_origin(stmt),
+            f"{i}catenc_mma::gemm<{flags}>({a.buffer} + ({a.offset.to_c()}), {a.lead.to_c()}, "
+            f"{b.buffer} + ({b.offset.to_c()}), {b.lead.to_c()}, {rows}, {cols}, {depth}, catenc_m0, catenc_n0,",
+            f"{i * 2}[&](int64_t catenc_row, int64_t catenc_col, float catenc_sum) {{",
+            f"{i * 3}const {self.ctype(c.dtype)} {ACC} = catenc_sum;",
+            *self.epilogue_lines(c, i * 3),
+            f"{i * 2}}});",
+        ]
 
 
 class OpenCLRenderer(GpuRenderer):

@@ -9,20 +9,25 @@ Each loop kernel takes one of three shapes (its `mapping`):
   row's loops are shared by the group's work-items (`ThreadLoop`), each loop's reductions are
   combined across the group (`BlockReduce`), and barriers order the row's steps.
 - "gemm": a contraction as tiles of the output, one work-group per tile, operand tiles staged
-  in local memory (`TiledGemm`).
+  in local memory (`TiledGemm`). Its engine is "simt" (each work-item a register block of
+  outputs, any operand expression) or, where the target has tensor cores and both operands are
+  f16 or bf16 tensors read in place with one unit stride (`StridedOperand`), "mma": warps of
+  matrix instructions over operand tiles copied asynchronously, f32 accumulators.
 
 The renderers decide only spelling (index builtins, barrier, shuffles, qualifiers).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from catenc.dispatch import Table
 from catenc.dtypes import I64, DType
 from catenc.enums import StrEnum
 from catenc.ir.nodes import Binary, Const, Load, Local, SymInt, format_value, walk
+from catenc.lower.flat import Axes, flatten
+from catenc.lower.lanes import Storage
 from catenc.lower.loops import (
     Assign,
     Declare,
@@ -39,7 +44,7 @@ from catenc.lower.loops import (
 )
 from catenc.schedule.contractions import Contraction
 from catenc.schedule.kernels import Decisions
-from catenc.symbolic import Expr, product, sym
+from catenc.symbolic import ONE, Expr, product, sym
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,7 @@ class GemmTile:
     cols: int = 64
     depth: int = 16
     threads: int = 256
+    stages: int = 1  # depth slices in flight (tensor-core tiles: copies run stages - 1 slices ahead)
 
     @property
     def side(self) -> int:
@@ -91,9 +97,56 @@ class GemmTile:
 
 
 @dataclass(frozen=True)
+class TensorTiles:
+    """A target's tensor-core tiles: `plain` for a single product whose A is depth-major (a
+    matmul, a linear layer), `other` for the rest (a batch, or A read transposed: their
+    addressing needs registers that `plain` may spend on double-buffered fragments)."""
+
+    plain: GemmTile
+    other: GemmTile
+
+    def of(self, c: Contraction, a: StridedOperand) -> GemmTile:
+        return self.plain if a.depth_major and not c.batch else self.other
+
+
+class GemmEngine(StrEnum):
+    """What computes a tiled contraction (the module doc says each)."""
+
+    SIMT = "simt"
+    MMA = "mma"
+
+
+MMA_DTYPES = ("f16", "bf16")  # storage dtypes of the tensor-core operands (f32 accumulation)
+
+
+@dataclass(frozen=True)
+class StridedOperand:
+    """An operand read in place: element (p, k) of the current batch element, p along the
+    flattened rows (A) or columns (B) and k along the flattened depth, is
+    buffer[offset + p*outer + k*depth]; one of the strides is 1 (`depth_major`: depth's)."""
+
+    buffer: str
+    offset: Expr  # reads batch indices and symbols only
+    outer: Expr
+    depth: Expr
+
+    @property
+    def depth_major(self) -> bool:
+        return self.depth == ONE
+
+    @property
+    def lead(self) -> Expr:
+        """The stride that is not 1 (a tile row's step)."""
+        return self.outer if self.depth_major else self.depth
+
+
+@dataclass(frozen=True)
 class TiledGemm(Stmt):
     contraction: Contraction
     tile: GemmTile
+    engine: GemmEngine = GemmEngine.SIMT
+    a: StridedOperand | None = None  # MMA: the operands as strided tensors
+    b: StridedOperand | None = None
 
 
 class GridMapping(StrEnum):
@@ -121,6 +174,14 @@ class GpuKernel:
     decisions: Decisions
 
     @property
+    def shared_bytes(self) -> int:
+        """Dynamic local memory of a work-group (tensor-core tiles: every stage's operand tiles)."""
+        if self.mapping is not GridMapping.GEMM or self.body[0].engine is not GemmEngine.MMA:
+            return 0
+        t = self.body[0].tile
+        return t.stages * (t.rows + t.cols) * t.depth * 2
+
+    @property
     def groups(self) -> Expr:
         """Work-groups to launch (the host evaluates this at run time)."""
         if self.mapping is GridMapping.GEMM:
@@ -143,8 +204,15 @@ class GpuProgram:
     kernels: tuple[GpuKernel, ...]
 
 
-def lower_gpu(kernel: LoopKernel, block: int, tile: GemmTile) -> GpuKernel:
-    """The GPU form of one loop kernel (see the module doc for the three mappings)."""
+def lower_gpu(
+    kernel: LoopKernel,
+    block: int,
+    tile: GemmTile,
+    buffers: Mapping[str, Storage] | None = None,
+    mma_tiles: TensorTiles | None = None,
+) -> GpuKernel:
+    """The GPU form of one loop kernel (see the module doc for the three mappings); contractions
+    take a tensor-core tile of `mma_tiles` (None: the target has none) where their operands allow."""
     base = dict(
         buffers=kernel.buffers,
         symbols=kernel.symbols,
@@ -153,8 +221,13 @@ def lower_gpu(kernel: LoopKernel, block: int, tile: GemmTile) -> GpuKernel:
         decisions=kernel.decisions,
     )
     if len(kernel.body) == 1 and isinstance(kernel.body[0], Gemm):
-        gemm = kernel.body[0]
-        body = (TiledGemm(gemm.contraction, tile),)
+        c = kernel.body[0].contraction
+        operands = mma_operands(c, buffers) if mma_tiles is not None and buffers is not None else None
+        if operands is not None:
+            mma_tile = mma_tiles.of(c, operands[0])
+            body: tuple[Stmt, ...] = (TiledGemm(c, mma_tile, GemmEngine.MMA, *operands),)
+            return GpuKernel(kernel.name, GridMapping.GEMM, (), body, mma_tile.threads, **base)
+        body = (TiledGemm(c, tile),)
         return GpuKernel(kernel.name, GridMapping.GEMM, (), body, tile.threads, **base)
     prefix, points, row = _peel_nest(kernel.body)
     if _shares_well(row, alone=not points):
@@ -163,6 +236,40 @@ def lower_gpu(kernel: LoopKernel, block: int, tile: GemmTile) -> GpuKernel:
             shared = shared[:-1]
         return GpuKernel(kernel.name, GridMapping.ROW, points, prefix + shared, block, **base)
     return GpuKernel(kernel.name, GridMapping.ELEMENT, points, prefix + row, block, **base)
+
+
+def mma_operands(c: Contraction, buffers: Mapping[str, Storage]) -> tuple[StridedOperand, StridedOperand] | None:
+    """Both operands as strided tensors of one tensor-core dtype, computed in f32; else None."""
+    if c.dtype.name != "f32" or not (c.rows and c.cols and c.depth):
+        return None
+    a, b = strided_operand(c.a, c.rows, c.depth, buffers), strided_operand(c.b, c.cols, c.depth, buffers)
+    if a is None or b is None:
+        return None
+    kinds = {buffers[a.buffer].dtype.name, buffers[b.buffer].dtype.name}
+    return (a, b) if len(kinds) == 1 and kinds <= set(MMA_DTYPES) else None
+
+
+def strided_operand(value, outer: Axes, depth: Axes, buffers: Mapping[str, Storage]) -> StridedOperand | None:
+    """`value` as a StridedOperand: a plain load whose position is affine in the flattened
+    `outer` and `depth` positions, one of the two strides being 1; else None."""
+    if type(value) is not Load or not value.index:
+        return None
+    flat = flatten(list(value.index), list(buffers[value.buffer].shape))
+    rest, strides = flat, []
+    for axes in (outer, depth):
+        stride = flat.coefficient(axes[-1][0])
+        step = stride
+        for name, extent in reversed(axes):
+            if flat.coefficient(name) != step:
+                return None
+            rest = rest - step * sym(name)
+            step = step * extent
+        strides.append(stride)
+    if rest.free_symbols() & {name for name, _ in (*outer, *depth)}:
+        return None
+    if ONE not in strides or any(s.free_symbols() & {n for n, _ in (*outer, *depth)} for s in strides):
+        return None
+    return StridedOperand(value.buffer, rest, strides[0], strides[1])
 
 
 def _peel_nest(body: tuple[Stmt, ...]) -> tuple[tuple[Stmt, ...], tuple[tuple[str, Expr], ...], tuple[Stmt, ...]]:
@@ -360,8 +467,13 @@ def _format_tiled_gemm(stmt: TiledGemm, pad: str, depth: int, lines: list[str]) 
     c, t = stmt.contraction, stmt.tile
     lines.append(
         f"{pad}{c.output} += a * b in {t.rows}x{t.cols} tiles, depth {t.depth} per step, "
-        f"{t.threads} items: a = {format_value(c.a)}, b = {format_value(c.b)}"
+        f"{t.threads} items, {stmt.engine}: a = {format_value(c.a)}, b = {format_value(c.b)}"
     )
+    for side, operand in (("a", stmt.a), ("b", stmt.b)):
+        if operand is not None:
+            major = "depth" if operand.depth_major else "rows" if side == "a" else "cols"
+            where = f"{operand.buffer}[{operand.offset} + p*{operand.outer} + k*{operand.depth}]"
+            lines.append(f"{pad}{side} in place: {where}, {major}-major")
     if c.epilogue is not None:
         lines.append(f"{pad}epilogue: {format_value(c.epilogue)}")
 

@@ -19,7 +19,7 @@ from catenc.ir.indices import coalesce_reductions, simplify_indices
 from catenc.ir.nodes import Graph, format_graph
 from catenc.ir.passes import fold_constants, inline_computes, remove_dead_computes, split_constant_slices
 from catenc.ir.verify import verify_graph
-from catenc.lower.gpu import GemmTile, GpuProgram, format_gpu, lower_gpu
+from catenc.lower.gpu import GemmTile, GpuProgram, TensorTiles, format_gpu, lower_gpu
 from catenc.lower.guards import split_guarded_loops
 from catenc.lower.loops import LoopKernel, LoopProgram, format_loops, lower_schedule
 from catenc.lower.share import share_identical_kernels
@@ -61,6 +61,7 @@ class Target:
     batch_slots: int  # threads that run a batch of small gemms (each needs its own panels)
     block: int = 0  # work-items per group (GPU)
     gpu_tile: GemmTile | None = None  # a contraction's tile per work-group (GPU)
+    mma_tiles: TensorTiles | None = None  # ... on tensor cores (None: the target has none)
 
     @staticmethod
     def of(runtime: Runtime, config: dict[str, str]) -> Target:
@@ -73,6 +74,7 @@ class Target:
             batch_slots=runtime.renderer.batch_slots,
             block=runtime.block_size(config) if gpu else 0,
             gpu_tile=runtime.gemm_tile(config) if gpu else None,
+            mma_tiles=runtime.mma_tiles(config) if gpu else None,
         )
 
     def gemm_tiles(self) -> dict[str, GemmTiles]:
@@ -138,7 +140,9 @@ def build_pipeline(
         return replace(program, kernels=share_identical_kernels(program.kernels, buffers))
 
     def to_gpu(program: LoopProgram) -> GpuProgram:
-        return GpuProgram(program, tuple(lower_gpu(k, target.block, target.gpu_tile) for k in program.kernels))
+        buffers = {b.name: b for b in program.schedule.graph.buffers}
+        kernels = tuple(lower_gpu(k, target.block, target.gpu_tile, buffers, target.mma_tiles) for k in program.kernels)
+        return GpuProgram(program, kernels)
 
     inline = partial(inline_computes, rereads=REREADS_O3) if more else inline_computes
     rereads = f"an expensive value recomputed at up to {REREADS_O3 if more else 2} readers"
@@ -160,7 +164,7 @@ def build_pipeline(
          graph, graph, split_constant_slices, False),
         (True, "form-kernels", "one kernel per compute", graph, schedule, form_kernels, True),
         (gemm, "take-contractions", "each contraction a gemm kernel of its own",
-         schedule, schedule, take_contractions, False),
+         schedule, schedule, partial(take_contractions, converts=target.work_groups), False),
         (fuse, "fuse-rows", "join consecutive kernels over their shared row loops", schedule, schedule, fuse_rows,
          False),
         (packed, "choose-gemm-tiles", "cache and register tiles of each packed gemm",

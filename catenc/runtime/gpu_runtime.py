@@ -16,7 +16,7 @@ from pathlib import Path
 
 from catenc.codegen.gpu import CudaRenderer, OpenCLRenderer
 from catenc.diagnostics import CatencError
-from catenc.lower.gpu import GemmTile
+from catenc.lower.gpu import GemmTile, TensorTiles
 from catenc.runtime.descriptor import ConfigKey, Runtime
 from catenc.runtime.manifest import ManifestError
 
@@ -42,6 +42,10 @@ class GpuRuntime(Runtime):
 
     def gemm_tile(self, config: Mapping[str, str]) -> GemmTile:
         return self.tile
+
+    def mma_tiles(self, config: Mapping[str, str]) -> TensorTiles | None:
+        """The tiles of contractions on tensor cores (None: the target has none)."""
+        return None
 
 
 def _arch(value: str) -> bool:
@@ -84,6 +88,20 @@ class CudaRuntime(GpuRuntime):
     calling_convention: str = "cuda"
     config_keys: Mapping[str, ConfigKey] = field(default_factory=cuda_config_keys)
     nvcc: str = "nvcc"
+    tile: GemmTile = GemmTile(rows=128, cols=128, depth=8, threads=256)
+    # Tensor-core tiles by the least compute capability each is for (mma.sync needs sm_80), as
+    # measured on an H200 (bench/gpu_results.md): a 64 x 64 part of the tile per warp with its
+    # fragments double-buffered is the fastest (about 1.4x the 64 x 32 parts of twice the warps);
+    # it fits Hopper's 255 registers for a single product whose A is depth-major, while sm_80's
+    # ptxas, a batch or a transposed A would spill it.
+    tensor_tiles: tuple[tuple[int, TensorTiles], ...] = (
+        (90, TensorTiles(plain=GemmTile(128, 128, 32, 128, 3), other=GemmTile(128, 128, 32, 256, 3))),
+        (80, TensorTiles(plain=GemmTile(128, 128, 32, 256, 3), other=GemmTile(128, 128, 32, 256, 3))),
+    )
+
+    def mma_tiles(self, config: Mapping[str, str]) -> TensorTiles | None:
+        capability = int(re.sub(r"\D", "", config.get("ARCH", self.config_keys["ARCH"].default)))
+        return next((tiles for least, tiles in self.tensor_tiles if capability >= least), None)
 
     def compiler(self) -> str:
         found = shutil.which(self.nvcc)

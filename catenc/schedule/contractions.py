@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from catenc.dtypes import F32
 from catenc.ir.nodes import (
     Binary,
     Buffer,
@@ -32,6 +33,7 @@ from catenc.symbolic import ONE, ZERO, Expr, Facts, product, prove_less, prove_n
 
 GEMM_DTYPES = frozenset({"f32", "f64"})
 ACC = "catenc_acc"  # the product's name inside an epilogue
+STORED_AS_F32 = frozenset({"f16", "bf16"})  # storage dtypes computed in f32
 
 Axes = tuple[tuple[str, Expr], ...]
 
@@ -63,9 +65,10 @@ class Contraction:
         return 2 * product(extents)
 
 
-def extract_contractions(graph: Graph) -> tuple[Graph, dict[str, Contraction], list[str]]:
+def extract_contractions(graph: Graph, converts: bool = False) -> tuple[Graph, dict[str, Contraction], list[str]]:
     """The graph with every contraction a compute of its own, the contractions by compute name,
-    and a note for each."""
+    and a note for each; `converts`: the target's contractions store an f32 result into an f16
+    or bf16 output themselves (the GPU tiles), so such a compute is one in place too."""
     computes: list[Compute] = []
     buffers = list(graph.buffers)
     found: dict[str, Contraction] = {}
@@ -73,7 +76,7 @@ def extract_contractions(graph: Graph) -> tuple[Graph, dict[str, Contraction], l
     taken = {b.name for b in graph.buffers}
     for compute in graph.computes:
         body = compute.body
-        direct = _in_place(graph, compute)
+        direct = _in_place(graph, compute, converts)
         if direct is not None:
             found[compute.name] = direct
             computes.append(compute)
@@ -126,10 +129,11 @@ def materialise_costly_operands(graph: Graph) -> tuple[Graph, list[str]]:
     return replace(graph, buffers=tuple(buffers), computes=tuple(computes)), notes
 
 
-def _in_place(graph: Graph, compute: Compute) -> Contraction | None:
+def _in_place(graph: Graph, compute: Compute, converts: bool) -> Contraction | None:
     """The compute as one contraction written in place: its body is a contraction over all its
     indices, or an elementwise function (the epilogue) of one such contraction."""
-    if graph.buffer(compute.name).dtype != compute.body.dtype:
+    stored = graph.buffer(compute.name).dtype
+    if stored != compute.body.dtype and not (converts and stored.name in STORED_AS_F32 and compute.body.dtype == F32):
         return None
     reduces = {v for v in walk(compute.body) if isinstance(v, Reduce)}
     if len(reduces) != 1:

@@ -99,9 +99,10 @@ def form_kernels(graph: Graph) -> Schedule:
     return Schedule(replace(graph, notes=()), kernels, notes=graph.notes)
 
 
-def take_contractions(schedule: Schedule) -> Schedule:
-    """Every contraction of the graph a compute and a kernel of its own (a packed gemm)."""
-    graph, found, notes = extract_contractions(schedule.graph)
+def take_contractions(schedule: Schedule, converts: bool = False) -> Schedule:
+    """Every contraction of the graph a compute and a kernel of its own (a packed gemm or GPU
+    tiles; `converts`: see extract_contractions)."""
+    graph, found, notes = extract_contractions(schedule.graph, converts)
     kernels = _kernels(graph, group_kernels(graph, False, set(found)), found)
     return replace(schedule, graph=graph, kernels=kernels, notes=schedule.notes + tuple(notes))
 
