@@ -212,3 +212,58 @@ def test_a_stored_rows_by_depth_is_read_in_place(tmp_path: Path, threads: str):
     assert_close(lib["conv_static"](x, w), np_conv(x, w, 1, 1, 1), rtol=1e-5, atol=1e-5)
     a, b = randn((3, 13, 40), seed=3), randn((3, 40, 70), seed=4)
     assert_close(lib["bmm_static"](a, b), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+
+
+CONTIGUOUS = """
+[composite.pointwise_silu]
+inputs = ["x: f32[C, H, W]", "w: f32[K, C]", "bias: f32[K]", "skip: f32[K, H, W]"]
+outputs = ["y: f32[K, H, W]"]
+body = '''
+t[k, h, j] = sum[c](w[k, c] * x[c, h, j]) + bias[k]
+y = t * sigmoid(t) + skip
+'''
+
+[composite.pointwise_concat]
+inputs = ["a: f32[3, H, W]", "b: f32[5, H, W]", "w: f32[K, 8]"]
+outputs = ["y: f32[K, H, W]"]
+body = '''
+x = concat([a, b], 0)
+y[k, h, j] = sum[c](w[k, c] * x[c, h, j])
+'''
+
+[composite.pointwise_transposed_skip]
+inputs = ["x: f32[C, H, W]", "w: f32[K, C]", "skip: f32[K, W, H]"]
+outputs = ["y: f32[K, H, W]"]
+body = '''
+t[k, h, j] = sum[c](w[k, c] * x[c, h, j]) + skip[k, j, h]
+y = t
+'''
+"""
+
+
+def test_an_output_plane_is_walked_as_one_run(tmp_path: Path):
+    """A 1x1 convolution's columns (h, w) are one run where every element read and written
+    steps alike along them: the packing and the epilogue (SiLU, a residual) loop once over the
+    plane (vectorised) instead of once per row of 14; a residual read transposed keeps the rows."""
+    lib = compile_text(tmp_path, CONTIGUOUS, name="contiguous")
+    source = (lib.path.parent / "contiguous.c").read_text()
+
+    def function(name: str) -> str:
+        return source.split(f"static void {name}(")[1].split("\n}\n")[0]
+
+    for part in ("pack_b", "epilogue"):
+        assert "catenc_run" not in function(f"pointwise_silu_k0_g0_{part}"), part
+        assert "catenc_flat_" in function(f"pointwise_silu_k0_g0_{part}"), part
+    assert "catenc_run" in function("pointwise_transposed_skip_k0_g0_epilogue")
+    # a concatenation's select per element stays in runs of a row (measured faster on DenseNet)
+    assert "catenc_run" in function("pointwise_concat_k0_g0_pack_b")
+    c, h, w, k = 19, 14, 14, 37
+    x, wt, bias, skip = randn((c, h, w), seed=1), randn((k, c), seed=2), randn((k,), seed=3), randn((k, h, w), seed=4)
+    t = np.einsum("kc,chw->khw", wt.astype(np.float64), x) + bias[:, None, None]
+    assert_close(lib["pointwise_silu"](x, wt, bias, skip), t / (1 + np.exp(-t)) + skip, rtol=1e-5, atol=1e-5)
+    skip_t = randn((k, w, h), seed=5)
+    want = np.einsum("kc,chw->khw", wt.astype(np.float64), x) + skip_t.transpose(0, 2, 1)
+    assert_close(lib["pointwise_transposed_skip"](x, wt, skip_t), want, rtol=1e-5, atol=1e-5)
+    a, b, w8 = randn((3, h, w), seed=6), randn((5, h, w), seed=7), randn((k, 8), seed=8)
+    want = np.einsum("kc,chw->khw", w8.astype(np.float64), np.concatenate([a, b]))
+    assert_close(lib["pointwise_concat"](a, b, w8), want, rtol=1e-5, atol=1e-5)
