@@ -314,8 +314,9 @@ class GpuRenderer(CRenderer):
         def owned(item: str, k: str, per: int) -> str:
             """The tile row (column) of a work-item's k-th output row (column): runs of 4
             adjacent ones (vector loads from local memory), the runs `side` * 4 apart."""
-            run = 4 if per % 4 == 0 else 1
-            return f"{k} / {run} * {side * run} + {item} * {run} + {k} % {run}" if run > 1 else f"{item} + {k} * {side}"
+            if per % 4:
+                return f"{item} + {k} * {side}"
+            return f"{k} / 4 * {side * 4} + {item} * 4 + {k} % 4"
 
         lines += [
             f"{i}const int {ITEM} = (int){self.local_id};",

@@ -28,3 +28,12 @@ def unflatten(axes: Axes) -> Divisions:
         (name, None if k == last else product([e for _, e in axes[k + 1 :]]), extent if k > 0 else None)
         for k, (name, extent) in enumerate(axes)
     )
+
+
+def indices_at(position: Expr, axes: Axes) -> dict[str, Expr]:
+    """Each axis's index at a flattened position of the axes (unflatten's divisions, as expressions)."""
+    out = {}
+    for name, divisor, modulus in unflatten(axes):
+        index = position if divisor is None else position // divisor
+        out[name] = index if modulus is None else index % modulus
+    return out

@@ -17,12 +17,12 @@ from catenc.dtypes import DType
 from catenc.ir.nodes import Binary, Const, Gather, Load, SymInt, Value, Where, value_symbols, walk
 from catenc.ir.passes import substitute
 from catenc.ir.verify import as_expr
-from catenc.lower.flat import Axes, Divisions, flat_extent, flatten, unflatten
+from catenc.lower.flat import Axes, Divisions, flat_extent, flatten, indices_at, unflatten
 from catenc.lower.lanes import Storage
 from catenc.lower.loops import Gemm, LoopKernel
 from catenc.schedule.contractions import GEMM_DTYPES, Contraction
 from catenc.schedule.tiles import PANEL_ALIGN
-from catenc.symbolic import ZERO, Call, Expr, floordiv, maximum, merge_divmod, minimum, sym
+from catenc.symbolic import ONE, ZERO, Call, Expr, floordiv, maximum, merge_divmod, minimum, sym
 
 AT = "catenc_at"  # the last axis's index where an odometer run starts
 EPILOGUE_ROWS = 4  # output rows per epilogue call
@@ -90,6 +90,27 @@ class DirectA:
 
 
 @dataclass(frozen=True)
+class StridedOperand:
+    """An operand read in place: element (p, k) of the current batch element, p along the
+    flattened rows (A) or columns (B) and k along the flattened depth, is
+    buffer[offset + p*outer + k*depth]; one of the strides is 1 (`depth_major`: depth's)."""
+
+    buffer: str
+    offset: Expr  # reads batch indices and symbols only
+    outer: Expr
+    depth: Expr
+
+    @property
+    def depth_major(self) -> bool:
+        return self.depth == ONE
+
+    @property
+    def lead(self) -> Expr:
+        """The stride that is not 1 (a tile row's step)."""
+        return self.outer if self.depth_major else self.depth
+
+
+@dataclass(frozen=True)
 class ConstantB:
     """Operand B a plain load of its buffer as stored at positions the depth and column indices
     alone fix (no batch index, no symbol): (depth k, col j) at buffer[offset + the sums of each
@@ -149,10 +170,7 @@ def contiguous_walk(
     if len(axes) < 2 or any(isinstance(v, Where) for v in walk(value)):
         return axes, value, positions  # a select (a concatenation's) is cheaper per short run, measured
     flat = f"catenc_flat_{axes[0][0]}"
-    mapping = {name: sym(flat) for name, _ in axes}
-    for name, divisor, modulus in unflatten(axes):
-        index = sym(flat) if divisor is None else floordiv(sym(flat), divisor)
-        mapping[name] = index if modulus is None else index % modulus
+    mapping = indices_at(sym(flat), axes)
     moved = substitute(value, mapping)
     addresses = [flatten(list(v.index), list(buffers[v.buffer].shape)) for v in walk(moved) if type(v) is Load]
     addresses += [v.expr for v in walk(moved) if isinstance(v, SymInt)]
@@ -249,24 +267,35 @@ def direct_a(c: Contraction, buffers: Mapping[str, Storage]) -> DirectA | None:
     a = c.a
     if type(a) is not Load or buffers[a.buffer].dtype != a.dtype or a.dtype.name not in GEMM_DTYPES:
         return None
-    if not c.rows or not c.depth:
+    if not c.rows or not c.depth or not all(e.is_const for _, e in (*c.rows, *c.depth)):
         return None
-    flat = flatten(list(a.index), list(buffers[a.buffer].shape))
-    lda = flat.coefficient(c.rows[-1][0])
-    if not lda.is_const:
+    operand = strided_operand(a, c.rows, c.depth, buffers)
+    if operand is None or not operand.depth_major or not operand.outer.is_const:
         return None
-    rest = flat
-    for axes, unit in ((c.rows, lda.value), (c.depth, 1)):
-        stride = unit  # of the axis within the flattened axes, times unit
+    return DirectA(a.buffer, operand.offset, operand.outer.value)
+
+
+def strided_operand(value, outer: Axes, depth: Axes, buffers: Mapping[str, Storage]) -> StridedOperand | None:
+    """`value` as a StridedOperand: a plain load whose position is affine in the flattened
+    `outer` and `depth` positions, one of the two strides being 1; else None."""
+    if type(value) is not Load or not value.index:
+        return None
+    flat = flatten(list(value.index), list(buffers[value.buffer].shape))
+    rest, strides = flat, []
+    for axes in (outer, depth):
+        stride = flat.coefficient(axes[-1][0])
+        step = stride
         for name, extent in reversed(axes):
-            coefficient = flat.coefficient(name)
-            if not (coefficient.is_const and coefficient.value == stride and extent.is_const):
+            if flat.coefficient(name) != step:
                 return None
-            rest = rest - coefficient * sym(name)
-            stride *= extent.value
-    if rest.free_symbols() & {name for name, _ in (*c.rows, *c.depth)}:
+            rest = rest - step * sym(name)
+            step = step * extent
+        strides.append(stride)
+    if rest.free_symbols() & {name for name, _ in (*outer, *depth)}:
         return None
-    return DirectA(a.buffer, rest, lda.value)
+    if ONE not in strides or any(s.free_symbols() & {n for n, _ in (*outer, *depth)} for s in strides):
+        return None
+    return StridedOperand(value.buffer, rest, strides[0], strides[1])
 
 
 def constant_b(c: Contraction, buffers: Mapping[str, Storage]) -> ConstantB | None:

@@ -26,7 +26,8 @@ from catenc.dispatch import Table
 from catenc.dtypes import I64, DType
 from catenc.enums import StrEnum
 from catenc.ir.nodes import Binary, Const, Load, Local, SymInt, format_value, walk
-from catenc.lower.flat import Axes, flatten
+from catenc.lower.flat import indices_at
+from catenc.lower.gemm import StridedOperand, strided_operand
 from catenc.lower.lanes import Storage
 from catenc.lower.loops import (
     Assign,
@@ -44,7 +45,7 @@ from catenc.lower.loops import (
 )
 from catenc.schedule.contractions import Contraction
 from catenc.schedule.kernels import Decisions
-from catenc.symbolic import ONE, Expr, product, sym
+from catenc.symbolic import Expr, product, sym
 
 
 @dataclass(frozen=True)
@@ -117,27 +118,6 @@ class GemmEngine(StrEnum):
 
 
 MMA_DTYPES = ("f16", "bf16")  # storage dtypes of the tensor-core operands (f32 accumulation)
-
-
-@dataclass(frozen=True)
-class StridedOperand:
-    """An operand read in place: element (p, k) of the current batch element, p along the
-    flattened rows (A) or columns (B) and k along the flattened depth, is
-    buffer[offset + p*outer + k*depth]; one of the strides is 1 (`depth_major`: depth's)."""
-
-    buffer: str
-    offset: Expr  # reads batch indices and symbols only
-    outer: Expr
-    depth: Expr
-
-    @property
-    def depth_major(self) -> bool:
-        return self.depth == ONE
-
-    @property
-    def lead(self) -> Expr:
-        """The stride that is not 1 (a tile row's step)."""
-        return self.outer if self.depth_major else self.depth
 
 
 @dataclass(frozen=True)
@@ -249,29 +229,6 @@ def mma_operands(c: Contraction, buffers: Mapping[str, Storage]) -> tuple[Stride
     return (a, b) if len(kinds) == 1 and kinds <= set(MMA_DTYPES) else None
 
 
-def strided_operand(value, outer: Axes, depth: Axes, buffers: Mapping[str, Storage]) -> StridedOperand | None:
-    """`value` as a StridedOperand: a plain load whose position is affine in the flattened
-    `outer` and `depth` positions, one of the two strides being 1; else None."""
-    if type(value) is not Load or not value.index:
-        return None
-    flat = flatten(list(value.index), list(buffers[value.buffer].shape))
-    rest, strides = flat, []
-    for axes in (outer, depth):
-        stride = flat.coefficient(axes[-1][0])
-        step = stride
-        for name, extent in reversed(axes):
-            if flat.coefficient(name) != step:
-                return None
-            rest = rest - step * sym(name)
-            step = step * extent
-        strides.append(stride)
-    if rest.free_symbols() & {name for name, _ in (*outer, *depth)}:
-        return None
-    if ONE not in strides or any(s.free_symbols() & {n for n, _ in (*outer, *depth)} for s in strides):
-        return None
-    return StridedOperand(value.buffer, rest, strides[0], strides[1])
-
-
 def _peel_nest(body: tuple[Stmt, ...]) -> tuple[tuple[Stmt, ...], tuple[tuple[str, Expr], ...], tuple[Stmt, ...]]:
     """The perfect loop nest at the top of a body: (the constant index declarations of unit
     loops, the nest's indices, what the innermost loop runs)."""
@@ -310,15 +267,9 @@ def _collapse(loop: For) -> For:
     if len(nest) == 1:
         return loop
     flat = "catenc_flat_" + nest[0].index
-    declares = []
-    for k, inner in enumerate(nest):
-        position = sym(flat)
-        if k < len(nest) - 1:
-            position = position // product([f.extent for f in nest[k + 1 :]])
-        if k > 0:
-            position = position % inner.extent
-        declares.append(Declare(inner.index, I64, SymInt(I64, position)))
-    return For(flat, product([f.extent for f in nest]), tuple(declares) + body)
+    at = indices_at(sym(flat), [(f.index, f.extent) for f in nest])
+    declares = tuple(Declare(f.index, I64, SymInt(I64, at[f.index])) for f in nest)
+    return For(flat, product([f.extent for f in nest]), declares + body)
 
 
 def _row_level(row: tuple[Stmt, ...]):
