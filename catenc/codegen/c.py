@@ -35,6 +35,7 @@ from catenc.lower.gemm import (
 from catenc.lower.lanes import BASE, FULL, LANE, LANES, WIDTH, expand_lanes, lane
 from catenc.lower.loops import Assign, Declare, For, Gemm, If, LaneReduce, LoopKernel, Stmt, Store
 from catenc.schedule.contractions import ACC
+from catenc.schedule.tiles import KINDS
 from catenc.symbolic import ZERO, Expr, product
 
 
@@ -444,7 +445,7 @@ class CRenderer:
         state.functions += [self.pack_function(name, call, side) for side in sides]
         if call.epilogue is not None:
             state.functions.append(self.epilogue_function(name, call))
-        t, i = c.dtype.name, self.indent
+        t, i = c.kind, self.indent
         init = ", ".join(f".{f.name} = {f.name}" for f in call.fields)
         out = f"{c.output} + ({c.offset.to_c()})"
         rows, cols, depth = call.rows.to_c(), call.cols.to_c(), call.depth.to_c()
@@ -545,21 +546,33 @@ class CRenderer:
 
     def pack_function(self, name: str, call: GemmCall, side: PackSide) -> str:
         """Packs panels of one operand for the driver: position j of panel p at depth k goes to
-        out[k*width + j], zero past the end. Depth outside, positions inside: each depth step
-        writes one contiguous row of the panel (A's rows and B's columns alike)."""
+        out[k*width + j], zero past the end; an int8 kind's panels hold groups of 4 depth steps, k
+        at out[(k/4)*4*width + j*4 + k%4], the depth rounded up to whole groups with zeros. Depth
+        outside, positions inside: each depth step writes one row of the panel (A's rows and B's
+        columns alike)."""
         c = call.contraction
-        ctype, i, pad = self.ctype(c.dtype), self.indent, self.indent * 3
-        width, extent = f"CATENC_GEMM_{side.width}_{c.dtype.name}", side.extent.to_c()
-        out = f"catenc_out[catenc_k * {width} + catenc_j]"
+        kind = KINDS[c.kind]
+        value = side.fill.value
+        ctype, i, pad = self.ctype(value.dtype), self.indent, self.indent * 3
+        width, extent = f"CATENC_GEMM_{side.width}_{c.kind}", side.extent.to_c()
+        if kind.group == 1:
+            out, dst, depth = "catenc_out[catenc_k * {width} + catenc_j]", f"{ctype}* catenc_dst", "catenc_kb"
+        else:
+            g = kind.group
+            out = f"catenc_out[catenc_k / {g} * {g} * {{width}} + catenc_j * {g} + catenc_k % {g}]"
+            dst, depth = "void* catenc_dst", f"((catenc_kb + {g - 1}) / {g} * {g})"
+        out = out.format(width=width)
         head = [
-            f"static void {name}_pack_{side.side}(const void* catenc_ctx, {ctype}* catenc_dst, int64_t catenc_first,",
+            f"static void {name}_pack_{side.side}(const void* catenc_ctx, {dst}, int64_t catenc_first,",
             f"{i * 2}int64_t catenc_panels, int64_t catenc_k0, int64_t catenc_kb)",
             "{",
             *self.unpack_context(name, call.fields),
         ]
         body = [
             f"{i}for (int64_t catenc_p = 0; catenc_p < catenc_panels; ++catenc_p) {{",
-            f"{i * 2}{ctype}* {self.restrict} catenc_out = catenc_dst + catenc_p * catenc_kb * {width};",
+            f"{i * 2}{ctype}* {self.restrict} catenc_out = ({ctype}*)catenc_dst + catenc_p * {depth} * {width};"
+            if kind.group > 1
+            else f"{i * 2}{ctype}* {self.restrict} catenc_out = catenc_dst + catenc_p * catenc_kb * {width};",
             f"{i * 2}const int64_t catenc_n0 = (catenc_first + catenc_p) * {width};",
             f"{i * 2}const int64_t catenc_valid = {extent} - catenc_n0 < {width} ? {extent} - catenc_n0 : {width};",
             f"{i * 2}for (int64_t catenc_k = 0; catenc_k < catenc_kb; ++catenc_k) {{",
@@ -568,8 +581,13 @@ class CRenderer:
             *self.odometer_loop(side.fill, "catenc_n0", "catenc_j", "catenc_valid", out, pad),
             f"{pad}for (int64_t catenc_j = catenc_valid; catenc_j < {width}; ++catenc_j) {out} = 0;",
             f"{i * 2}}}",
-            f"{i}}}",
         ]
+        if kind.group > 1:  # the depth past the slice, to whole groups: zeros
+            body += [
+                f"{i * 2}for (int64_t catenc_k = catenc_kb; catenc_k < {depth}; ++catenc_k)",
+                f"{pad}for (int64_t catenc_j = 0; catenc_j < {width}; ++catenc_j) {out} = 0;",
+            ]
+        body.append(f"{i}}}")
         return "\n".join(head + body + ["}"])
 
     def odometer_loop(

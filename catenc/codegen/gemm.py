@@ -19,6 +19,7 @@ from catenc.schedule.tiles import (
     BATCH_FLOPS,
     CTYPES,
     FLOPS_PER_THREAD,
+    KINDS,
     PARALLEL_FLOPS,
     UNROLL,
     GemmTiles,
@@ -68,7 +69,7 @@ def called_drivers(kernels: Iterable[tuple[LoopKernel, Mapping[str, Storage]]]) 
             if isinstance(stmt, Gemm):
                 c = stmt.contraction
                 driver = Driver.PACKED if direct_a(c, buffers) is None else Driver.DIRECT_A
-                called.setdefault(c.dtype.name, set()).add(driver)
+                called.setdefault(c.kind, set()).add(driver)
     return {dtype: frozenset(drivers) for dtype, drivers in called.items()}
 
 
@@ -76,19 +77,29 @@ def render_gemm_support(tiles: dict[str, GemmTiles], drivers: Mapping[str, froze
     """C text defining the packing typedef, tile macros, micro-kernels and drivers for each dtype in
     `tiles`: only the `drivers` called of each (None: all of every dtype; a dtype without any: none)."""
     dtypes = []
-    for dtype in sorted(tiles):
-        t = tiles[dtype]
-        t.check(dtype)
-        called = frozenset(Driver) if drivers is None else drivers.get(dtype, frozenset())
+    for name in sorted(tiles):
+        t = tiles[name]
+        t.check(name)
+        called = frozenset(Driver) if drivers is None else drivers.get(name, frozenset())
         if not called:
             continue
-        ctype, size = CTYPES[dtype]
+        kind = KINDS[name]
+        ctype, size = CTYPES[kind.acc]
         lanes = t.vector_bytes // size
-        nv = t.nr // lanes
+        nv = t.nr // lanes if kind.group == 1 else t.nr // 16  # an int8 kernel's vectors: 16 columns each
+        kernels = _kernels(t.mr, nv) if kind.group == 1 else [(rows, nv) for rows in _row_variants(t.mr)]
         dtypes.append(
             {
-                "s": dtype,
+                "s": name,
                 "t": ctype,
+                "ta": CTYPES[kind.a][0],
+                "tb": CTYPES[kind.b][0],
+                "pack_t": ctype if kind.group == 1 else "void",
+                "group": kind.group,
+                "kq": "kb" if kind.group == 1 else "kq",
+                "b_unsigned": kind.b == "u8",
+                "widen_a": "_mm_cvtepu8_epi16" if kind.a == "u8" else "_mm_cvtepi8_epi16",
+                "widen_b": "_mm256_cvtepu8_epi16" if kind.b == "u8" else "_mm256_cvtepi8_epi16",
                 "size": size,
                 "mr": t.mr,
                 "nr": t.nr,
@@ -99,10 +110,10 @@ def render_gemm_support(tiles: dict[str, GemmTiles], drivers: Mapping[str, froze
                 "lanes": lanes,
                 "nv": nv,
                 "row_variants": _row_variants(t.mr),
-                "col_variants": list(range(1, nv)),
-                "kernels": _kernels(t.mr, nv),
+                "col_variants": list(range(1, nv)) if kind.group == 1 else [],
+                "kernels": kernels,
                 "unroll": UNROLL,
-                "pack_elements": pack_elements(t, sym("M"), sym("N"), sym("K")).render(_NONNEGATIVE_C),
+                "pack_elements": pack_elements(t, sym("M"), sym("N"), sym("K"), kind).render(_NONNEGATIVE_C),
                 "packed": Driver.PACKED in called,
                 "direct": Driver.DIRECT_A in called,
             }

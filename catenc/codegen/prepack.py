@@ -52,7 +52,7 @@ def prepack(
         found = []
         for stmt in iter_stmts(kernel.body):
             if isinstance(stmt, Gemm):
-                source = constant_b(stmt.contraction, buffers) if stmt.contraction.dtype.name in tiles else None
+                source = constant_b(stmt.contraction, buffers) if stmt.contraction.kind in tiles else None
                 found.append(source if source is not None and source.buffer in values else None)
         sites.setdefault(kernel.shares or kernel.name, []).append(found)
     chosen: dict[str, ConstantB] = {}  # the first way each constant is read

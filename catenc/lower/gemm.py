@@ -20,7 +20,7 @@ from catenc.ir.verify import as_expr
 from catenc.lower.flat import Axes, Divisions, flat_extent, flatten, indices_at, unflatten
 from catenc.lower.lanes import Storage
 from catenc.lower.loops import Gemm, LoopKernel
-from catenc.schedule.contractions import GEMM_DTYPES, Contraction
+from catenc.schedule.contractions import GEMM_DTYPES, Contraction, narrow
 from catenc.schedule.tiles import PANEL_ALIGN
 from catenc.symbolic import ONE, ZERO, Call, Expr, floordiv, maximum, merge_divmod, minimum, sym
 
@@ -375,8 +375,12 @@ def gemm_call(
         packed = panels.get(source.buffer) if source is not None else None
         packed = packed if packed is not None and packed.source == source else None
     sides = (
-        PackSide("a", "MR", flat_extent(c.rows), odometer(*contiguous_walk(c.rows, c.a, (), buffers)[:2], buffers)),
-        PackSide("b", "NR", flat_extent(c.cols), odometer(*contiguous_walk(c.cols, c.b, (), buffers)[:2], buffers)),
+        PackSide(
+            "a", "MR", flat_extent(c.rows), odometer(*contiguous_walk(c.rows, narrow(c.a), (), buffers)[:2], buffers)
+        ),
+        PackSide(
+            "b", "NR", flat_extent(c.cols), odometer(*contiguous_walk(c.cols, narrow(c.b), (), buffers)[:2], buffers)
+        ),
     )
     epilogue, position = None, output_position(c)
     if c.epilogue is not None:

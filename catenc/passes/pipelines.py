@@ -28,7 +28,7 @@ from catenc.lower.vectorize import jam_rows, split_reduction_lanes
 from catenc.lower.verify import verify_loops
 from catenc.passes.manager import Pass, Pipeline, Structure
 from catenc.runtime.descriptor import Runtime
-from catenc.schedule.contractions import GEMM_DTYPES, Contraction, materialise_costly_operands
+from catenc.schedule.contractions import Contraction, materialise_costly_operands
 from catenc.schedule.interchange import interchange_reductions
 from catenc.schedule.kernels import (
     Schedule,
@@ -41,7 +41,7 @@ from catenc.schedule.kernels import (
     plan_storage,
     take_contractions,
 )
-from catenc.schedule.tiles import PANEL_ALIGN, GemmTiles, default_tiles, pack_elements
+from catenc.schedule.tiles import KINDS, PANEL_ALIGN, GemmTiles, default_tiles, pack_elements
 from catenc.schedule.verify import verify_schedule
 from catenc.symbolic import Expr, Facts, product
 
@@ -79,12 +79,12 @@ class Target:
 
     def gemm_tiles(self) -> dict[str, GemmTiles]:
         """The default micro-kernel and cache tiles per dtype for these vectors."""
-        return {dtype: default_tiles(dtype, 4 * self.vector_lanes) for dtype in sorted(GEMM_DTYPES)}
+        return {kind: default_tiles(kind, 4 * self.vector_lanes) for kind in sorted(KINDS)}
 
     def pack_size(self, c: Contraction, tiles: GemmTiles, parallel: bool) -> Expr:
         """Elements of packed panels a contraction needs: one set per thread of a threaded batch."""
         extent = [product([e for _, e in axes]) for axes in (c.rows, c.cols, c.depth)]
-        elements = pack_elements(tiles, *extent)
+        elements = pack_elements(tiles, *extent, KINDS[c.kind])
         if not (c.batch and parallel):
             return elements
         per = PANEL_ALIGN // c.dtype.itemsize  # each batch thread's panels start aligned
@@ -164,7 +164,7 @@ def build_pipeline(
          graph, graph, split_constant_slices, False),
         (True, "form-kernels", "one kernel per compute", graph, schedule, form_kernels, True),
         (gemm, "take-contractions", "each contraction a gemm kernel of its own",
-         schedule, schedule, partial(take_contractions, converts=target.work_groups), False),
+         schedule, schedule, partial(take_contractions, converts=target.work_groups, integer=cpu), False),
         (fuse, "fuse-rows", "join consecutive kernels over their shared row loops", schedule, schedule, fuse_rows,
          False),
         (packed, "choose-gemm-tiles", "cache and register tiles of each packed gemm",

@@ -1,7 +1,8 @@
 """Finding contractions: sums of products that the packed, register-blocked gemm driver computes.
 
-A reduction `sum[k...](a * b)` over f32/f64 where `a` and `b` are reduction-free and each reads
-output indices the other does not is a (batched) matrix product C[batch, m, n] = sum_k a(m, k)
+A reduction `sum[k...](a * b)` over f32/f64 (or over i32 of `cast(u, i32) * cast(s, i32)`, u
+unsigned and s signed bytes: an int8 product, on CPU targets) where `a` and `b` are reduction-free
+and each reads output indices the other does not is a (batched) matrix product C[batch, m, n] = sum_k a(m, k)
 b(k, n), with m the indices only `a` reads and n those only `b` reads. Such a reduction becomes
 a compute of its own (written straight into the buffer it defines when its layout allows, else
 into a temp laid out [batch..., m..., n...]); the schedule gives it a kernel of its own, and the
@@ -16,6 +17,7 @@ from catenc.dtypes import F32
 from catenc.ir.nodes import (
     Binary,
     Buffer,
+    Cast,
     Compute,
     Gather,
     Graph,
@@ -32,6 +34,7 @@ from catenc.ir.passes import calls_expensive, replace_node
 from catenc.symbolic import ONE, ZERO, Expr, Facts, product, prove_less, prove_nonneg, sym
 
 GEMM_DTYPES = frozenset({"f32", "f64"})
+_BYTES = {"u8": "u8", "i8": "s8"}  # a byte operand's type as a gemm kind spells it (schedule/tiles.py KINDS)
 ACC = "catenc_acc"  # the product's name inside an epilogue
 STORED_AS_F32 = frozenset({"f16", "bf16"})  # storage dtypes computed in f32
 
@@ -60,15 +63,39 @@ class Contraction:
         return self.a.dtype
 
     @property
+    def kind(self) -> str:
+        """The packed gemm's kind (schedule/tiles.py KINDS): the dtype, or the int8 operands' signedness."""
+        if self.dtype.name in GEMM_DTYPES:
+            return self.dtype.name
+        return _BYTES[narrow(self.a).dtype.name] + _BYTES[narrow(self.b).dtype.name]
+
+
+def narrow(operand: Value) -> Value:
+    """What a gemm packs of an operand: an int8 product's byte value under its cast to i32."""
+    return operand.x if isinstance(operand, Cast) and operand.dtype.name == "i32" else operand
+
+
+def _byte_product(body: Value) -> bool:
+    """Whether body is `cast(u, i32) * cast(s, i32)` (either order), u of u8 and s of i8."""
+    if not (isinstance(body, Binary) and body.op == "mul" and body.dtype.name == "i32"):
+        return False
+    if not all(isinstance(v, Cast) for v in (body.a, body.b)):
+        return False
+    return sorted(_BYTES.get(v.x.dtype.name, "") for v in (body.a, body.b)) == ["s8", "u8"]
+
+    @property
     def flops(self) -> Expr:
         extents = [e for _, e in self.batch + self.rows + self.cols + self.depth]
         return 2 * product(extents)
 
 
-def extract_contractions(graph: Graph, converts: bool = False) -> tuple[Graph, dict[str, Contraction], list[str]]:
+def extract_contractions(
+    graph: Graph, converts: bool = False, integer: bool = False
+) -> tuple[Graph, dict[str, Contraction], list[str]]:
     """The graph with every contraction a compute of its own, the contractions by compute name,
     and a note for each; `converts`: the target's contractions store an f32 result into an f16
-    or bf16 output themselves (the GPU tiles), so such a compute is one in place too."""
+    or bf16 output themselves (the GPU tiles), so such a compute is one in place too;
+    `integer`: the target computes int8 products (the CPU's packed gemm)."""
     computes: list[Compute] = []
     buffers = list(graph.buffers)
     found: dict[str, Contraction] = {}
@@ -76,7 +103,7 @@ def extract_contractions(graph: Graph, converts: bool = False) -> tuple[Graph, d
     taken = {b.name for b in graph.buffers}
     for compute in graph.computes:
         body = compute.body
-        direct = _in_place(graph, compute, converts)
+        direct = _in_place(graph, compute, converts, integer)
         if direct is not None:
             found[compute.name] = direct
             computes.append(compute)
@@ -88,7 +115,7 @@ def extract_contractions(graph: Graph, converts: bool = False) -> tuple[Graph, d
             axes = tuple((n, e) for n, e in compute.indices if n in used)
             name = _fresh(f"{compute.name}_mm", taken)
             temp = Buffer(name, reduce.dtype, tuple(e for _, e in axes), Role.TEMP)
-            contraction = _contraction(replace(graph, buffers=graph.buffers + (temp,)), name, axes, reduce)
+            contraction = _contraction(replace(graph, buffers=graph.buffers + (temp,)), name, axes, reduce, integer)
             if contraction is None:
                 taken.discard(name)
                 continue
@@ -129,7 +156,7 @@ def materialise_costly_operands(graph: Graph) -> tuple[Graph, list[str]]:
     return replace(graph, buffers=tuple(buffers), computes=tuple(computes)), notes
 
 
-def _in_place(graph: Graph, compute: Compute, converts: bool) -> Contraction | None:
+def _in_place(graph: Graph, compute: Compute, converts: bool, integer: bool) -> Contraction | None:
     """The compute as one contraction written in place: its body is a contraction over all its
     indices, or an elementwise function (the epilogue) of one such contraction."""
     stored = graph.buffer(compute.name).dtype
@@ -146,7 +173,7 @@ def _in_place(graph: Graph, compute: Compute, converts: bool) -> Contraction | N
     used = value_symbols(reduce.body) - {n for n, _ in reduce.indices}
     if any(n not in used and e != ONE for n, e in compute.indices):  # a unit axis (batch 1) is read at 0
         return None
-    contraction = _contraction(graph, compute.name, compute.indices, reduce)
+    contraction = _contraction(graph, compute.name, compute.indices, reduce, integer)
     if contraction is None or compute.body == reduce:
         return contraction
     return replace(contraction, epilogue=replace_node(compute.body, reduce, Local(reduce.dtype, ACC)))
@@ -168,15 +195,17 @@ def _fresh(base: str, taken: set[str]) -> str:
     return name
 
 
-def _contraction(graph: Graph, output: str, indices: Axes, reduce: Reduce) -> Contraction | None:
+def _contraction(graph: Graph, output: str, indices: Axes, reduce: Reduce, integer: bool) -> Contraction | None:
     """`output[indices] = reduce` as a contraction written in place, if it is one.
 
     The columns are the longest run of trailing output dimensions read by one operand only, the
     rows the last run of consecutive dimensions read by the other only (each run flattens to a
     single stride of the row-major buffer); every other index is a batch index."""
-    if reduce.op != "sum" or reduce.dtype.name not in GEMM_DTYPES or not indices:
-        return None
     body = reduce.body
+    if reduce.op != "sum" or not indices:
+        return None
+    if not (reduce.dtype.name in GEMM_DTYPES or integer and _byte_product(body)):
+        return None
     if not (isinstance(body, Binary) and body.op == "mul" and body.a.dtype == body.b.dtype == reduce.dtype):
         return None
     if any(isinstance(v, Reduce) for v in walk(body)):

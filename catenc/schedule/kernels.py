@@ -99,10 +99,10 @@ def form_kernels(graph: Graph) -> Schedule:
     return Schedule(replace(graph, notes=()), kernels, notes=graph.notes)
 
 
-def take_contractions(schedule: Schedule, converts: bool = False) -> Schedule:
+def take_contractions(schedule: Schedule, converts: bool = False, integer: bool = False) -> Schedule:
     """Every contraction of the graph a compute and a kernel of its own (a packed gemm or GPU
-    tiles; `converts`: see extract_contractions)."""
-    graph, found, notes = extract_contractions(schedule.graph, converts)
+    tiles; `converts`, `integer`: see extract_contractions)."""
+    graph, found, notes = extract_contractions(schedule.graph, converts, integer)
     kernels = _kernels(graph, group_kernels(graph, False, set(found)), found)
     return replace(schedule, graph=graph, kernels=kernels, notes=schedule.notes + tuple(notes))
 
@@ -127,7 +127,7 @@ def _kernels(graph: Graph, groups: list, found: dict[str, Contraction]) -> tuple
 
 def choose_gemm_tiles(schedule: Schedule, tiles: dict[str, GemmTiles]) -> Schedule:
     """Record the tiles of each packed gemm's dtype."""
-    used = sorted({k.contraction.dtype.name for k in schedule.kernels if k.contraction is not None})
+    used = sorted({k.contraction.kind for k in schedule.kernels if k.contraction is not None})
     return replace(schedule, tiles=tuple((dtype, tiles[dtype]) for dtype in used))
 
 
@@ -139,7 +139,7 @@ def plan_storage(schedule: Schedule, pack_size: PackSize | None = None) -> Sched
         c = kernel.contraction
         if c is not None and pack_size is not None:
             pack = Buffer(
-                f"catenc_pack{k}", c.dtype, (pack_size(c, tiles[c.dtype.name], kernel.decisions.parallel),), Role.TEMP
+                f"catenc_pack{k}", c.dtype, (pack_size(c, tiles[c.kind], kernel.decisions.parallel),), Role.TEMP
             )
             graph = replace(graph, buffers=graph.buffers + (pack,))
             kernels[k] = replace(kernel, pack=pack.name)

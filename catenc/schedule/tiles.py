@@ -7,7 +7,34 @@ from dataclasses import dataclass
 
 from catenc.symbolic import Expr, ExprLike, floordiv, minimum, to_expr
 
-CTYPES = {"f32": ("float", 4), "f64": ("double", 8)}
+CTYPES = {"f32": ("float", 4), "f64": ("double", 8), "i32": ("int32_t", 4), "i8": ("int8_t", 1), "u8": ("uint8_t", 1)}
+
+
+@dataclass(frozen=True)
+class GemmKind:
+    """What a packed gemm multiplies: the element types of A's and B's panels, that of the
+    accumulator (the output), and the depth steps one packed group holds (an int8 dot product
+    instruction sums 4 byte products into each 32-bit lane: docs/cli.md "int8 products")."""
+
+    name: str
+    a: str
+    b: str
+    acc: str
+    group: int = 1
+
+    @property
+    def packed_size(self) -> int:
+        return CTYPES[self.a][1]
+
+
+# The float kinds are named by their dtype; an int8 kind by its operands' signedness, A's first
+# (unsigned activations times signed weights: a convolution's weight is A, a matmul's is B).
+KINDS = {
+    "f32": GemmKind("f32", "f32", "f32", "f32"),
+    "f64": GemmKind("f64", "f64", "f64", "f64"),
+    "s8u8": GemmKind("s8u8", "i8", "u8", "i32", 4),
+    "u8s8": GemmKind("u8s8", "u8", "i8", "i32", 4),
+}
 
 # Below this many floating-point operations (2*M*N*K) a product runs on the calling thread:
 # waking the OpenMP team costs more than the work saves.
@@ -29,11 +56,16 @@ class GemmTiles:
     nc: int  # columns of B per cache block (multiple of nr)
     vector_bytes: int  # width of the vector type used in the micro-kernel (64 = AVX-512, 32 = AVX2, 16 = SSE/NEON)
 
-    def check(self, dtype: str) -> None:
-        """Raise ValueError unless the tiles are usable for `dtype`."""
-        if dtype not in CTYPES:
-            raise ValueError(f"gemm: unsupported dtype {dtype!r} (expected one of {sorted(CTYPES)})")
-        size = CTYPES[dtype][1]
+    def lanes(self, kind: str) -> int:
+        """Columns per vector of the micro-kernel for gemms of `kind` (16 for every int8 kernel)."""
+        spec = KINDS[kind]
+        return 16 if spec.group > 1 else self.vector_bytes // CTYPES[spec.acc][1]
+
+    def check(self, kind: str) -> None:
+        """Raise ValueError unless the tiles are usable for gemms of `kind` (KINDS)."""
+        if kind not in KINDS:
+            raise ValueError(f"gemm: unsupported dtype {kind!r} (expected one of {sorted(KINDS)})")
+        size = CTYPES[KINDS[kind].acc][1]
         if self.vector_bytes < size or self.vector_bytes > 64 or self.vector_bytes & (self.vector_bytes - 1):
             raise ValueError(f"gemm: vector_bytes {self.vector_bytes} is not a power of two in [{size}, 64]")
         lanes = self.vector_bytes // size
@@ -41,6 +73,9 @@ class GemmTiles:
             raise ValueError(f"gemm: tile sizes must be positive: {self}")
         if self.nr % lanes or self.mc % self.mr or self.nc % self.nr:
             raise ValueError(f"gemm: need nr % {lanes} == 0, mc % mr == 0, nc % nr == 0: {self}")
+        group = KINDS[kind].group
+        if group > 1 and (self.kc % group or self.nr % 16):
+            raise ValueError(f"gemm: an int8 kind needs kc % {group} == 0 and nr % 16 == 0: {self}")
 
 
 # Tuned on a 2-core Sapphire Rapids (AVX-512, 2 FMA units, L1d 48 KiB, L2 2 MiB per core): the A
@@ -57,10 +92,17 @@ _DEFAULTS = {
     ("f32", 16): GemmTiles(mr=4, nr=8, kc=256, mc=96, nc=1024, vector_bytes=16),
     ("f64", 16): GemmTiles(mr=4, nr=4, kc=256, mc=96, nc=1024, vector_bytes=16),
 }
+# int8 (4-deep groups of bytes, i32 accumulators): with AVX-512 VNNI, 8 rows x 2 vectors of 16 columns
+# (16 accumulators, 2 B vectors, a broadcast); on 32- and 16-byte vectors 4 x 16 (AVX-VNNI: 8
+# accumulators; AVX2's widening path: 8 pairs). kc steps are bytes: the A micro-panel (8 KiB) stays in L1.
+for _kind in ("s8u8", "u8s8"):
+    _DEFAULTS[(_kind, 64)] = GemmTiles(mr=8, nr=32, kc=1024, mc=192, nc=512, vector_bytes=64)
+    for _bytes in (32, 16):
+        _DEFAULTS[(_kind, _bytes)] = GemmTiles(mr=4, nr=16, kc=1024, mc=96, nc=512, vector_bytes=_bytes)
 
 
 def default_tiles(dtype: str, vector_bytes: int) -> GemmTiles:
-    """Tiles for `dtype` ("f32" or "f64") with `vector_bytes`-wide vectors (64, 32 or 16)."""
+    """Tiles for gemms of kind `dtype` (KINDS) with `vector_bytes`-wide vectors (64, 32 or 16)."""
     try:
         return _DEFAULTS[(dtype, vector_bytes)]
     except KeyError:
@@ -76,11 +118,14 @@ def _round_up(x: Expr, multiple: int) -> Expr:
     return floordiv(x + (multiple - 1), multiple) * multiple
 
 
-def pack_elements(tiles: GemmTiles, M: ExprLike, N: ExprLike, K: ExprLike) -> Expr:
-    """Elements of packing workspace `catenc_gemm_<dtype>` needs for an M x K by K x N product:
-    kc_eff * (round_up(M, mr) + round_up(N, nr)) with kc_eff = min(K, kc) (sizes are >= 0)."""
+def pack_elements(tiles: GemmTiles, M: ExprLike, N: ExprLike, K: ExprLike, kind: GemmKind = KINDS["f32"]) -> Expr:
+    """Elements (of the accumulator type) of packing workspace `catenc_gemm_<kind>` needs for an M x K
+    by K x N product: kc_eff * (round_up(M, mr) + round_up(N, nr)) packed elements with kc_eff =
+    min(K, kc) rounded up to whole groups (sizes are >= 0)."""
     M, N, K = to_expr(M), to_expr(N), to_expr(K)
-    return minimum(K, tiles.kc) * (_round_up(M, tiles.mr) + _round_up(N, tiles.nr))
+    groups = floordiv(minimum(K, tiles.kc) + (kind.group - 1), kind.group)
+    per_group = kind.group * kind.packed_size // CTYPES[kind.acc][1]  # accumulator elements a group of a row fills
+    return groups * per_group * (_round_up(M, tiles.mr) + _round_up(N, tiles.nr))
 
 
 def slice_depth(tiles: GemmTiles, depth: int) -> int:

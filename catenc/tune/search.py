@@ -28,7 +28,7 @@ from catenc.ir.nodes import Reduce, Unary, walk
 from catenc.registry import TRANSCENDENTAL_OPS
 from catenc.schedule.interchange import strided_reduction
 from catenc.schedule.kernels import Decisions, Kernel, Schedule, kernel_cost
-from catenc.schedule.tiles import CTYPES, GemmTiles
+from catenc.schedule.tiles import GemmTiles
 from catenc.schedule.tuning_file import (
     TuningEntry,
     decisions_json,
@@ -116,7 +116,7 @@ class Knob:
         """Values that emit the same code as these, canonical (or None where illegal)."""
         if self.tiles_of:
             tiles = GemmTiles(**values)
-            lanes = tiles.vector_bytes // CTYPES[self.tiles_of][1]
+            lanes = tiles.lanes(self.tiles_of)
             registers = tiles.mr * (tiles.nr // lanes)
             base = GemmTiles(**self.base)
             if registers > base.mr * (base.nr // lanes):  # more accumulators than registers hold
@@ -175,7 +175,7 @@ def kernel_space(kernel: Kernel, schedule: Schedule, threads: bool, lanes: int) 
 
 
 def tiles_space(tiles: GemmTiles, dtype: str) -> dict[str, tuple[int, ...]]:
-    lanes = tiles.vector_bytes // CTYPES[dtype][1]
+    lanes = tiles.lanes(dtype)
     return {
         "mr": tuple(sorted({4, 6, 8, tiles.mr})),
         "nr": tuple(sorted({lanes, 2 * lanes, 4 * lanes, tiles.nr})),
