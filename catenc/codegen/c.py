@@ -546,49 +546,100 @@ class CRenderer:
 
     def pack_function(self, name: str, call: GemmCall, side: PackSide) -> str:
         """Packs panels of one operand for the driver: position j of panel p at depth k goes to
-        out[k*width + j], zero past the end; an int8 kind's panels hold groups of 4 depth steps, k
-        at out[(k/4)*4*width + j*4 + k%4], the depth rounded up to whole groups with zeros. Depth
-        outside, positions inside: each depth step writes one row of the panel (A's rows and B's
-        columns alike)."""
+        out[k*width + j], zero past the end. Depth outside, positions inside: each depth step
+        writes one contiguous row of the panel (A's rows and B's columns alike). An int8 kind's
+        panels hold groups of depth steps (grouped_pack_body)."""
         c = call.contraction
-        kind = KINDS[c.kind]
         value = side.fill.value
-        ctype, i, pad = self.ctype(value.dtype), self.indent, self.indent * 3
+        ctype, i = self.ctype(value.dtype), self.indent
         width, extent = f"CATENC_GEMM_{side.width}_{c.kind}", side.extent.to_c()
-        if kind.group == 1:
-            out, dst, depth = "catenc_out[catenc_k * {width} + catenc_j]", f"{ctype}* catenc_dst", "catenc_kb"
-        else:
-            g = kind.group
-            out = f"catenc_out[catenc_k / {g} * {g} * {{width}} + catenc_j * {g} + catenc_k % {g}]"
-            dst, depth = "void* catenc_dst", f"((catenc_kb + {g - 1}) / {g} * {g})"
-        out = out.format(width=width)
+        group = KINDS[c.kind].group
         head = [
-            f"static void {name}_pack_{side.side}(const void* catenc_ctx, {dst}, int64_t catenc_first,",
+            f"static void {name}_pack_{side.side}(const void* catenc_ctx, "
+            f"{'void' if group > 1 else ctype}* catenc_dst, int64_t catenc_first,",
             f"{i * 2}int64_t catenc_panels, int64_t catenc_k0, int64_t catenc_kb)",
             "{",
             *self.unpack_context(name, call.fields),
         ]
+        depth = "catenc_kb" if group == 1 else f"((catenc_kb + {group - 1}) / {group} * {group})"
+        start = "catenc_dst" if group == 1 else f"({ctype}*)catenc_dst"
         body = [
             f"{i}for (int64_t catenc_p = 0; catenc_p < catenc_panels; ++catenc_p) {{",
-            f"{i * 2}{ctype}* {self.restrict} catenc_out = ({ctype}*)catenc_dst + catenc_p * {depth} * {width};"
-            if kind.group > 1
-            else f"{i * 2}{ctype}* {self.restrict} catenc_out = catenc_dst + catenc_p * catenc_kb * {width};",
+            f"{i * 2}{ctype}* {self.restrict} catenc_out = {start} + catenc_p * {depth} * {width};",
             f"{i * 2}const int64_t catenc_n0 = (catenc_first + catenc_p) * {width};",
             f"{i * 2}const int64_t catenc_valid = {extent} - catenc_n0 < {width} ? {extent} - catenc_n0 : {width};",
-            f"{i * 2}for (int64_t catenc_k = 0; catenc_k < catenc_kb; ++catenc_k) {{",
-            f"{pad}const int64_t catenc_q = catenc_k0 + catenc_k;",
+        ]
+        if group == 1:
+            body += self.depth_step(call, side, "catenc_k0 + catenc_k", "catenc_out[catenc_k * {w} + catenc_j]", 2)
+        else:
+            body += self.grouped_pack_body(call, side, ctype, group)
+        return "\n".join(head + body + [f"{i}}}", "}"])
+
+    def depth_step(self, call: GemmCall, side: PackSide, depth: str, out: str, level: int) -> list[str]:
+        """`for catenc_k < catenc_kb`: the panel row of depth step `depth` into `out` ({w}: the
+        panel's width), zero past the valid positions."""
+        i, width = self.indent, f"CATENC_GEMM_{side.width}_{call.contraction.kind}"
+        out, pad = out.format(w=width), i * (level + 1)
+        return [
+            f"{i * level}for (int64_t catenc_k = 0; catenc_k < catenc_kb; ++catenc_k) {{",
+            f"{pad}const int64_t catenc_q = {depth};",
             *[f"{pad}{line}" for line in self.indices(call.depth_indices, "catenc_q", const=True)],
             *self.odometer_loop(side.fill, "catenc_n0", "catenc_j", "catenc_valid", out, pad),
             f"{pad}for (int64_t catenc_j = catenc_valid; catenc_j < {width}; ++catenc_j) {out} = 0;",
+            f"{i * level}}}",
+        ]
+
+    def word_pack_body(self, side: PackSide, ctype: str, group: int, width: str) -> list[str]:
+        """An int8 panel of an operand whose depth steps are consecutive in memory (side.runs): each
+        position's steps copied a group (one word) at a time, the last group and the positions
+        past the end zeros."""
+        i, runs = self.indent, side.runs
+        offset = "" if runs.offset == ZERO else f" + ({runs.offset.to_c()})"
+        at = f"catenc_out + catenc_g * {width} + catenc_j * {group}"
+        return [
+            f"{i * 2}for (int64_t catenc_j = 0; catenc_j < {width}; ++catenc_j) {{",
+            f"{i * 3}const int64_t catenc_n = catenc_j < catenc_valid ? catenc_kb : 0; /* steps it has */",
+            f"{i * 3}const {ctype}* {self.restrict} catenc_src = catenc_j < catenc_valid ? {runs.buffer}{offset}"
+            f" + (catenc_n0 + catenc_j) * ({runs.outer.to_c()}) + catenc_k0 : 0;",
+            f"{i * 3}int64_t catenc_g = 0;",
+            f"{i * 3}for (; catenc_g + {group} <= catenc_n; catenc_g += {group}) "
+            f"memcpy({at}, catenc_src + catenc_g, {group});",
+            f"{i * 3}for (; catenc_g < catenc_kb; catenc_g += {group}) {{",
+            f"{i * 4}{ctype} catenc_word[{group}] = {{0}};",
+            f"{i * 4}for (int64_t catenc_t = 0; catenc_t < {group} && catenc_g + catenc_t < catenc_n; ++catenc_t)",
+            f"{i * 5}catenc_word[catenc_t] = catenc_src[catenc_g + catenc_t];",
+            f"{i * 4}memcpy({at}, catenc_word, {group});",
+            f"{i * 3}}}",
             f"{i * 2}}}",
         ]
-        if kind.group > 1:  # the depth past the slice, to whole groups: zeros
-            body += [
-                f"{i * 2}for (int64_t catenc_k = catenc_kb; catenc_k < {depth}; ++catenc_k)",
-                f"{pad}for (int64_t catenc_j = 0; catenc_j < {width}; ++catenc_j) {out} = 0;",
-            ]
-        body.append(f"{i}}}")
-        return "\n".join(head + body + ["}"])
+
+    def grouped_pack_body(self, call: GemmCall, side: PackSide, ctype: str, group: int) -> list[str]:
+        """An int8 panel: per group of `group` depth steps, the rows as one contiguous block each
+        (block copies where the walk has them), then interleaved, position j's steps at
+        out[j*group + step]; the depth past the slice, to whole groups, zeros."""
+        i, width = self.indent, f"CATENC_GEMM_{side.width}_{call.contraction.kind}"
+        if side.runs is not None:
+            return self.word_pack_body(side, ctype, group, width)
+        rows = f"catenc_rows[{group} * {width}]"
+        return [
+            f"{i * 2}for (int64_t catenc_g = 0; catenc_g < catenc_kb; catenc_g += {group}) {{",
+            f"{i * 3}CATENC_GEMM_ALIGN64 {ctype} {rows} = {{0}};",
+            f"{i * 3}{{",
+            f"{i * 4}const int64_t catenc_left = catenc_kb - catenc_g;",
+            f"{i * 4}const int64_t catenc_kb = catenc_left < {group} ? catenc_left : {group};",
+            *self.depth_step(
+                call, side, "catenc_k0 + catenc_g + catenc_k", "catenc_rows[catenc_k * {w} + catenc_j]", 4
+            ),
+            f"{i * 3}}}",
+            f"{i * 3}for (int64_t catenc_j = 0; catenc_j < {width}; ++catenc_j) {{",
+            *[
+                f"{i * 4}catenc_out[catenc_g * {width} + catenc_j * {group} + {step}] = "
+                f"catenc_rows[{step} * {width} + catenc_j];"
+                for step in range(group)
+            ],
+            f"{i * 3}}}",
+            f"{i * 2}}}",
+        ]
 
     def odometer_loop(
         self, walk: Odometer, start: str, counter: str, count: str, target: str, pad: str, prologue=()

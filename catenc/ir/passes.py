@@ -14,6 +14,7 @@ from catenc.ir.cost import BYTE_WEIGHT, at_reference, element_reads, element_wor
 from catenc.ir.nodes import (
     Binary,
     Buffer,
+    Cast,
     Compute,
     Const,
     Gather,
@@ -442,6 +443,14 @@ def _fold_unary(value: Unary) -> Value:
         return Const(dtype, _wrap(-int(value.x.value), dtype))
     if isinstance(value.x, Const) and value.op == "not" and dtype == BOOL:
         return Const(BOOL, not value.x.value)
+    return value
+
+
+@_FOLD.register(Cast)
+def _fold_cast(value: Cast) -> Value:
+    """An integer constant cast to an integer type is a constant of that type (wrapped, as C casts)."""
+    if isinstance(value.x, Const) and value.x.dtype.is_int and value.dtype.is_int:
+        return Const(value.dtype, _wrap(int(value.x.value), value.dtype))
     return value
 
 

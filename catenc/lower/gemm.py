@@ -21,7 +21,7 @@ from catenc.lower.flat import Axes, Divisions, flat_extent, flatten, indices_at,
 from catenc.lower.lanes import Storage
 from catenc.lower.loops import Gemm, LoopKernel
 from catenc.schedule.contractions import GEMM_DTYPES, Contraction, narrow
-from catenc.schedule.tiles import PANEL_ALIGN
+from catenc.schedule.tiles import KINDS, PANEL_ALIGN
 from catenc.symbolic import ONE, ZERO, Call, Expr, floordiv, maximum, merge_divmod, minimum, sym
 
 AT = "catenc_at"  # the last axis's index where an odometer run starts
@@ -77,6 +77,7 @@ class PackSide:
     width: str  # the tile dimension a panel spans: "MR" or "NR"
     extent: Expr  # positions along the panel's axes
     fill: Odometer
+    runs: StridedOperand | None = None  # an int8 operand read in place along the depth: copied a word at a time
 
 
 @dataclass(frozen=True)
@@ -254,7 +255,7 @@ def guard_window(value: Value, last: str, buffers: Mapping[str, Storage]) -> Win
 
 def _unit_stride(value: Value, last: str, buffers: Mapping[str, Storage]) -> bool:
     """Whether `value` reads its buffer as stored (no conversion) at consecutive elements as `last` steps."""
-    if type(value) is not Load or buffers[value.buffer].dtype != value.dtype or value.dtype.name not in GEMM_DTYPES:
+    if type(value) is not Load or buffers[value.buffer].dtype != value.dtype:
         return False
     flat = flatten(list(value.index), list(buffers[value.buffer].shape))
     step = flat.coefficient(last)
@@ -320,6 +321,18 @@ def constant_b(c: Contraction, buffers: Mapping[str, Storage]) -> ConstantB | No
     return ConstantB(b.buffer, rest.value, tuple(found[0]), tuple(found[1]))
 
 
+def _depth_runs(c: Contraction, operand: Value, outer: Axes, buffers: Mapping[str, Storage]) -> StridedOperand | None:
+    """An int8 operand stored with its depth steps consecutive (a weight's rows, an activation
+    matrix's rows), as a StridedOperand: its panels are filled a group of steps (one word) at a time."""
+    if KINDS[c.kind].group == 1:
+        return None
+    value = narrow(operand)
+    if type(value) is not Load or buffers[value.buffer].dtype != value.dtype or not outer or not c.depth:
+        return None
+    runs = strided_operand(value, outer, c.depth, buffers)
+    return runs if runs is not None and runs.depth_major else None
+
+
 def output_position(c: Contraction) -> Expr:
     """The flat position of the contraction's output element at the current indices."""
     rows = flatten([sym(n) for n, _ in c.rows], [e for _, e in c.rows])
@@ -374,13 +387,15 @@ def gemm_call(
         source = constant_b(c, buffers)
         packed = panels.get(source.buffer) if source is not None else None
         packed = packed if packed is not None and packed.source == source else None
-    sides = (
+    sides = tuple(
         PackSide(
-            "a", "MR", flat_extent(c.rows), odometer(*contiguous_walk(c.rows, narrow(c.a), (), buffers)[:2], buffers)
-        ),
-        PackSide(
-            "b", "NR", flat_extent(c.cols), odometer(*contiguous_walk(c.cols, narrow(c.b), (), buffers)[:2], buffers)
-        ),
+            side,
+            width,
+            flat_extent(axes),
+            odometer(*contiguous_walk(axes, narrow(v), (), buffers)[:2], buffers),
+            _depth_runs(c, v, axes, buffers),
+        )
+        for side, width, axes, v in (("a", "MR", c.rows, c.a), ("b", "NR", c.cols, c.b))
     )
     epilogue, position = None, output_position(c)
     if c.epilogue is not None:
