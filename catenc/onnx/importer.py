@@ -26,7 +26,7 @@ from catenc.onnx.families import FAMILIES  # noqa: F401  (importing them registe
 from catenc.onnx.folding import Decision, Placement, place, repeats
 from catenc.onnx.model import IMPORT_NOTE, file_loc, load_model, node_label, onnx_module, opsets, type_name
 from catenc.onnx.registry import CONVERTERS, OnnxNode, decode_attribute
-from catenc.onnx.rewrite import fold_batchnorm
+from catenc.onnx.rewrite import fold_batchnorm, fuse_qdq
 from catenc.onnx.validate import validate
 from catenc.onnx.values import NUMPY, ONNX_DTYPES, Value, dims, known_value, static
 from catenc.symbolic import sym
@@ -69,7 +69,7 @@ def import_proto(
     so they become constants (a Reshape target or Pad amounts fed as inputs, as the ONNX node
     tests feed them)."""
     validate(model, display)
-    return _Importer(fold_batchnorm(model), display, dict(fixed_inputs or {})).run(name, weights_file)
+    return _Importer(fuse_qdq(fold_batchnorm(model)), display, dict(fixed_inputs or {})).run(name, weights_file)
 
 
 class _Importer:

@@ -7,7 +7,9 @@ A convolution is one index-form statement, `y[n, k, oh, ow] = sum[c, r, s](where
 any rank, asymmetric pads, strides and dilations. Grouped convolutions compute [N, G, K/G, ...]
 (a batched gemm per group) and reshape; a depthwise one (one input channel per group) reads its
 channel directly, and is written as a sum of its taps (no reduction loop inside the row: the row
-is a vector loop; MobileNetV2's 3x3 layers 1.6x faster at stride 1, 4x at stride 2 with -O3). Pooling is a guarded
+is a vector loop; MobileNetV2's 3x3 layers 1.6x faster at stride 1, 4x at stride 2 with -O3). The
+integer convolutions of quantization.py are the same statement of 8-bit values, each factor cast
+to i32 and the window padded with the input's zero point. Pooling is a guarded
 `max` or `sum` over the window. Resizing is separable: per axis, a gather of each tap's input
 positions (computed at import as onnx's reference computes them, antialiased too) times its weights, or one
 affine read `x[..., i // 2]` where nearest sampling repeats each element.
@@ -33,6 +35,7 @@ from catenc.onnx.builder import (
     Size,
     affine,
     call,
+    cast,
     guarded,
     lit,
     reduce,
@@ -222,8 +225,29 @@ def _grouped(
 
 @converter("Conv")
 def conv(node: OnnxNode, emit: Emitter) -> list[Value]:
-    x, w, b = node.need(0), node.need(1), node.input(2)
+    x = node.need(0)
     need_float(node, x)
+    return [convolution(node, x, node.need(1), node.input(2), emit)]
+
+
+def _product(read: Node, weight: Node, accumulator: str | None) -> Node:
+    """read * weight; with an accumulator type, each factor cast to it (`cast(x, i32) * cast(w, i32)`)."""
+    if accumulator is None:
+        return read * weight
+    return cast(read, accumulator) * cast(weight, accumulator)
+
+
+def convolution(
+    node: OnnxNode,
+    x: Value,
+    w: Value,
+    b: Value | None,
+    emit: Emitter,
+    pad: Node | float = 0.0,
+    accumulator: str | None = None,
+) -> Value:
+    """The convolution statement of x, w and the bias b (the module's docstring) as the node's output;
+    an integer one (quantization.py) reads `pad` outside the input and sums in `accumulator`."""
     if w.rank != x.rank:
         raise ModelError(f"the weight has rank {w.rank}, the input {x.rank}")
     kernel = _kernel(node, w)
@@ -252,8 +276,8 @@ def conv(node: OnnxNode, emit: Emitter) -> list[Value]:
             ranges, wc = ((c, c_group), *access.reduce), c
         else:
             channel_in, ranges, wc = 0, access.reduce, 0
-        read = guarded(access.guards, xt[(n, channel_in, *access.index)], 0.0)
-        total = reduce("sum", ranges, read * wt[(channel, wc, *wtaps)])
+        read = guarded(access.guards, xt[(n, channel_in, *access.index)], pad)
+        total = reduce("sum", ranges, _product(read, wt[(channel, wc, *wtaps)], accumulator))
         return total + bt[channel] if bt is not None else total
 
     if b is not None and b.shape != (const(k_out),):
@@ -267,11 +291,14 @@ def conv(node: OnnxNode, emit: Emitter) -> list[Value]:
             products = []
             for tap in itertools.product(*(range(size) for size in kernel)):
                 at = forward_access(win, x.shape[2:], outs, tap)
-                products.append(guarded(at.guards, xt[(n, channel_in, *at.index)], 0.0) * wt[(k, 0, *tap)])
+                read = guarded(at.guards, xt[(n, channel_in, *at.index)], pad)
+                products.append(_product(read, wt[(k, 0, *tap)], accumulator))
             expr = functools.reduce(operator.add, products)
-            return [emit.out_index([n, k, *outs], expr + bt[k] if bt is not None else expr, x.dtype, shape)]
-        return [emit.out_index([n, k, *outs], expr_of(k, None, None), x.dtype, shape)]
-    return [_grouped(emit, expr_of, x.shape[0], groups, per_group, [n, *outs], win.out, ix)]
+            expr = expr + bt[k] if bt is not None else expr
+        else:
+            expr = expr_of(k, None, None)
+        return emit.out_index([n, k, *outs], expr, accumulator or x.dtype, shape)
+    return _grouped(emit, expr_of, x.shape[0], groups, per_group, [n, *outs], win.out, ix)
 
 
 @converter("ConvTranspose")

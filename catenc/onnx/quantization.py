@@ -9,6 +9,8 @@ rounded half to even, the zero point added, saturated to the integer type by `ca
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from catenc.onnx import builder as B
@@ -58,7 +60,7 @@ def _layout(node: OnnxNode, param: Value, x: Value) -> tuple[int, int] | None:
     if block:
         if param.rank != x.rank or block < 1:
             raise ModelError(f"a blocked {param.rank}-D scale or zero point for a {x.rank}-D input")
-    elif param.rank != 1 or param.shape[0] != x.shape[axis]:
+    elif param.rank != 1 or x.rank == 0 or param.shape[0] != x.shape[axis]:
         raise ModelError(f"a per-axis scale or zero point of shape {list(param.shape)} for axis {axis}")
     return axis, block
 
@@ -199,6 +201,51 @@ def matmul_integer(node: OnnxNode, emit: Emitter) -> list[Value]:
     return [emit.out(_product(a, a_zero, b, b_zero, shape, emit), "i32", shape)]
 
 
+# ---- products of raw 8-bit values: u8 activations times a known int8 weight, summed in i32 ----
+
+
+def _known_zero(zero_point: Value | None) -> int | None:
+    """A per-tensor zero point known at import as an int (0 when absent), else None."""
+    if zero_point is None:
+        return 0
+    if not (zero_point.is_known and zero_point.known.dtype != object and _scalar(zero_point)):
+        return None
+    return int(zero_point.known.reshape(-1)[0])
+
+
+def _raw_operands(x: Value, x_zero: Value | None, w: Value, w_zero: Value | None) -> bool:
+    """Whether x (u8, a zero point known per tensor) and w (a known int8 weight whose zero points
+    are all zero) can be multiplied as their raw 8-bit values, the zero point corrected after."""
+    weight_centred = w_zero is None or (w_zero.is_known and w_zero.known.dtype != object and not w_zero.known.any())
+    known = w.is_known and w.known.dtype != object
+    return x.dtype == "u8" and w.dtype == "i8" and known and _known_zero(x_zero) is not None and weight_centred
+
+
+def _correction(node: OnnxNode, values: np.ndarray, emit: Emitter) -> Value:
+    """The i32 constant vector added to a raw product (`<output>_correction`), computed at import."""
+    correction = known_value(values.astype(np.int32), "i32")
+    emit.hint(correction, f"{node.outputs[0]}_correction")
+    return correction
+
+
+def _raw_product(node: OnnxNode, a: Value, a_zero: Value | None, b: Value, shape, emit: Emitter) -> Node:
+    """(a - a_zero) @ b as `cast(a, i32) @ cast(b, i32) + correction[n]`, correction = -a_zero * colsum(b)."""
+    product = matmul(cast(emit.ref(a), "i32"), cast(emit.ref(b), "i32"), shape)
+    zero = _known_zero(a_zero)
+    if not zero:
+        return product
+    return product + emit.ref(_correction(node, -zero * b.known.astype(np.int64).sum(axis=0), emit))
+
+
+def _column_scale(b_scale: Value, b: Value, emit: Emitter) -> Node:
+    """b's scale: one per tensor, or one per column of b (along its last axis)."""
+    if _scalar(b_scale):
+        return _scalar_param(b_scale, emit)
+    if b_scale.rank != 1 or b_scale.shape[0] != b.shape[-1]:
+        raise ModelError(f"a scale of shape {list(b_scale.shape)} for b of shape {list(b.shape)}")
+    return emit.ref(b_scale)
+
+
 @converter("QLinearMatMul")
 def qlinear_matmul(node: OnnxNode, emit: Emitter) -> list[Value]:
     a, a_scale, a_zero = node.need(0), node.need(1), node.input(2)
@@ -208,26 +255,31 @@ def qlinear_matmul(node: OnnxNode, emit: Emitter) -> list[Value]:
     q = a.dtype if y_zero is None else y_zero.dtype
     if q not in ("i8", "u8"):
         raise ModelError(f"an output of type {q}")
-    if not all(_scalar(s) for s in (a_scale, b_scale, y_scale)):
-        raise Unsupported("per-row or per-column scales")
-    acc = emit.ref(emit.temp(_product(a, a_zero, b, b_zero, shape, emit), "i32", shape, "acc"))
+    if not (_scalar(a_scale) and _scalar(y_scale)):
+        raise Unsupported("per-row scales of a or y")
+    if _raw_operands(a, a_zero, b, b_zero) and b.rank == 2:
+        sums = _raw_product(node, a, a_zero, b, shape, emit)
+    else:
+        sums = _product(a, a_zero, b, b_zero, shape, emit)
+    acc = emit.ref(emit.temp(sums, "i32", shape, "acc"))
     # the reference multiplies in the scales' type, then the i32 products by that factor in f64
     ft = a_scale.dtype
-    scales = _scalar_param(a_scale, emit) * _scalar_param(b_scale, emit)
-    product = emit.ref(emit.temp(scales, ft, (), "scales"))
-    factor = emit.ref(emit.temp(product / _scalar_param(y_scale, emit), ft, (), "factor"))
-    return [emit.out(_requantized(cast(acc, "f64"), factor, y_zero, q, emit), q, shape)]
+    scales = _scalar_param(a_scale, emit) * _column_scale(b_scale, b, emit)
+    product = emit.ref(emit.temp(scales, ft, scales.shape, "scales"))
+    factor = emit.ref(emit.temp(product / _scalar_param(y_scale, emit), ft, scales.shape, "factor"))
+    return [emit.out(_requantized(acc, factor, y_zero, q, emit), q, shape)]
 
 
 def _requantized(acc: Node, factor: Node, y_zero: Value | None, q: str, emit: Emitter) -> Node:
     """`cast(round(acc * factor + y_zero), q)`, computed in f64."""
-    expr = acc * cast(factor, "f64")
+    expr = (acc if acc.dtype == "f64" else cast(acc, "f64")) * cast(factor, "f64")
     if y_zero is not None:
         expr = expr + cast(_scalar_param(y_zero, emit), "f64")
     return cast(call("round", expr), q)
 
 
-# ---- integer convolutions: the float convolution (nn.py) of the shifted integers, exact in f64 ----
+# ---- integer convolutions: nn.py's convolution of the raw 8-bit values in i32 where the operands
+# allow it (see _raw_operands), else of the shifted integers, exact in f64 ----
 
 
 def _per_channel(value: Value, rank: int, emit: Emitter, axis: int = 0) -> Node:
@@ -247,35 +299,48 @@ def _shifted(operand: Value, zero_point: Value | None, emit: Emitter, hint: str)
     return emit.temp(expr, "f64", operand.shape, hint)
 
 
+def _accumulator(node: OnnxNode, emit: Emitter, build: Callable[[], Value]) -> Value:
+    """The convolution `build` writes, named as an intermediate of the node (`<output>_acc`)."""
+    outputs = emit.outputs
+    emit.outputs = (f"{node.outputs[0]}_acc",)
+    try:
+        return build()
+    finally:
+        emit.outputs = outputs
+
+
+def _raw_conv(node: OnnxNode, x: Value, x_zero: Value | None, w: Value, bias: Value | None, emit: Emitter) -> Value:
+    """sum(cast(x padded with x_zero, i32) * cast(w, i32)) + correction[k], correction = bias -
+    x_zero * sum of w[k]: the convolution of (x - x_zero) and w plus the bias, in i32."""
+    zero = _known_zero(x_zero)
+    sums = w.known.astype(np.int64).reshape(w.known.shape[0], -1).sum(axis=1)
+    correction = None
+    if zero or bias is not None:
+        correction = _correction(node, -zero * sums + (0 if bias is None else bias.known.astype(np.int64)), emit)
+    pad = cast(0, "u8") if x_zero is None else _scalar_param(x_zero, emit)
+    return _accumulator(node, emit, lambda: nn.convolution(node, x, w, correction, emit, pad, "i32"))
+
+
 def _integer_conv(
     node: OnnxNode, x: Value, w: Value, zps: tuple[Value | None, Value | None], bias: Value | None, emit: Emitter
 ) -> Value:
-    """The convolution of (x - x_zero_point) and (w - w_zero_point) with nn.py's Conv, in f64 (exact)."""
+    """The convolution of (x - x_zero_point) and (w - w_zero_point) plus the bias: of the raw 8-bit
+    values in i32 where they allow it, else with nn.py's convolution in f64 (exact)."""
     if x.dtype not in ("i8", "u8") or w.dtype not in ("i8", "u8"):
         raise ModelError(f"inputs of types {x.dtype} and {w.dtype}")
+    if _raw_operands(x, zps[0], w, zps[1]) and (bias is None or bias.is_known):
+        return _raw_conv(node, x, zps[0], w, bias, emit)
     xs, ws = _shifted(x, zps[0], emit, "x"), _shifted(w, zps[1], emit, "w")
     if bias is not None:
         bias = emit.temp(cast(emit.ref(bias), "f64"), "f64", bias.shape, "bias")
-    attrs = {
-        k: v
-        for k, v in node.attrs.items()
-        if k in ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
-    }
-    conv_node = OnnxNode("Conv", node.name, node.opset, (xs, ws, bias), node.outputs[:1], attrs)
-    outputs = emit.outputs
-    emit.outputs = (f"{node.outputs[0]}_acc",)  # the accumulator is an intermediate
-    try:
-        (acc,) = nn.conv(conv_node, emit)
-    finally:
-        emit.outputs = outputs
-    return acc
+    return _accumulator(node, emit, lambda: nn.convolution(node, xs, ws, bias, emit))
 
 
 @converter("ConvInteger")
 def conv_integer(node: OnnxNode, emit: Emitter) -> list[Value]:
     x, w = node.need(0), node.need(1)
     acc = _integer_conv(node, x, w, (node.input(2), node.input(3)), None, emit)
-    return [emit.out(cast(emit.ref(acc), "i32"), "i32", acc.shape)]
+    return [emit.out(emit.ref(acc) if acc.dtype == "i32" else cast(emit.ref(acc), "i32"), "i32", acc.shape)]
 
 
 @converter("QLinearConv")
