@@ -109,7 +109,7 @@ def test_int8_matmul_equals_the_integer_product(library, threads: int, batch: in
 
 
 @pytest.mark.parametrize("threads", [1, 3])
-@pytest.mark.parametrize(("c", "h", "w", "f"), [(13, 9, 11, 21), (130, 7, 7, 40)])
+@pytest.mark.parametrize(("c", "h", "w", "f"), [(13, 9, 11, 21), (130, 7, 7, 40), (5, 24, 25, 9)])
 def test_int8_convolution_pads_with_its_value(library, threads: int, c: int, h: int, w: int, f: int) -> None:
     entry = library[2].entries["qconv"]
     entry.set_num_threads(threads)

@@ -64,6 +64,9 @@ class KernelState:
     guarded: int = 0  # how many `where` branches enclose it (their reads stay inside the branch)
 
 
+PACK_CHUNK = 16  # int8 panels packed together: a depth step's row spans them (templates/gemm.c.j2 q8 layout)
+
+
 class CRenderer:
     """Renders kernels as C99 functions. Subclasses change spellings, not structure; a method
     a subclass overrides replaces its entry in the dispatch tables (catenc/dispatch.py)."""
@@ -548,7 +551,7 @@ class CRenderer:
         """Packs panels of one operand for the driver: position j of panel p at depth k goes to
         out[k*width + j], zero past the end. Depth outside, positions inside: each depth step
         writes one contiguous row of the panel (A's rows and B's columns alike). An int8 kind's
-        panels hold groups of depth steps (grouped_pack_body)."""
+        panels hold groups of depth steps (word_pack_body, chunked_pack_body)."""
         c = call.contraction
         value = side.fill.value
         ctype, i = self.ctype(value.dtype), self.indent
@@ -561,6 +564,8 @@ class CRenderer:
             "{",
             *self.unpack_context(name, call.fields),
         ]
+        if group > 1 and side.runs is None:
+            return "\n".join(head + self.chunked_pack_body(call, side, ctype, group) + ["}"])
         depth = "catenc_kb" if group == 1 else f"((catenc_kb + {group - 1}) / {group} * {group})"
         start = "catenc_dst" if group == 1 else f"({ctype}*)catenc_dst"
         body = [
@@ -572,12 +577,14 @@ class CRenderer:
         if group == 1:
             body += self.depth_step(call, side, "catenc_k0 + catenc_k", "catenc_out[catenc_k * {w} + catenc_j]", 2)
         else:
-            body += self.grouped_pack_body(call, side, ctype, group)
+            body += self.word_pack_body(side, ctype, group, width)
         return "\n".join(head + body + [f"{i}}}", "}"])
 
-    def depth_step(self, call: GemmCall, side: PackSide, depth: str, out: str, level: int) -> list[str]:
+    def depth_step(
+        self, call: GemmCall, side: PackSide, depth: str, out: str, level: int, span: str | None = None
+    ) -> list[str]:
         """`for catenc_k < catenc_kb`: the panel row of depth step `depth` into `out` ({w}: the
-        panel's width), zero past the valid positions."""
+        panel's width), zero past the valid positions up to `span` (None: the width)."""
         i, width = self.indent, f"CATENC_GEMM_{side.width}_{call.contraction.kind}"
         out, pad = out.format(w=width), i * (level + 1)
         return [
@@ -585,7 +592,7 @@ class CRenderer:
             f"{pad}const int64_t catenc_q = {depth};",
             *[f"{pad}{line}" for line in self.indices(call.depth_indices, "catenc_q", const=True)],
             *self.odometer_loop(side.fill, "catenc_n0", "catenc_j", "catenc_valid", out, pad),
-            f"{pad}for (int64_t catenc_j = catenc_valid; catenc_j < {width}; ++catenc_j) {out} = 0;",
+            f"{pad}for (int64_t catenc_j = catenc_valid; catenc_j < {span or width}; ++catenc_j) {out} = 0;",
             f"{i * level}}}",
         ]
 
@@ -613,32 +620,51 @@ class CRenderer:
             f"{i * 2}}}",
         ]
 
-    def grouped_pack_body(self, call: GemmCall, side: PackSide, ctype: str, group: int) -> list[str]:
-        """An int8 panel: per group of `group` depth steps, the rows as one contiguous block each
-        (block copies where the walk has them), then interleaved, position j's steps at
-        out[j*group + step]; the depth past the slice, to whole groups, zeros."""
-        i, width = self.indent, f"CATENC_GEMM_{side.width}_{call.contraction.kind}"
-        if side.runs is not None:
-            return self.word_pack_body(side, ctype, group, width)
-        rows = f"catenc_rows[{group} * {width}]"
+    def chunked_pack_body(self, call: GemmCall, side: PackSide, ctype: str, group: int) -> list[str]:
+        """int8 panels of any other operand, PACK_CHUNK panels at a time: per group of `group` depth
+        steps, each step's row across the chunk's positions (one long run: block copies where the
+        walk has them), then interleaved into each panel, position j's steps at out[j*group +
+        step]; the steps past the slice, to a whole group, zeros."""
+        i, width, extent = self.indent, f"CATENC_GEMM_{side.width}_{call.contraction.kind}", side.extent.to_c()
+        row = f"{PACK_CHUNK} * {width}"  # a row of the chunk: its panels' positions
+        kq = f"((catenc_kb + {group - 1}) / {group} * {group})"
         return [
+            f"{i}for (int64_t catenc_c0 = 0; catenc_c0 < catenc_panels; catenc_c0 += {PACK_CHUNK}) {{",
+            f"{i * 2}const int64_t catenc_cn = catenc_panels - catenc_c0 < {PACK_CHUNK} ? "
+            f"catenc_panels - catenc_c0 : {PACK_CHUNK};",
+            f"{i * 2}const int64_t catenc_span = catenc_cn * {width};",
+            f"{i * 2}const int64_t catenc_n0 = (catenc_first + catenc_c0) * {width};",
+            f"{i * 2}const int64_t catenc_valid = {extent} - catenc_n0 < catenc_span ? {extent} - catenc_n0"
+            " : catenc_span;",
             f"{i * 2}for (int64_t catenc_g = 0; catenc_g < catenc_kb; catenc_g += {group}) {{",
-            f"{i * 3}CATENC_GEMM_ALIGN64 {ctype} {rows} = {{0}};",
+            f"{i * 3}CATENC_GEMM_ALIGN64 {ctype} catenc_rows[{group} * {row}];",
             f"{i * 3}{{",
             f"{i * 4}const int64_t catenc_left = catenc_kb - catenc_g;",
             f"{i * 4}const int64_t catenc_kb = catenc_left < {group} ? catenc_left : {group};",
             *self.depth_step(
-                call, side, "catenc_k0 + catenc_g + catenc_k", "catenc_rows[catenc_k * {w} + catenc_j]", 4
+                call,
+                side,
+                "catenc_k0 + catenc_g + catenc_k",
+                f"catenc_rows[catenc_k * {row} + catenc_j]",
+                4,
+                "catenc_span",
             ),
+            f"{i * 4}for (int64_t catenc_k = catenc_kb; catenc_k < {group}; ++catenc_k)",
+            f"{i * 5}memset(catenc_rows + catenc_k * {row}, 0, (size_t)catenc_span);",
             f"{i * 3}}}",
-            f"{i * 3}for (int64_t catenc_j = 0; catenc_j < {width}; ++catenc_j) {{",
+            f"{i * 3}for (int64_t catenc_p = 0; catenc_p < catenc_cn; ++catenc_p) {{",
+            f"{i * 4}{ctype}* {self.restrict} catenc_out = ({ctype}*)catenc_dst + (catenc_c0 + catenc_p) * {kq} * "
+            f"{width} + catenc_g * {width};",
+            f"{i * 4}const {ctype}* {self.restrict} catenc_in = catenc_rows + catenc_p * {width};",
+            f"{i * 4}for (int64_t catenc_j = 0; catenc_j < {width}; ++catenc_j) {{",
             *[
-                f"{i * 4}catenc_out[catenc_g * {width} + catenc_j * {group} + {step}] = "
-                f"catenc_rows[{step} * {width} + catenc_j];"
+                f"{i * 5}catenc_out[catenc_j * {group} + {step}] = catenc_in[{step} * {row} + catenc_j];"
                 for step in range(group)
             ],
+            f"{i * 4}}}",
             f"{i * 3}}}",
             f"{i * 2}}}",
+            f"{i}}}",
         ]
 
     def odometer_loop(
