@@ -22,6 +22,7 @@ from catenc.onnx.indexing import small
 from catenc.onnx.linalg import matmul_shape
 from catenc.onnx.model import type_name
 from catenc.onnx.registry import OnnxNode, axis_of, converter
+from catenc.onnx.rewrite import REQUANTIZE_F32
 from catenc.onnx.values import NUMPY, ONNX_DTYPES, Value, known_value
 from catenc.symbolic import const
 
@@ -267,11 +268,15 @@ def qlinear_matmul(node: OnnxNode, emit: Emitter) -> list[Value]:
     scales = _scalar_param(a_scale, emit) * _column_scale(b_scale, b, emit)
     product = emit.ref(emit.temp(scales, ft, scales.shape, "scales"))
     factor = emit.ref(emit.temp(product / _scalar_param(y_scale, emit), ft, scales.shape, "factor"))
-    return [emit.out(_requantized(acc, factor, y_zero, q, emit), q, shape)]
+    return [emit.out(_requantized(acc, factor, y_zero, q, emit, bool(node.attr(REQUANTIZE_F32))), q, shape)]
 
 
-def _requantized(acc: Node, factor: Node, y_zero: Value | None, q: str, emit: Emitter) -> Node:
-    """`cast(round(acc * factor + y_zero), q)`, computed in f64."""
+def _requantized(acc: Node, factor: Node, y_zero: Value | None, q: str, emit: Emitter, f32: bool = False) -> Node:
+    """`cast(round(acc * factor + y_zero), q)`, computed in f64; `f32`: `cast(round(acc * factor) +
+    y_zero, q)` in f32 (a fused QDQ group, rewrite.py REQUANTIZE_F32)."""
+    if f32:
+        rounded = call("round", cast(acc, "f32") * cast(factor, "f32"))
+        return cast(rounded if y_zero is None else rounded + cast(_scalar_param(y_zero, emit), "f32"), q)
     expr = (acc if acc.dtype == "f64" else cast(acc, "f64")) * cast(factor, "f64")
     if y_zero is not None:
         expr = expr + cast(_scalar_param(y_zero, emit), "f64")
@@ -354,4 +359,5 @@ def qlinear_conv(node: OnnxNode, emit: Emitter) -> list[Value]:
     scales = _scalar_param(x_scale, emit) * _per_channel(w_scale, acc.rank, emit, 1)
     factor_shape = () if _scalar(w_scale) else (w_scale.shape[0],) + (const(1),) * (acc.rank - 2)
     factor = emit.ref(emit.temp(scales / _scalar_param(y_scale, emit), x_scale.dtype, factor_shape, "factor"))
-    return [emit.out(_requantized(emit.ref(acc), factor, y_zero, q, emit), q, acc.shape)]
+    requantized = _requantized(emit.ref(acc), factor, y_zero, q, emit, bool(node.attr(REQUANTIZE_F32)))
+    return [emit.out(requantized, q, acc.shape)]

@@ -110,6 +110,12 @@ def _fresh(name: str, taken: set[str]) -> str:
 
 # ---- QDQ groups -> QLinearConv / QLinearMatMul ---------------------------------------------------
 
+# A fused node's attribute (never in a model read from a file): the group computed its float result
+# and quantised it in f32, so the node requantises in f32 too, round(sum * (x_scale * w_scale /
+# y_scale)) + y_zero_point, as onnxruntime's QLinearConv does, where a QLinear node read from a
+# model requantises in f64 as the ONNX reference does (docs/onnx.md "Quantised models").
+REQUANTIZE_F32 = "catenc_requantize_f32"
+
 DEFAULT = ("", "ai.onnx")
 SCALE_RTOL = 1e-6  # a bias scale within this of x_scale * w_scale is taken as equal to it
 
@@ -292,9 +298,11 @@ def _zero_point(w: _Dequantized, taken: set[str]) -> tuple[str, list]:
 
 
 def _qlinear(op: str, inputs: list[str], q, like, attrs: dict | None = None, output: str | None = None):
-    """A QLinearConv / QLinearMatMul node named as `like` (the float operator), writing q's output."""
+    """A QLinearConv / QLinearMatMul node named as `like` (the float operator), writing q's output;
+    it requantises in f32 as the group it replaces did (REQUANTIZE_F32)."""
     helper = onnx_module().helper
-    return helper.make_node(op, inputs, [output or q.output[0]], name=like.name, **(attrs or {}))
+    attrs = {**(attrs or {}), REQUANTIZE_F32: 1}
+    return helper.make_node(op, inputs, [output or q.output[0]], name=like.name, **attrs)
 
 
 def _attributes(node) -> dict:
