@@ -76,13 +76,18 @@ def accumulators(text: str) -> list[str]:
     return [line for line in sums if not re.search(r"= \w+_acc_groups\[", line)]
 
 
-def assert_integer_form(text: str, count: int, unless: str = "-") -> None:
+def assert_integer_form(text: str, count: int, unless: str = "-", fused: bool = True) -> None:
     """`count` sums (those not starting with `unless`), each of products of 8-bit values cast to
-    i32 (`cast(x, i32) * cast(w, i32)`, `cast(a, i32) @ cast(b, i32)`), with no f64 in them."""
+    i32 (`cast(x, i32) * cast(w, i32)`, `cast(a, i32) @ cast(b, i32)`), with no f64 in them; `fused`
+    (QDQ groups): requantised in f32 as onnxruntime does, `round(cast(acc, f32) * ...)`, no f64 at all."""
     sums = [line for line in accumulators(text) if not line.startswith(unless)]
     assert len(sums) == count, sums
     for line in sums:
         assert re.search(r", i32\) [*@] cast\(", line) and "f64" not in line, line
+        if fused:
+            acc = re.match(r"(\w+?_acc)(_groups)?\b", line)[1]
+            assert re.search(rf"round\(cast\({acc}, f32\) \*", text), acc
+    assert not fused or "f64" not in text
 
 
 def assert_matches_onnxruntime(model: onnx.ModelProto, feeds: list[np.ndarray], tmp_path) -> None:
@@ -208,7 +213,7 @@ def test_qlinear_conv_sums_in_i32_exactly_as_numpy(tmp_path):
         inits += params
     model = make_model(nodes, [tensor("x", U8, [2, 4, 8, 8])], [tensor(n, U8, None) for n in CONVS], inits, opset=13)
     text = import_proto(model, "model.onnx").text
-    assert_integer_form(text, 3, unless="shifted_weights")
+    assert_integer_form(text, 3, unless="shifted_weights", fused=False)
     assert (
         "cast(where((2*oh + r >= 1) & (2*ow + s >= 1), x[n, c, 2*oh + r - 1, 2*ow + s - 1], cast(126, u8)), i32)"
         in text
