@@ -19,6 +19,7 @@ from catenc.ir.indices import coalesce_reductions, simplify_indices
 from catenc.ir.nodes import Graph, format_graph
 from catenc.ir.passes import fold_constants, inline_computes, remove_dead_computes, split_constant_slices
 from catenc.ir.verify import verify_graph
+from catenc.lower.collapse import collapse_loops
 from catenc.lower.gpu import GemmTile, GpuProgram, TensorTiles, format_gpu, lower_gpu
 from catenc.lower.guards import split_guarded_loops
 from catenc.lower.loops import LoopKernel, LoopProgram, format_loops, lower_schedule
@@ -193,6 +194,9 @@ def build_pipeline(
          loops, loops, each_kernel(lambda _, k: unroll_windows(k)), False),
         (fast and cpu, "split-guarded-loops", "loops split where padding guards change: an unguarded interior",
          loops, loops, each_kernel(lambda _, k: split_guarded_loops(k)), False),
+        (fast and cpu, "collapse-loops", "nested loops over elements stored alike as one loop (a plane as one run)",
+         loops, loops, each_kernel(lambda p, k: collapse_loops(k, {b.name: b for b in p.schedule.graph.buffers})),
+         False),
         (fuse and cpu, "share-identical-kernels", "kernels equal up to names call one function", loops, loops, share,
          False),
         (target.work_groups, "lower-gpu", "loop nests to GPU work-groups", loops, s["gpu"], to_gpu, True),
