@@ -419,7 +419,7 @@ def weight_bindings(entry: EntryPlan, placed: Mapping[str, Placed], scalar: str)
 
 
 def prepacked(entry: EntryPlan) -> Prepacked:
-    """The entry's gemm operands B that are baked constants, packed at compile time (codegen/prepack.py)."""
+    """The entry's gemm operands that are baked constants, packed at compile time (codegen/prepack.py)."""
     graph = entry.schedule.graph
     values = dict(zip((name for name, _ in entry.constant_inputs), entry.constants)) if entry.baked else {}
     buffers = {b.name: b for b in graph.buffers}
@@ -429,14 +429,14 @@ def prepacked(entry: EntryPlan) -> Prepacked:
 
 
 def with_panels(args: Mapping[str, BufferArg], packed: Prepacked, function: str) -> dict[str, BufferArg]:
-    """The kernel function's buffer arguments, those whose B panels it reads marked so."""
+    """The kernel function's buffer arguments, those whose panels it reads marked so."""
     panels = packed.panels.get(function, {})
     return {name: replace(arg, panels=panels[name]) if name in panels else arg for name, arg in args.items()}
 
 
 def baked_constants(entry: EntryPlan, packed: Prepacked) -> tuple[list[str], list[str]]:
     """The definitions of the entry's baked constants that its code reads (each followed in its array by
-    its B panels, where `packed` has them), and the statements that bind each one's buffer name to its
+    its gemm panels, where `packed` has them), and the statements that bind each one's buffer name to its
     array (an unused constant is left out)."""
     used = {b.name for b in entry.schedule.graph.buffers}
     appended = packed.appended
@@ -449,10 +449,10 @@ def baked_constants(entry: EntryPlan, packed: Prepacked) -> tuple[list[str], lis
         comment = comment_safe(f"{entry.name}: constant {decl}")
         if name in packed.replaced:  # read only as panels: the values themselves are not kept
             values = appended[name]
-            comment += ", as its gemm B panels only"
+            comment += f", as its gemm {packed.operands[name]} panels only"
         elif name in appended:
             values = np.concatenate([values.reshape(-1), appended[name]])
-            comment += ", then its gemm B panels"
+            comment += f", then its gemm {packed.operands[name]} panels"
         definitions.append(constant_array(symbol, ttype.dtype, values, comment))
         ctype = ttype.dtype.ctype
         bindings.append(

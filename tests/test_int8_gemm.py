@@ -122,3 +122,56 @@ def test_int8_convolution_pads_with_its_value(library, threads: int, c: int, h: 
         for s in range(3):
             want += np.einsum("fc,chw->fhw", weight[:, :, r, s].astype(np.int64), padded[:, r : r + h, s : s + w])
     assert np.array_equal(y, want)
+
+
+BAKED = f"""
+[composite.baked]
+inputs = ["x: u8[300, H, W]", "a: u8[M, 2100]"]
+outputs = ["y: i32[21, H, W]", "z: i32[M, 45]"]
+weights = "q8.safetensors"
+constants = ["w: i8[21, 300, 3, 3]", "b: i8[2100, 45]"]
+body = '''
+y[f, h, v] = sum[c, r, s](cast(where((h + r >= 1) & (h + r <= H) & (v + s >= 1) & (v + s <= W),
+                                    x[c, h + r - 1, v + s - 1], cast({PAD}, u8)), i32) * cast(w[f, c, r, s], i32))
+z[i, j] = sum[k](cast(a[i, k], i32) * cast(b[k, j], i32))
+'''
+"""
+BAKED_SHAPES = {"w": (21, 300, 3, 3), "b": (2100, 45)}  # C*9 = 2700 and K = 2100: several k-slices
+
+
+def test_int8_weights_baked_are_packed_at_compile_time(tmp_path: Path) -> None:
+    """A baked weight is packed once, as the A panels of a convolution and the B panels of a matrix
+    product: no packing function reads it, the call passes its panels, the results stay exact."""
+    from catenc.dtypes import DTYPES
+    from catenc.weights import weights_bytes
+
+    values = {n: randint(shape, -128, 127, np.int8, seed=len(n)) for n, shape in BAKED_SHAPES.items()}
+    (tmp_path / "q8.safetensors").write_bytes(weights_bytes({n: (DTYPES["i8"], v) for n, v in values.items()}))
+    (tmp_path / "q8.toml").write_text(BAKED)
+    rt = load_runtime("clang")
+    options = Options(rt, config=rt.validate_config({"CFLAGS": FORCE_THREADS}))
+    source = tmp_path / "q8.toml"
+    written = build(
+        plan_file(str(source), options),
+        options,
+        BuildRequest(str(source), str(tmp_path / "out"), ("c", "h", "manifest", "so")),
+    )
+    c_source = Path(written["c"]).read_text()
+    assert re.search(r"catenc_gemm_call_s8u8\(.*, 0, \w+_pack_b, .*catenc_shared, w \+ \d+LL\);", c_source)
+    assert re.search(r"catenc_gemm_call_u8s8\(.*, b \+ \d+LL, \w+_pack_a, 0, .*catenc_shared, 0\);", c_source)
+    assert "as its gemm A panels only" in c_source and "as its gemm B panels only" in c_source
+    entry = load(written["manifest"]).entries["baked"]
+    x = randint((300, 9, 11), 0, 255, np.uint8, seed=6)
+    a = randint((37, 2100), 0, 255, np.uint8, seed=7)
+    for threads in (1, 3):
+        entry.set_num_threads(threads)
+        y, z = entry(x, a)
+        padded = np.pad(x.astype(np.int64), ((0, 0), (1, 1), (1, 1)), constant_values=PAD)
+        w = values["w"].astype(np.int64)
+        want = sum(
+            np.einsum("fc,chw->fhw", w[:, :, r, s], padded[:, r : r + 9, s : s + 11])
+            for r in range(3)
+            for s in range(3)
+        )
+        assert np.array_equal(y, want)
+        assert np.array_equal(z, a.astype(np.int64) @ values["b"].astype(np.int64))

@@ -27,7 +27,7 @@ from catenc.lower.gemm import (
     ContextField,
     GemmCall,
     Odometer,
-    PackedB,
+    PackedPanels,
     PackSide,
     gemm_call,
     window_bounds,
@@ -47,7 +47,7 @@ class BufferArg:
     dtype: DType
     shape: tuple[Expr, ...]
     const: bool
-    panels: PackedB | None = None  # a baked constant's B panels, packed at compile time (codegen/prepack.py)
+    panels: PackedPanels | None = None  # a baked constant's gemm panels, packed at compile time (codegen/prepack.py)
 
 
 @dataclass
@@ -444,8 +444,8 @@ class CRenderer:
         c = call.contraction
         name = f"{state.kernel.name}_g{len(state.functions)}"
         state.functions.append(self.gemm_context(name, call.fields))
-        sides = call.sides[:1] if call.packed_b is not None else call.sides  # packed B: no pack_b
-        state.functions += [self.pack_function(name, call, side) for side in sides]
+        packed = {"a": call.packed_a, "b": call.packed_b}  # panels packed at compile time: no packing function
+        state.functions += [self.pack_function(name, call, side) for side in call.sides if packed[side.side] is None]
         if call.epilogue is not None:
             state.functions.append(self.epilogue_function(name, call))
         t, i = c.kind, self.indent
@@ -462,7 +462,12 @@ class CRenderer:
             args[3:5] = [at, f"{direct.lda}LL"]
         if call.packed_b is not None:  # B's panels packed at compile time, after its constant's values
             args[5], args[7] = f"{call.packed_b.source.buffer} + {call.packed_b.at}LL", "0"
+        if call.packed_a is not None:
+            args[6] = "0"
         args += [c.row_stride.to_c(), c.col_stride.to_c(), pack, "catenc_shared"]
+        if KINDS[c.kind].group > 1:  # an int8 gemm's A panels packed at compile time, or 0
+            packed_a = call.packed_a
+            args.append("0" if packed_a is None else f"{packed_a.source.buffer} + {packed_a.at}LL")
         lines += [f"{pad}{{", f"{pad}{i}const int64_t catenc_count = {call.count.to_c()};"]
         # Every thread of the team runs this statement (`parallel`): a batch of small products runs
         # one product per thread (catenc_apart), else the team shares each product and its epilogue.

@@ -1,9 +1,10 @@
-"""Baked constants packed at compile time as the B operand of the packed gemm.
+"""Baked constants packed at compile time as an operand of the packed gemm.
 
 A gemm whose B is a plain read of a baked constant (a weight: `x @ w`, ONNX `Gemm` with transB=1,
-`MatMul` by an initializer) need not pack it on every call: its panels, in the driver's layout
-for the whole depth (templates/gemm.c.j2, `bp`), are computed here once and stored in the
-constant's C array after its values, and the call reads them in place; a constant nothing else
+`MatMul` by an initializer), or an int8 gemm whose A is (a quantised convolution's weight), need
+not pack it on every call: its panels, in the driver's layout for the whole depth
+(templates/gemm.c.j2, `bp` and `ap`), are computed here once and stored in the constant's C array
+after its values, and the call reads them in place; a constant nothing else
 reads holds its panels alone (its values dropped: the library does not grow). A kernel function that
 other kernels share (catenc/lower/share.py) reads its panels only where every one of its callers'
 constants has them, at the same place; a constant holds one set of panels, for the first way a
@@ -13,25 +14,27 @@ gemm reads it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from catenc.ir.nodes import Load, walk
-from catenc.lower.gemm import ConstantB, PackedB, constant_b
+from catenc.lower.gemm import ConstantOperand, PackedPanels, constant_operand
 from catenc.lower.lanes import Storage
 from catenc.lower.loops import Gemm, LoopKernel, iter_stmts, stmt_values
-from catenc.schedule.tiles import PANEL_ALIGN, GemmTiles, slice_depth
+from catenc.schedule.contractions import narrow
+from catenc.schedule.tiles import KINDS, PANEL_ALIGN, GemmTiles, slice_depth
 
 
 @dataclass(frozen=True)
 class Prepacked:
-    """Which buffers each kernel function reads B panels of (by its parameter names), and what
+    """Which buffers each kernel function reads panels of (by its parameter names), and what
     each baked constant's array holds after its values (padding, then the panels)."""
 
-    panels: Mapping[str, Mapping[str, PackedB]]  # kernel function -> buffer -> its panels
+    panels: Mapping[str, Mapping[str, PackedPanels]]  # kernel function -> buffer -> its panels
     appended: Mapping[str, np.ndarray]  # constant -> the elements after its values
     replaced: frozenset[str] = frozenset()  # constants whose array holds only their panels
+    operands: Mapping[str, str] = field(default_factory=dict)  # constant -> "A" or "B": which panels it holds
 
 
 ROUNDS = 4  # tries at dropping the values of constants read only as panels (their places move)
@@ -44,18 +47,24 @@ def prepack(
     values: Mapping[str, np.ndarray],
     aliased: frozenset[str] = frozenset(),
 ) -> Prepacked:
-    """The gemm operands B of the kernels (with their buffers and the gemm tiles by dtype) that are
-    baked constants (`values`, by buffer name), packed; a constant that no kernel reads otherwise and
-    no view aliases (`aliased`) keeps only its panels."""
-    sites: dict[str, list[list[ConstantB | None]]] = {}  # function -> per caller, its gemms' B (None: not one)
+    """The gemm operands of the kernels (with their buffers and the gemm tiles by kind) that are
+    baked constants (`values`, by buffer name) and constant_operand takes, packed; a constant that
+    no kernel reads otherwise and no view aliases (`aliased`) keeps only its panels."""
+    # function -> per caller, its gemms' A and B in turn (None: not one)
+    sites: dict[str, list[list[ConstantOperand | None]]] = {}
+    kinds: dict[str, str] = {}  # constant -> the kind of the gemm that reads it
     for kernel in kernels:
         found = []
         for stmt in iter_stmts(kernel.body):
             if isinstance(stmt, Gemm):
-                source = constant_b(stmt.contraction, buffers) if stmt.contraction.kind in tiles else None
-                found.append(source if source is not None and source.buffer in values else None)
+                c = stmt.contraction
+                for side in ("a", "b"):
+                    source = constant_operand(c, side, buffers) if c.kind in tiles else None
+                    found.append(source if source is not None and source.buffer in values else None)
+                    if found[-1] is not None:
+                        kinds.setdefault(source.buffer, c.kind)
         sites.setdefault(kernel.shares or kernel.name, []).append(found)
-    chosen: dict[str, ConstantB] = {}  # the first way each constant is read
+    chosen: dict[str, ConstantOperand] = {}  # the first way each constant is read
     for callers in sites.values():
         for found in callers:
             for source in found:
@@ -74,62 +83,69 @@ def prepack(
     appended = {}
     for name in sorted(read):
         v = values[name]
-        b = v.reshape(-1)[positions(chosen[name])]
+        source = chosen[name]
+        operand = v.reshape(-1)[positions(source)]
         pad = np.zeros(0 if name in dropped else _after(v) - v.size, dtype=v.dtype)
-        appended[name] = np.concatenate([pad, pack_b_panels(b, tiles[buffers[name].dtype.name])])
-    return Prepacked(panels, appended, dropped)
+        appended[name] = np.concatenate([pad, pack_panels(operand, tiles[kinds[name]], kinds[name], source.side)])
+    return Prepacked(panels, appended, dropped, {name: chosen[name].side.upper() for name in appended})
 
 
 def _placed(
-    sites: Mapping[str, list[list[ConstantB | None]]], chosen: Mapping[str, ConstantB], at: Mapping[str, int]
-) -> tuple[dict[str, dict[str, PackedB]], set[str]]:
+    sites: Mapping[str, list[list[ConstantOperand | None]]],
+    chosen: Mapping[str, ConstantOperand],
+    at: Mapping[str, int],
+) -> tuple[dict[str, dict[str, PackedPanels]], set[str]]:
     """Which panels each kernel function reads, with each constant's panels `at` their places, and the
     constants some function reads panels of."""
-    panels: dict[str, dict[str, PackedB]] = {}
+    panels: dict[str, dict[str, PackedPanels]] = {}
     read: set[str] = set()
     for function, callers in sites.items():
         for n, source in enumerate(callers[0]):
             if source is None or not all(_agrees(f[n], source, chosen, at) for f in callers):
                 continue
-            panels.setdefault(function, {})[source.buffer] = PackedB(source, at[source.buffer])
+            panels.setdefault(function, {})[source.buffer] = PackedPanels(source, at[source.buffer])
             read.update(f[n].buffer for f in callers)
     return panels, read
 
 
-def _read_otherwise(kernels: tuple[LoopKernel, ...], panels: Mapping[str, Mapping[str, PackedB]]) -> set[str]:
-    """The buffers the kernels read other than as the B panels they read (`panels`, by function; a
+def _read_otherwise(kernels: tuple[LoopKernel, ...], panels: Mapping[str, Mapping[str, PackedPanels]]) -> set[str]:
+    """The buffers the kernels read other than as the panels they read (`panels`, by function; a
     function shared by callers reads each caller's own buffer at the same site)."""
     names: set[str] = set()
-    first = {}  # function -> the first caller's gemm B buffers, in site order
+    first = {}  # function -> the first caller's gemm operands (A, B), in site order
     for kernel in kernels:
         function = kernel.shares or kernel.name
         gemms = [stmt for stmt in iter_stmts(kernel.body) if isinstance(stmt, Gemm)]
-        own = first.setdefault(function, [g.contraction.b for g in gemms])
+        own = first.setdefault(function, [(g.contraction.a, g.contraction.b) for g in gemms])
         with_panels = panels.get(function, {})
         for stmt in iter_stmts(kernel.body):
             operands = stmt_values(stmt)
             if isinstance(stmt, Gemm):
                 site = gemms.index(stmt)
-                b = own[site] if site < len(own) else None
-                if isinstance(b, Load) and b.buffer in with_panels:
-                    operands = [v for v in operands if v is not stmt.contraction.b]
+                mine = (stmt.contraction.a, stmt.contraction.b)
+                for side, operand in enumerate(own[site] if site < len(own) else ()):
+                    read = narrow(operand)
+                    if isinstance(read, Load) and read.buffer in with_panels:
+                        operands = [v for v in operands if v is not mine[side]]
             names.update(n.buffer for v in operands for n in walk(v) if isinstance(n, Load))
     return names
 
 
-def _agrees(source: ConstantB | None, first: ConstantB, chosen: Mapping[str, ConstantB], at: Mapping[str, int]) -> bool:
-    """Whether a caller's B at a site reads its constant the way its panels hold it, at the same place."""
+def _agrees(
+    source: ConstantOperand | None, first: ConstantOperand, chosen: Mapping[str, ConstantOperand], at: Mapping[str, int]
+) -> bool:
+    """Whether a caller's operand at a site reads its constant the way its panels hold it, at the same place."""
     return source is not None and chosen[source.buffer] == source and at[source.buffer] == at[first.buffer]
 
 
 def _after(values: np.ndarray) -> int:
-    """Where a constant's panels start in its array: past its values, aligned as the driver wants B."""
+    """Where a constant's panels start in its array: past its values, aligned as the driver wants panels."""
     per = PANEL_ALIGN // values.dtype.itemsize
     return -(-values.size // per) * per
 
 
-def positions(source: ConstantB) -> np.ndarray:
-    """The [K, N] flat positions in the constant of B(k, j), k and j flattened."""
+def positions(source: ConstantOperand) -> np.ndarray:
+    """The [K, P] flat positions in the constant of the operand at (depth k, outer p), both flattened."""
 
     def walk(axes: tuple[tuple[int, int], ...]) -> np.ndarray:
         at = np.zeros(1, dtype=np.int64)
@@ -137,19 +153,24 @@ def positions(source: ConstantB) -> np.ndarray:
             at = (at[:, None] + coefficient * np.arange(extent, dtype=np.int64)[None, :]).reshape(-1)
         return at
 
-    return source.offset + walk(source.depth)[:, None] + walk(source.cols)[None, :]
+    return source.offset + walk(source.depth)[:, None] + walk(source.outer)[None, :]
 
 
-def pack_b_panels(b: np.ndarray, tiles: GemmTiles) -> np.ndarray:
-    """B [K, N] as the driver's panels of every k-slice in order (templates/gemm.c.j2): slice pc's
-    at pc * round_up(N, NR), panel q at q*kb*NR, (depth k, col c) at k*NR + c, zeros past N."""
-    depth, cols = b.shape
-    nr = tiles.nr
-    padded = np.zeros((depth, -(-cols // nr) * nr), dtype=b.dtype)
-    padded[:, :cols] = b
-    kc = slice_depth(tiles, depth) if depth else 1
+def pack_panels(operand: np.ndarray, tiles: GemmTiles, kind: str, side: str) -> np.ndarray:
+    """An operand [K, P] (depth by A's rows or B's columns) as the driver's panels of every k-slice in
+    order (templates/gemm.c.j2), W = MR (A) or NR (B) positions wide: slice pc's at pc * round_up(P, W),
+    panel q at q*kq*W with kq the slice's depth (rounded up to whole groups of an int8 kind), (depth k,
+    position j) at k*W + j, or for groups of g steps at (k/g)*g*W + j*g + k%g; zeros past P and K."""
+    depth, outer = operand.shape
+    width, group = (tiles.mr if side == "a" else tiles.nr), KINDS[kind].group
+    padded = np.zeros((depth, -(-outer // width) * width), dtype=operand.dtype)
+    padded[:, :outer] = operand
+    kc = slice_depth(tiles, depth, group) if depth else 1
     out = []
     for pc in range(0, depth, kc):
         part = padded[pc : pc + kc]
-        out.append(part.reshape(part.shape[0], -1, nr).transpose(1, 0, 2).reshape(-1))
-    return np.concatenate(out) if out else np.zeros(0, dtype=b.dtype)
+        steps = -(-part.shape[0] // group) * group
+        part = np.concatenate([part, np.zeros((steps - part.shape[0], part.shape[1]), part.dtype)])
+        grouped = part.reshape(steps // group, group, -1, width)  # (group, step, panel, position)
+        out.append(grouped.transpose(2, 0, 3, 1).reshape(-1))
+    return np.concatenate(out) if out else np.zeros(0, dtype=operand.dtype)

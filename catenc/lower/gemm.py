@@ -2,7 +2,7 @@
 catenc/codegen/templates/gemm.c.j2).
 
 A call needs a context struct (what its helpers read), two packing functions that evaluate the
-operands into panels (B's none when a constant's panels were packed at compile time: PackedB), an
+operands into panels (none for an operand whose panels were packed at compile time: PackedPanels), an
 optional epilogue applied in place to the output, and a loop over the batch. Which fields, which
 axes each helper walks and how, and what runs on threads is decided here; the renderer spells it.
 """
@@ -112,24 +112,26 @@ class StridedOperand:
 
 
 @dataclass(frozen=True)
-class ConstantB:
-    """Operand B a plain load of its buffer as stored at positions the depth and column indices
-    alone fix (no batch index, no symbol): (depth k, col j) at buffer[offset + the sums of each
-    axis's coefficient times its index], k and j unflattened over the axes (outermost first)."""
+class ConstantOperand:
+    """Operand `side` ("a" or "b") a plain load of its buffer as stored at positions the depth and
+    outer indices alone fix (no batch index, no symbol; outer: A's rows, B's columns): (depth k,
+    outer j) at buffer[offset + the sums of each axis's coefficient times its index], k and j
+    unflattened over the axes (outermost first)."""
 
+    side: str
     buffer: str
     offset: int
     depth: tuple[tuple[int, int], ...]  # (coefficient, extent) of each depth axis
-    cols: tuple[tuple[int, int], ...]  # ... of each column axis
+    outer: tuple[tuple[int, int], ...]  # ... of each row (A) or column (B) axis
 
 
 @dataclass(frozen=True)
-class PackedB:
-    """B's panels packed at compile time (catenc/codegen/prepack.py): read as `source`, they lie
-    `at` elements past the start of its buffer, a baked constant whose array holds them after its
-    values (templates/gemm.c.j2 gives their layout: `bp`)."""
+class PackedPanels:
+    """An operand's panels packed at compile time (catenc/codegen/prepack.py): read as `source`,
+    they lie `at` elements past the start of its buffer, a baked constant whose array holds them
+    after its values (templates/gemm.c.j2 gives their layout: `bp`, and `ap` for an int8 A)."""
 
-    source: ConstantB
+    source: ConstantOperand
     at: int
 
 
@@ -156,7 +158,8 @@ class GemmCall:
     epilogue_parallel: bool
     epilogue_rows: int = EPILOGUE_ROWS
     direct_a: DirectA | None = None
-    packed_b: PackedB | None = None  # B read from panels packed at compile time: no pack_b
+    packed_b: PackedPanels | None = None  # B read from panels packed at compile time: no pack_b
+    packed_a: PackedPanels | None = None  # ... A (an int8 weight): no pack_a
 
 
 def contiguous_walk(
@@ -299,16 +302,22 @@ def strided_operand(value, outer: Axes, depth: Axes, buffers: Mapping[str, Stora
     return StridedOperand(value.buffer, rest, strides[0], strides[1])
 
 
-def constant_b(c: Contraction, buffers: Mapping[str, Storage]) -> ConstantB | None:
-    """B as a ConstantB when it is a plain load of its buffer as stored at a position whose
-    coefficients on the depth and column indices are constants and whose rest is one (all the
-    extents constant); else None."""
-    b = c.b
-    if type(b) is not Load or buffers[b.buffer].dtype != b.dtype or b.dtype.name not in GEMM_DTYPES:
+def constant_operand(c: Contraction, side: str, buffers: Mapping[str, Storage]) -> ConstantOperand | None:
+    """Operand `side` as a ConstantOperand when it is a plain load of its buffer as stored (an int8
+    operand's bytes under its cast) at a position whose coefficients on the depth and outer indices are
+    constants and whose rest is one (all the extents constant); else None. A float A never is one
+    (it is read in place: direct_a)."""
+    value = narrow(c.a if side == "a" else c.b)
+    float_kind = KINDS[c.kind].group == 1
+    if side == "a" and float_kind:
         return None
-    flat = flatten(list(b.index), list(buffers[b.buffer].shape))
+    if type(value) is not Load or buffers[value.buffer].dtype != value.dtype:
+        return None
+    if float_kind and value.dtype.name not in GEMM_DTYPES:
+        return None
+    flat = flatten(list(value.index), list(buffers[value.buffer].shape))
     rest, found = flat, []
-    for axes in (c.depth, c.cols):
+    for axes in (c.depth, c.rows if side == "a" else c.cols):
         found.append([])
         for name, extent in axes:
             coefficient = flat.coefficient(name)
@@ -318,7 +327,7 @@ def constant_b(c: Contraction, buffers: Mapping[str, Storage]) -> ConstantB | No
             found[-1].append((coefficient.value, extent.value))
     if not rest.is_const:
         return None
-    return ConstantB(b.buffer, rest.value, tuple(found[0]), tuple(found[1]))
+    return ConstantOperand(side, value.buffer, rest.value, tuple(found[0]), tuple(found[1]))
 
 
 def _depth_runs(c: Contraction, operand: Value, outer: Axes, buffers: Mapping[str, Storage]) -> StridedOperand | None:
@@ -376,17 +385,17 @@ def gemm_call(
     kernel: LoopKernel,
     buffers: Mapping[str, Storage],
     parallel: bool,
-    panels: Mapping[str, PackedB] | None = None,
+    panels: Mapping[str, PackedPanels] | None = None,
 ) -> GemmCall:
     """The call of a Gemm statement in `kernel`; `parallel`: whether threads are on here (a
     batch of products then runs one product per thread, and the epilogue's rows spread);
-    `panels`: the buffers whose B panels were packed at compile time, read as the PackedB says."""
+    `panels`: the buffers whose panels were packed at compile time, read as the PackedPanels say."""
     c = stmt.contraction
-    packed = None
-    if panels:
-        source = constant_b(c, buffers)
-        packed = panels.get(source.buffer) if source is not None else None
-        packed = packed if packed is not None and packed.source == source else None
+    packed = {}
+    for side in ("a", "b"):
+        source = constant_operand(c, side, buffers) if panels else None
+        found = panels.get(source.buffer) if source is not None else None
+        packed[side] = found if found is not None and found.source == source else None
     sides = tuple(
         PackSide(
             side,
@@ -419,5 +428,6 @@ def gemm_call(
         parallel and bool(c.batch),
         parallel,
         direct_a=direct_a(c, buffers),
-        packed_b=packed,
+        packed_b=packed["b"],
+        packed_a=packed["a"],
     )

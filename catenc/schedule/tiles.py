@@ -128,10 +128,12 @@ def pack_elements(tiles: GemmTiles, M: ExprLike, N: ExprLike, K: ExprLike, kind:
     return groups * per_group * (_round_up(M, tiles.mr) + _round_up(N, tiles.nr))
 
 
-def slice_depth(tiles: GemmTiles, depth: int) -> int:
+def slice_depth(tiles: GemmTiles, depth: int, group: int = 1) -> int:
     """The depth of the driver's k-slices of a product `depth` deep (catenc_gemm_thread_<T>'s kc):
-    all of it up to kc, else as few slices of at most kc as will do, of nearly equal depths."""
+    all of it up to kc, else as few slices of at most kc as will do, of nearly equal depths, each
+    rounded up to whole groups of `group` steps (an int8 kind's)."""
     if depth <= tiles.kc:
         return depth
     slices = -(-depth // tiles.kc)
-    return -(-depth // slices)
+    even = -(-depth // slices)
+    return -(-even // group) * group
