@@ -124,8 +124,10 @@ def _read_otherwise(kernels: tuple[LoopKernel, ...], panels: Mapping[str, Mappin
                 site = gemms.index(stmt)
                 mine = (stmt.contraction.a, stmt.contraction.b)
                 for side, operand in enumerate(own[site] if site < len(own) else ()):
-                    read = narrow(operand)
-                    if isinstance(read, Load) and read.buffer in with_panels:
+                    read, packed = narrow(operand), None
+                    if isinstance(read, Load):
+                        packed = with_panels.get(read.buffer)
+                    if packed is not None and packed.source.side == "ab"[side]:  # read as these panels
                         operands = [v for v in operands if v is not mine[side]]
             names.update(n.buffer for v in operands for n in walk(v) if isinstance(n, Load))
     return names
