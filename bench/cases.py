@@ -601,15 +601,18 @@ def _onnx_reference(model: onnx_models.Model) -> np.ndarray:
     return (out[0] if isinstance(out, tuple) else out).numpy()
 
 
-def _onnxruntime_peer(model: Callable[[], onnx_models.Model], threads: int) -> Peer:
+def _onnxruntime_peer(model: Callable[[], onnx_models.Model], threads: int, file: Path | None = None) -> Peer:
+    """onnxruntime on `file` (default: the model's own ONNX file) with `threads` intra-op threads."""
+
     def make(args):
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
+        options.log_severity_level = 3  # errors only: not its notes on a quantised file's unused initializers
         # Its pool spins between the operators of a call, as by default, but stops when the call returns:
         # by default it went on spinning past the bench's 5 ms gap and slowed the next contender down
         # 2.8x (catenc's MobileNetV2, 13.8 -> 38 ms), as the other pools would without bench/run.py's settings.
         options.add_session_config_entry("session.force_spinning_stop", "1")
-        path = str(_onnx_path(model().name))
+        path = str(file or _onnx_path(model().name))
         session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         feed = dict(zip(model().input_names, args))
         return lambda: session.run(None, feed)[0]
@@ -668,6 +671,43 @@ def _onnx_row(row: str, name: str, quick: bool, size: str, notes: str, weights: 
     )
 
 
+def _int8_row(name: str, quick: bool, size: str, title: str) -> Case:
+    """The row of model ``name`` quantised to int8 (bench/onnx_models.py `quantize`), against
+    onnxruntime's int8 session on the same file; its reference is that session's result (one thread),
+    which catenc's equals bit for bit (docs/onnx.md, Quantised models)."""
+    model = functools.partial(_onnx_model, name, "tiny" if quick else "full")
+    quantized = _onnx_path(f"{name}_int8")
+
+    def prepare() -> None:
+        onnx_models.quantize(model(), onnx_models.export(model(), _onnx_path(name)), quantized)
+
+    def reference(args: Sequence[np.ndarray]) -> np.ndarray:
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.log_severity_level = 3  # not its notes on the quantiser's unused initializers
+        session = onnxruntime.InferenceSession(str(quantized), options, providers=["CPUExecutionProvider"])
+        return session.run(None, dict(zip(model().input_names, args)))[0]
+
+    path = _shown(quantized)
+    return Case(
+        name=f"{name}-int8",
+        composite=f"{name}_int8",
+        entry=name,
+        size=f"tiny variant (bench/onnx_models.py) of {size}" if quick else size,
+        inputs=lambda rng: list(model().inputs),
+        reference=reference,
+        kind="flops",
+        work=lambda args: _flops(model()),
+        peers=[_onnxruntime_peer(model, 1, quantized), _onnxruntime_peer(model, 2, quantized)],
+        notes=f"{title} quantised by onnxruntime.quantization.quantize_static (QDQ, per-channel int8 weights, u8 "
+        f"activations; bench/onnx_models.py `quantize`); `catenc compile {path}` (int8 gemms, the weights packed in "
+        "the library); onnxruntime: the same file, its int8 kernels; the error is against onnxruntime's result "
+        "(equal: 0); flops: the float model's",
+        toml=path,
+        prepare=prepare,
+    )
+
+
 def onnx_cases(quick: bool = False) -> list[Case]:
     """ResNet-18, MobileNetV2, a 4-layer BERT encoder, GPT-2 small and the image networks from their
     papers imported from ONNX, batch 1."""
@@ -680,7 +720,12 @@ def onnx_cases(quick: bool = False) -> list[Case]:
             _onnx_row(name, name, quick, f"{title}, 1x3x224x224", f"{title}, written from its paper", weights)
             for name, title, weights in PAPER_NETWORKS
         ),
+        *(_int8_row(name, quick, f"{title}, 1x3x224x224", title) for name, title in INT8_NETWORKS),
     ]
+
+
+# The networks also timed quantised to int8 (issue 26, item 5)
+INT8_NETWORKS = (("resnet18", "ResNet-18"), ("mobilenetv2", "MobileNetV2"), ("resnet50", "ResNet-50"))
 
 
 # The image networks of bench/paper_models.py (issue 26): (model, title, --weights). Those over 20M
