@@ -205,7 +205,9 @@ def test_folding_takes_each_node_by_its_kind() -> None:
     assert fold_value(Unary(I64, "neg", two)) == Const(I64, -2)
     assert fold_value(Binary(I64, "add", two, Const(I64, 3))) == Const(I64, 5)
     assert fold_value(Where(I64, Const(BOOL, True), x, two)) == x
-    assert fold_value(Cast(I64, Unary(I64, "neg", two))) == Cast(I64, Const(I64, -2))
+    assert fold_value(Cast(I64, Unary(I64, "neg", two))) == Const(I64, -2)  # an integer cast of an integer
+    assert fold_value(Cast(DTYPES["u8"], Const(I64, 300))) == Const(DTYPES["u8"], 44)  # wraps, as a C cast does
+    assert fold_value(Cast(F32, Unary(I64, "neg", two))) == Cast(F32, Const(I64, -2))  # a float cast stays
     assert fold_value(x) is x
 
 
