@@ -8,12 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from catenc.build import BuildRequest, build
-from catenc.driver import plan_file
-from catenc.loader import load
 from catenc.lower.loops import For, iter_stmts
-from catenc.plan import Options
-from tests.conftest import randn, runtime
+from tests.conftest import randn
+from tests.test_interchange import built
 
 SOURCE = """
 [composite.planes]
@@ -26,16 +23,6 @@ t[c, h, w] = x[c, w, h] + b[c]
 """
 
 
-def _built(tmp_path: Path, disabled: tuple[str, ...] = ()):
-    path = tmp_path / "planes.toml"
-    path.write_text(SOURCE)
-    options = Options(runtime("clang"), opt="2", disabled_passes=disabled)
-    plan = plan_file(str(path), options)
-    out = tmp_path / ("out" + "".join(f"_{d}" for d in disabled))
-    written = build(plan, options, BuildRequest(str(path), str(out), ("c", "h", "manifest", "so")))
-    return plan, load(written["manifest"]).entries["planes"]
-
-
 def _extents(plan) -> list[list[int]]:
     """Per kernel, the constant extents of its serial loops."""
     (entry,) = plan.entries
@@ -46,7 +33,8 @@ def _extents(plan) -> list[list[int]]:
 
 
 def test_a_plane_read_and_written_as_stored_is_one_loop(tmp_path: Path) -> None:
-    plan, entry = _built(tmp_path)
+    plan, library = built(tmp_path, SOURCE)
+    entry = library.entries["planes"]
     extents = _extents(plan)
     assert [784] in extents  # y: one loop over the plane
     assert any(28 in e for e in extents)  # t reads x transposed: its rows stay
@@ -54,6 +42,6 @@ def test_a_plane_read_and_written_as_stored_is_one_loop(tmp_path: Path) -> None:
     y, t = entry(x, b)
     np.testing.assert_array_equal(y, np.maximum(x * np.float32(2.0) + b[:, None, None], np.float32(0.0)))
     np.testing.assert_array_equal(t, x.transpose(0, 2, 1) + b[:, None, None])
-    _, uncollapsed = _built(tmp_path, ("collapse-loops",))
-    for got, want in zip(uncollapsed(x, b), (y, t), strict=True):
+    _, uncollapsed = built(tmp_path, SOURCE, ("collapse-loops",))
+    for got, want in zip(uncollapsed.entries["planes"](x, b), (y, t), strict=True):
         assert got.tobytes() == want.tobytes()

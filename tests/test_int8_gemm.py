@@ -115,13 +115,16 @@ def test_int8_convolution_pads_with_its_value(library, threads: int, c: int, h: 
     entry.set_num_threads(threads)
     x = randint((c, h, w), 0, 255, np.uint8, seed=4)
     weight = randint((f, c, 3, 3), -128, 127, np.int8, seed=5)
-    y = entry(x, weight)
-    padded = np.pad(x.astype(np.int64), ((0, 0), (1, 1), (1, 1)), constant_values=PAD)
-    want = np.zeros((f, h, w), np.int64)
-    for r in range(3):
-        for s in range(3):
-            want += np.einsum("fc,chw->fhw", weight[:, :, r, s].astype(np.int64), padded[:, r : r + h, s : s + w])
-    assert np.array_equal(y, want)
+    assert np.array_equal(entry(x, weight), padded_conv(x, weight))
+
+
+def padded_conv(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """The 3x3 convolution of x padded with PAD by weight, in int64."""
+    (_, h, w), padded = x.shape, np.pad(x.astype(np.int64), ((0, 0), (1, 1), (1, 1)), constant_values=PAD)
+    taps = weight.astype(np.int64)
+    return sum(
+        np.einsum("fc,chw->fhw", taps[:, :, r, s], padded[:, r : r + h, s : s + w]) for r in range(3) for s in range(3)
+    )
 
 
 BAKED = f"""
