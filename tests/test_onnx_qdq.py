@@ -309,3 +309,23 @@ def test_a_dequantized_input_read_elsewhere_is_kept():
     fused = fuse_qdq(model)
     assert ops(fused) == ["DequantizeLinear", "QLinearConv"] and ops(model)[3] == "Conv"
     assert list(fused.graph.node[1].input) == ["xq", "xs", "xz", "wq", "ws", "wz", "ys", "yz", "bq"]
+
+
+def test_a_dynamically_quantised_matmul_is_an_int8_gemm(tmp_path):
+    """quantize_dynamic's DynamicQuantizeLinear -> MatMulInteger (its zero point computed when the model
+    runs) multiplies the raw bytes, the zero point times the weight's column sums subtracted after."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])]
+    model = make_model(nodes, [tensor("x", F, [3, 40, 64])], [tensor("y", F, None)], [weight("w", (64, 48))], opset=17)
+    source, target = save(model, tmp_path, "float"), tmp_path / "dynamic.onnx"
+    quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8)
+    quantised = onnx.load(str(target))
+    assert "MatMulInteger" in ops(quantised) and "DynamicQuantizeLinear" in ops(quantised)
+    library = compile_file(target, tmp_path / "out")
+    assert re.search(r"catenc_gemm_call_u8s8\(", (tmp_path / "out" / "dynamic.c").read_text())
+    entry = next(iter(library.entries.values()))
+    session = onnxruntime.InferenceSession(str(target), providers=["CPUExecutionProvider"])
+    for _ in range(4):
+        x = RNG.standard_normal((3, 40, 64)).astype(np.float32)
+        np.testing.assert_allclose(entry(x), session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)

@@ -195,6 +195,8 @@ def matmul_integer(node: OnnxNode, emit: Emitter) -> list[Value]:
     shape = matmul_shape(a.shape, b.shape)
     if a.dtype not in ("i8", "u8") or b.dtype not in ("i8", "u8"):
         raise ModelError(f"operands of types {a.dtype} and {b.dtype}")
+    if _raw_operands(a, a_zero, b, b_zero, runtime_zero=True) and b.rank == 2:  # an int8 gemm
+        return [emit.out(_raw_product(node, a, a_zero, b, shape, emit), "i32", shape)]
     library = a.rank == b.rank == 2 and a.dtype == b.dtype and a_zero is not None and b_zero is not None
     if library and _scalar(a_zero) and _scalar(b_zero):
         args = (emit.ref(a), emit.ref(b), _scalar_param(a_zero, emit), _scalar_param(b_zero, emit))
@@ -214,12 +216,14 @@ def _known_zero(zero_point: Value | None) -> int | None:
     return int(zero_point.known.reshape(-1)[0])
 
 
-def _raw_operands(x: Value, x_zero: Value | None, w: Value, w_zero: Value | None) -> bool:
-    """Whether x (u8, a zero point known per tensor) and w (a known int8 weight whose zero points
-    are all zero) can be multiplied as their raw 8-bit values, the zero point corrected after."""
+def _raw_operands(x: Value, x_zero: Value | None, w: Value, w_zero: Value | None, runtime_zero: bool = False) -> bool:
+    """Whether x (u8, a zero point known per tensor; `runtime_zero`: or one computed when the model
+    runs, DynamicQuantizeLinear's) and w (a known int8 weight whose zero points are all zero) can be
+    multiplied as their raw 8-bit values, the zero point corrected after."""
     weight_centred = w_zero is None or (w_zero.is_known and w_zero.known.dtype != object and not w_zero.known.any())
     known = w.is_known and w.known.dtype != object
-    return x.dtype == "u8" and w.dtype == "i8" and known and _known_zero(x_zero) is not None and weight_centred
+    zero = _known_zero(x_zero) is not None or (runtime_zero and _scalar(x_zero))
+    return x.dtype == "u8" and w.dtype == "i8" and known and zero and weight_centred
 
 
 def _correction(node: OnnxNode, values: np.ndarray, emit: Emitter) -> Value:
@@ -230,12 +234,15 @@ def _correction(node: OnnxNode, values: np.ndarray, emit: Emitter) -> Value:
 
 
 def _raw_product(node: OnnxNode, a: Value, a_zero: Value | None, b: Value, shape, emit: Emitter) -> Node:
-    """(a - a_zero) @ b as `cast(a, i32) @ cast(b, i32) + correction[n]`, correction = -a_zero * colsum(b)."""
+    """(a - a_zero) @ b as `cast(a, i32) @ cast(b, i32) + correction[n]`, correction = -a_zero * colsum(b)
+    computed at import; a zero point known only when the model runs is multiplied by colsum(b) then."""
     product = matmul(cast(emit.ref(a), "i32"), cast(emit.ref(b), "i32"), shape)
-    zero = _known_zero(a_zero)
-    if not zero:
+    zero, sums = _known_zero(a_zero), b.known.astype(np.int64).sum(axis=0)
+    if zero == 0:
         return product
-    return product + emit.ref(_correction(node, -zero * b.known.astype(np.int64).sum(axis=0), emit))
+    if zero is not None:
+        return product + emit.ref(_correction(node, -zero * sums, emit))
+    return product - cast(_scalar_param(a_zero, emit), "i32") * emit.ref(_correction(node, sums, emit))
 
 
 def _column_scale(b_scale: Value, b: Value, emit: Emitter) -> Node:
