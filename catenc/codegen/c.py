@@ -67,6 +67,16 @@ class KernelState:
 PACK_CHUNK = 16  # int8 panels packed together: a depth step's row spans them (templates/gemm.c.j2 q8 layout)
 
 
+def _panel_width(call: GemmCall, side: PackSide) -> str:
+    """The C macro of the width of one operand's panels: MR or NR of the gemm's kind."""
+    return f"CATENC_GEMM_{side.width}_{call.contraction.kind}"
+
+
+def _panel_depth(group: int) -> str:
+    """A panel's depth in C: the slice's steps (catenc_kb), rounded up to whole groups."""
+    return "catenc_kb" if group == 1 else f"((catenc_kb + {group - 1}) / {group} * {group})"
+
+
 class CRenderer:
     """Renders kernels as C99 functions. Subclasses change spellings, not structure; a method
     a subclass overrides replaces its entry in the dispatch tables (catenc/dispatch.py)."""
@@ -560,7 +570,7 @@ class CRenderer:
         c = call.contraction
         value = side.fill.value
         ctype, i = self.ctype(value.dtype), self.indent
-        width, extent = f"CATENC_GEMM_{side.width}_{c.kind}", side.extent.to_c()
+        width, extent = _panel_width(call, side), side.extent.to_c()
         group = KINDS[c.kind].group
         head = [
             f"static void {name}_pack_{side.side}(const void* catenc_ctx, "
@@ -571,11 +581,10 @@ class CRenderer:
         ]
         if group > 1 and side.runs is None:
             return "\n".join(head + self.chunked_pack_body(call, side, ctype, group) + ["}"])
-        depth = "catenc_kb" if group == 1 else f"((catenc_kb + {group - 1}) / {group} * {group})"
         start = "catenc_dst" if group == 1 else f"({ctype}*)catenc_dst"
         body = [
             f"{i}for (int64_t catenc_p = 0; catenc_p < catenc_panels; ++catenc_p) {{",
-            f"{i * 2}{ctype}* {self.restrict} catenc_out = {start} + catenc_p * {depth} * {width};",
+            f"{i * 2}{ctype}* {self.restrict} catenc_out = {start} + catenc_p * {_panel_depth(group)} * {width};",
             f"{i * 2}const int64_t catenc_n0 = (catenc_first + catenc_p) * {width};",
             f"{i * 2}const int64_t catenc_valid = {extent} - catenc_n0 < {width} ? {extent} - catenc_n0 : {width};",
         ]
@@ -590,7 +599,7 @@ class CRenderer:
     ) -> list[str]:
         """`for catenc_k < catenc_kb`: the panel row of depth step `depth` into `out` ({w}: the
         panel's width), zero past the valid positions up to `span` (None: the width)."""
-        i, width = self.indent, f"CATENC_GEMM_{side.width}_{call.contraction.kind}"
+        i, width = self.indent, _panel_width(call, side)
         out, pad = out.format(w=width), i * (level + 1)
         return [
             f"{i * level}for (int64_t catenc_k = 0; catenc_k < catenc_kb; ++catenc_k) {{",
@@ -630,9 +639,8 @@ class CRenderer:
         steps, each step's row across the chunk's positions (one long run: block copies where the
         walk has them), then interleaved into each panel, position j's steps at out[j*group +
         step]; the steps past the slice, to a whole group, zeros."""
-        i, width, extent = self.indent, f"CATENC_GEMM_{side.width}_{call.contraction.kind}", side.extent.to_c()
+        i, width, extent = self.indent, _panel_width(call, side), side.extent.to_c()
         row = f"{PACK_CHUNK} * {width}"  # a row of the chunk: its panels' positions
-        kq = f"((catenc_kb + {group - 1}) / {group} * {group})"
         return [
             f"{i}for (int64_t catenc_c0 = 0; catenc_c0 < catenc_panels; catenc_c0 += {PACK_CHUNK}) {{",
             f"{i * 2}const int64_t catenc_cn = catenc_panels - catenc_c0 < {PACK_CHUNK} ? "
@@ -658,8 +666,8 @@ class CRenderer:
             f"{i * 5}memset(catenc_rows + catenc_k * {row}, 0, (size_t)catenc_span);",
             f"{i * 3}}}",
             f"{i * 3}for (int64_t catenc_p = 0; catenc_p < catenc_cn; ++catenc_p) {{",
-            f"{i * 4}{ctype}* {self.restrict} catenc_out = ({ctype}*)catenc_dst + (catenc_c0 + catenc_p) * {kq} * "
-            f"{width} + catenc_g * {width};",
+            f"{i * 4}{ctype}* {self.restrict} catenc_out = ({ctype}*)catenc_dst + (catenc_c0 + catenc_p) * "
+            f"{_panel_depth(group)} * {width} + catenc_g * {width};",
             f"{i * 4}const {ctype}* {self.restrict} catenc_in = catenc_rows + catenc_p * {width};",
             f"{i * 4}for (int64_t catenc_j = 0; catenc_j < {width}; ++catenc_j) {{",
             *[

@@ -31,10 +31,10 @@ from catenc.ir.nodes import (
     walk,
 )
 from catenc.ir.passes import calls_expensive, replace_node
+from catenc.schedule.tiles import KINDS
 from catenc.symbolic import ONE, ZERO, Expr, Facts, product, prove_less, prove_nonneg, sym
 
 GEMM_DTYPES = frozenset({"f32", "f64"})
-_BYTES = {"u8": "u8", "i8": "s8"}  # a byte operand's type as a gemm kind spells it (schedule/tiles.py KINDS)
 ACC = "catenc_acc"  # the product's name inside an epilogue
 STORED_AS_F32 = frozenset({"f16", "bf16"})  # storage dtypes computed in f32
 
@@ -67,7 +67,7 @@ class Contraction:
         """The packed gemm's kind (schedule/tiles.py KINDS): the dtype, or the int8 operands' signedness."""
         if self.dtype.name in GEMM_DTYPES:
             return self.dtype.name
-        return _BYTES[narrow(self.a).dtype.name] + _BYTES[narrow(self.b).dtype.name]
+        return _byte_kind(narrow(self.a).dtype.name, narrow(self.b).dtype.name)
 
 
 def narrow(operand: Value) -> Value:
@@ -75,18 +75,19 @@ def narrow(operand: Value) -> Value:
     return operand.x if isinstance(operand, Cast) and operand.dtype.name == "i32" else operand
 
 
+def _byte_kind(a: str, b: str) -> str | None:
+    """The int8 gemm kind (schedule/tiles.py KINDS) whose operands are of dtypes a and b, if one is."""
+    return next((k.name for k in KINDS.values() if k.group > 1 and (k.a, k.b) == (a, b)), None)
+
+
 def _byte_product(body: Value) -> bool:
-    """Whether body is `cast(u, i32) * cast(s, i32)` (either order), u of u8 and s of i8."""
+    """Whether body is `cast(x, i32) * cast(y, i32)` of bytes an int8 gemm kind multiplies, in either order."""
     if not (isinstance(body, Binary) and body.op == "mul" and body.dtype.name == "i32"):
         return False
     if not all(isinstance(v, Cast) for v in (body.a, body.b)):
         return False
-    return sorted(_BYTES.get(v.x.dtype.name, "") for v in (body.a, body.b)) == ["s8", "u8"]
-
-    @property
-    def flops(self) -> Expr:
-        extents = [e for _, e in self.batch + self.rows + self.cols + self.depth]
-        return 2 * product(extents)
+    a, b = body.a.x.dtype.name, body.b.x.dtype.name
+    return _byte_kind(a, b) is not None or _byte_kind(b, a) is not None
 
 
 def extract_contractions(
