@@ -33,10 +33,10 @@ from catenc.lower.gemm import (
     window_bounds,
 )
 from catenc.lower.lanes import BASE, FULL, LANE, LANES, WIDTH, expand_lanes, lane
-from catenc.lower.loops import Assign, Declare, For, Gemm, If, LaneReduce, LoopKernel, Stmt, Store
+from catenc.lower.loops import Assign, Declare, For, Gemm, If, LaneReduce, LoopKernel, PaddedPlane, Stmt, Store
 from catenc.schedule.contractions import ACC
 from catenc.schedule.tiles import KINDS
-from catenc.symbolic import ZERO, Expr, product
+from catenc.symbolic import ZERO, Expr, const, product
 
 
 @dataclass(frozen=True)
@@ -362,6 +362,33 @@ class CRenderer:
         if conversion:
             value = conversion.format(value)
         lines.append(f"{pad}{stmt.buffer}[{self.flat_index(stmt.index, buf.shape)}] = {value};")
+
+    @STATEMENTS.register(PaddedPlane)
+    def padded_plane(self, stmt: PaddedPlane, pad: str, depth: int, lines: list[str], parallel: bool) -> None:
+        """The local array filled with the padding value, then the plane copied in a row at a time;
+        the loads that follow read it as a buffer of its shape."""
+        source = self.state.buffers[stmt.source]
+        (rows, cols), (top, left), phases = stmt.shape, stmt.offset, stmt.phases
+        height, width = (e.to_c() for e in source.shape[-2:])
+        r, c, i = f"{stmt.name}_r", f"{stmt.name}_c", self.indent
+        first = f"{self.flat_index(stmt.prefix + (ZERO, ZERO), source.shape)} + {r}*{width}"
+        size = phases * rows * cols
+        lines += [
+            f"{pad}{source.dtype.ctype} {stmt.name}[{size}];",
+            f"{pad}for (int64_t {r} = 0; {r} < {size}; ++{r}) {stmt.name}[{r}] = "
+            f"{self.literal(stmt.fill.value, source.dtype)};",
+        ]
+        for phase in range(phases):  # its source columns: start, start + phases, ... below width
+            start = (phase - left) % phases
+            count = f"({width} - {start} + {phases - 1}) / {phases}"
+            at = f"({phase * rows} + {r} + {top})*{cols} + {(start + left) // phases} + {c}"
+            lines += [
+                f"{pad}for (int64_t {r} = 0; {r} < {height}; ++{r})",
+                f"{pad}{i}for (int64_t {c} = 0; {c} < {count}; ++{c})",
+                f"{pad}{i * 2}{stmt.name}[{at}] = {stmt.source}[{first} + {start} + {c}*{phases}];",
+            ]
+        plane = BufferArg(stmt.name, source.dtype, (const(phases), const(rows), const(cols)), const=False)
+        self.state.buffers = {**self.state.buffers, stmt.name: plane}
 
     def pragma_lines(self, extent: str, work: str, pad: str) -> list[str]:
         """The work-sharing pragma of a loop of `extent` iterations in a kernel of `work` operations."""

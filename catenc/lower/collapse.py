@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+from catenc.ir.nodes import Load, walk
 from catenc.lower.flat import flatten, indices_at
 from catenc.lower.gemm import contiguous_walk
 from catenc.lower.lanes import Storage
@@ -45,6 +46,8 @@ def _collapsed(outer: For, buffers: Mapping[str, Storage]) -> For:
         return outer
     if not (outer.extent.is_const and inner.extent.is_const):  # sizes known: the bounds stay provable
         return outer
+    if any(type(v) is Load and v.buffer not in buffers for s in inner.body for v in walk(s.value)):
+        return outer  # a read of a local copy (lower/pad.py) keeps its rows
     axes = ((outer.index, outer.extent), (inner.index, inner.extent))
     statements = []
     for stmt in inner.body:

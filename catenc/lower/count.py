@@ -22,7 +22,19 @@ from catenc.dispatch import Table
 from catenc.ir.evaluate import index_value
 from catenc.ir.nodes import Binary, Load, Local, Unary, Value, Where
 from catenc.lower.lanes import LaneLoops, Storage, expand_lanes
-from catenc.lower.loops import Assign, Declare, For, Gemm, If, LaneReduce, LoopKernel, Stmt, Store, gemm_axes
+from catenc.lower.loops import (
+    Assign,
+    Declare,
+    For,
+    Gemm,
+    If,
+    LaneReduce,
+    LoopKernel,
+    PaddedPlane,
+    Stmt,
+    Store,
+    gemm_axes,
+)
 from catenc.symbolic import Expr, product
 
 
@@ -195,6 +207,12 @@ def _count_gemm(counter: _Counter, stmt: Gemm, env: dict[str, int]) -> int:
     return flops + sum(counter.over(axes, value, env) for value, axes in operands)
 
 
+@_STMT.register(PaddedPlane)
+def _count_copy(counter: _Counter, stmt: PaddedPlane, env: dict[str, int]) -> int:
+    """A copy: data moved, no operation."""
+    return 0
+
+
 @_NAMES.register(For)
 def _for_names(counter: _Counter, stmt: For) -> set[str]:
     return stmt.extent.free_symbols()
@@ -215,6 +233,11 @@ def _if_names(counter: _Counter, stmt: If) -> set[str]:
 @_NAMES.register(Declare, Assign, Store)
 def _value_names(counter: _Counter, stmt: Declare | Assign | Store) -> set[str]:
     return counter.condition_names([stmt.value])
+
+
+@_NAMES.register(PaddedPlane)
+def _copy_names(counter: _Counter, stmt: PaddedPlane) -> set[str]:
+    return set()
 
 
 @_NAMES.register(Gemm)

@@ -209,9 +209,10 @@ _NONNEGATIVE = {  # a comparison as (x, y, c): it holds when y - x - c >= 0
 }
 
 
-def _conjuncts(cond: Value) -> list[Value]:
+def conjuncts(cond: Value) -> list[Value]:
+    """The terms of an `and` tree, left to right."""
     if isinstance(cond, Binary) and cond.op == "and":
-        return _conjuncts(cond.a) + _conjuncts(cond.b)
+        return conjuncts(cond.a) + conjuncts(cond.b)
     return [cond]
 
 
@@ -225,7 +226,7 @@ def guard_window(value: Value, last: str, buffers: Mapping[str, Storage]) -> Win
     highs: list[Expr] = []
     keep: list[Value] = []
     index = sym(last)
-    for term in _conjuncts(value.cond):
+    for term in conjuncts(value.cond):
         compare = _NONNEGATIVE.get(term.op) if isinstance(term, Binary) else None
         x, y = (as_expr(term.a), as_expr(term.b)) if compare else (None, None)
         if x is None or y is None:

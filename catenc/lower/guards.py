@@ -20,7 +20,7 @@ from catenc.dtypes import BOOL
 from catenc.ir.nodes import Binary, Const, Value, walk
 from catenc.ir.passes import fold_node, substitute
 from catenc.ir.verify import as_expr
-from catenc.lower.loops import Assign, Declare, For, If, LaneReduce, LoopKernel, Stmt, Store, stmt_values
+from catenc.lower.loops import Assign, Declare, For, If, LaneReduce, LoopKernel, PaddedPlane, Stmt, Store, stmt_values
 from catenc.symbolic import Expr, Sym, const, sym
 
 PEEL = 4  # an edge of at most this many iterations runs each one on its own
@@ -63,7 +63,7 @@ def _split_loop(loop: For, ranges: Ranges, copies: int) -> list[Stmt]:
     for start, stop in pieces:
         at = {loop.index: const(start) if stop - start == 1 else sym(loop.index) + start}
         body = _decided(loop.body, ranges | {loop.index: (start, stop - 1)}, loop.index)
-        body = tuple(_substituted(s, at) for s in body)
+        body = tuple(substituted(s, at) for s in body)
         inner = ranges | {loop.index: (0, stop - start - 1)}
         out.append(For(loop.index, const(stop - start), _split_body(body, inner, copies * len(pieces))))
     return out
@@ -172,10 +172,10 @@ def _decide(value: Value, ranges: Ranges, index: str) -> Value:
     return fold_node(value.with_children(tuple(_decide(c, ranges, index) for c in value.children())))
 
 
-def _substituted(stmt: Stmt, at: dict[str, Expr]) -> Stmt:
+def substituted(stmt: Stmt, at: dict[str, Expr]) -> Stmt:
     """The statement (and those inside it) with indices replaced as `at` says."""
     stmt = _mapped(stmt, partial(substitute, mapping=at), partial(Expr.substitute, mapping=at))
-    return stmt.with_children(tuple(_substituted(s, at) for s in stmt.children()))
+    return stmt.with_children(tuple(substituted(s, at) for s in stmt.children()))
 
 
 def _same(e: Expr) -> Expr:
@@ -206,6 +206,11 @@ def _mapped_local(stmt: Declare | Assign, values: ValueMap, exprs: ExprMap) -> S
 @_MAPPED.register(Store)
 def _mapped_store(stmt: Store, values: ValueMap, exprs: ExprMap) -> Stmt:
     return replace(stmt, index=tuple(map(exprs, stmt.index)), value=values(stmt.value))
+
+
+@_MAPPED.register(PaddedPlane)
+def _mapped_plane(stmt: PaddedPlane, values: ValueMap, exprs: ExprMap) -> Stmt:
+    return replace(stmt, prefix=tuple(map(exprs, stmt.prefix)))
 
 
 @_MAPPED.register(If)

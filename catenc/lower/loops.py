@@ -124,6 +124,23 @@ class Gemm(Stmt):
 
 
 @dataclass(frozen=True)
+class PaddedPlane(Stmt):
+    """`name`: a local array holding `fill` around a copy of the plane `source[prefix..., :, :]`
+    (its last two axes) placed at `offset` (top, left) of a padded plane, stored as `phases`
+    arrays of `shape` (rows, columns): phase p holds the padded columns p, p + phases, ... (a
+    stride-2 window reads two phases, each at consecutive columns). A padded window reads it where
+    it read `where(in bounds, source[...], fill)`: no guards (lower/pad.py)."""
+
+    name: str
+    source: str
+    prefix: tuple[Expr, ...]
+    shape: tuple[int, int]
+    offset: tuple[int, int]
+    fill: Const
+    phases: int = 1
+
+
+@dataclass(frozen=True)
 class LoopKernel:
     name: str
     body: tuple[Stmt, ...]
@@ -634,6 +651,17 @@ def _format_lanes(stmt: LaneReduce, pad: str, depth: int, lines: list[str]) -> N
         stored = f", stored to {stmt.store[0]}[{', '.join(str(e) for e in stmt.store[1])}]"
     updates = "; ".join(f"{acc} = {stmt.op}({acc}, {format_value(v)})" for acc, v in stmt.reductions)
     lines.append(f"{pad}{updates} for {stmt.index} in 0..{stmt.extent}  # {stmt.lanes} lanes{stored}")
+
+
+@_FORMAT.register(PaddedPlane)
+def _format_plane(stmt: PaddedPlane, pad: str, depth: int, lines: list[str]) -> None:
+    prefix = "".join(f"{e}, " for e in stmt.prefix)
+    (rows, cols), (top, left) = stmt.shape, stmt.offset
+    fill = format_value(stmt.fill)
+    lines.append(
+        f"{pad}{stmt.name}[{stmt.phases}, {rows}, {cols}] = {fill}, {stmt.source}[{prefix}:, :] at [{top}, {left}]"
+        + (f" in {stmt.phases} column phases" if stmt.phases > 1 else "")
+    )
 
 
 @_FORMAT.register(Gemm)

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from catenc.dispatch import Table
 from catenc.ir.nodes import Buffer, Gather, Load, Local, Role, SymInt, Value
-from catenc.lower.loops import Assign, Declare, For, Gemm, If, LaneReduce, LoopKernel, Stmt, Store
+from catenc.lower.loops import Assign, Declare, For, Gemm, If, LaneReduce, LoopKernel, PaddedPlane, Stmt, Store
 from catenc.symbolic import Expr, sym
 
 
@@ -123,6 +123,11 @@ class _Renamer:
         more = tuple((self.name(acc), self.value(v)) for acc, v in s.more)
         value = self.value(s.value)
         return replace(s, acc=self.name(s.acc), index=index, extent=extent, value=value, store=store, more=more)
+
+    @_STMT.register(PaddedPlane)
+    def padded_plane(self, s: PaddedPlane) -> Stmt:
+        prefix = tuple(self.expr(e) for e in s.prefix)
+        return replace(s, source=self.name(s.source), prefix=prefix, name=self.bind(s.name))
 
     @_STMT.register(Gemm)
     def gemm(self, s: Gemm) -> Stmt:

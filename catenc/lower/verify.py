@@ -8,12 +8,24 @@ index or buffer at fault); an empty list means the loop nests are well formed. I
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from catenc.dispatch import Table
 from catenc.ir.nodes import Buffer, Load, Local, Reduce, Role, SymInt, Value, Where
 from catenc.ir.verify import bounds_problems, guard_facts, show
-from catenc.lower.loops import Assign, Declare, For, Gemm, If, LaneReduce, LoopKernel, Stmt, Store, gemm_axes
+from catenc.lower.loops import (
+    Assign,
+    Declare,
+    For,
+    Gemm,
+    If,
+    LaneReduce,
+    LoopKernel,
+    PaddedPlane,
+    Stmt,
+    Store,
+    gemm_axes,
+)
 from catenc.schedule.contractions import ACC
 from catenc.symbolic import Call, Expr, Facts, const
 
@@ -55,6 +67,7 @@ class _KernelChecker:
         self.buffers = buffers
         self.params = set(kernel.symbols)
         self.used: set[str] = set()  # buffers the body reads or writes
+        self.planes: set[str] = set()  # local copies of planes (PaddedPlane), read as buffers
         self.problems: list[str] = []
 
     def run(self) -> list[str]:
@@ -62,7 +75,7 @@ class _KernelChecker:
             if name not in self.buffers:
                 self.problems.append(f"takes unknown buffer {name}")
         self.body(self.kernel.body, _Scope(facts=self.facts))
-        for name in sorted(self.used - set(self.kernel.buffers)):
+        for name in sorted(self.used - set(self.kernel.buffers) - self.planes):
             self.problems.append(f"uses buffer {name}, which is not in its buffer list")
         return self.problems
 
@@ -119,6 +132,30 @@ class _KernelChecker:
             self.assigned(acc, value, scope)
         if stmt.store is not None:
             self.store(stmt.store[0], stmt.store[1], inner)
+
+    @_STMT.register(PaddedPlane)
+    def padded_plane(self, stmt: PaddedPlane, scope: _Scope) -> None:
+        """Its copy reads the whole plane of its source at its prefix, inside the copy's shape."""
+        self.used.add(stmt.source)
+        source = self.buffers.get(stmt.source)
+        if source is None:
+            self.problems.append(f"{stmt.name} copies unknown buffer {stmt.source}")
+            return
+        if len(stmt.prefix) + 2 != len(source.shape):
+            self.problems.append(f"{stmt.name}: {len(stmt.prefix)} leading indices for {stmt.source}")
+            return
+        for e in stmt.prefix:
+            self.expr(e, scope, f"index of {stmt.source}")
+        self.problems += [f"{stmt.name}: {p}" for p in bounds_problems(stmt.prefix, _leading(source), scope.facts)]
+        plane = [e.value if e.is_const else None for e in source.shape[-2:]]
+        room = (stmt.shape[0], stmt.phases * stmt.shape[1])
+        if any(stmt.offset[k] < 0 or plane[k] is None or stmt.offset[k] + plane[k] > room[k] for k in (0, 1)):
+            self.problems.append(f"{stmt.name}: {stmt.source}'s plane does not fit at {stmt.offset} in {room}")
+        if stmt.name in self.buffers or stmt.name in self.planes:
+            self.problems.append(f"{stmt.name}: copy named as a buffer already known")
+        self.planes.add(stmt.name)
+        shape = tuple(map(const, (stmt.phases, *stmt.shape)))
+        self.buffers = {**self.buffers, stmt.name: replace(source, name=stmt.name, shape=shape)}
 
     def bind(self, index: str, extent: Expr, scope: _Scope) -> _Scope:
         if index in scope.indices or index in scope.locals or index in self.params:
@@ -223,6 +260,11 @@ class _KernelChecker:
     @_NODE.register(SymInt)
     def symint(self, node: SymInt, scope: _Scope, facts: Facts) -> None:
         self.expr(node.expr, scope, f"({node.expr})")
+
+
+def _leading(buf: Buffer) -> Buffer:
+    """The buffer seen through its axes before the last two (a plane's position)."""
+    return replace(buf, shape=buf.shape[:-2])
 
 
 def unfold_mod(e: Expr) -> Expr:

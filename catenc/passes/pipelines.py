@@ -23,6 +23,7 @@ from catenc.lower.collapse import collapse_loops
 from catenc.lower.gpu import GemmTile, GpuProgram, TensorTiles, format_gpu, lower_gpu
 from catenc.lower.guards import split_guarded_loops
 from catenc.lower.loops import LoopKernel, LoopProgram, format_loops, lower_schedule
+from catenc.lower.pad import pad_windows
 from catenc.lower.share import share_identical_kernels
 from catenc.lower.unroll import unroll_windows
 from catenc.lower.vectorize import jam_rows, split_reduction_lanes
@@ -192,6 +193,9 @@ def build_pipeline(
          loops, loops, each_kernel(lambda _, k: jam_rows(k)), False),
         (fast and cpu, "unroll-windows", "short loops of accumulator updates (a pool's taps) as straight code",
          loops, loops, each_kernel(lambda _, k: unroll_windows(k)), False),
+        (fast and cpu, "pad-windows", "a padded window reads a padded copy of its plane, without guards",
+         loops, loops, each_kernel(lambda p, k: pad_windows(k, {b.name: b for b in p.schedule.graph.buffers})),
+         False),
         (fast and cpu, "split-guarded-loops", "loops split where padding guards change: an unguarded interior",
          loops, loops, each_kernel(lambda _, k: split_guarded_loops(k)), False),
         (fast and cpu, "collapse-loops", "nested loops over elements stored alike as one loop (a plane as one run)",

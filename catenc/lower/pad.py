@@ -1,0 +1,291 @@
+"""Padded windows read from a zero-padded copy of their plane: no guards in the window's loops.
+
+A depthwise convolution (or a padded pool) reads `where(0 <= h + r - p < H & 0 <= w + s - p < W,
+x[c, h + r - p, w + s - p], 0)` at each tap. lower/guards.py splits the loops where those guards
+change, but on the small planes of the mobile networks (14x14, 7x7 with a 5x5 window) most of
+the plane is edge: the edges run scalar, one guarded tap at a time. Here the plane the window
+reads is copied once per plane into a local array with the padding value around it
+(`PaddedPlane`), and every tap reads the copy unguarded: each row of outputs is one vector loop.
+The copy holds exactly what the guarded reads returned, so the values computed are the same.
+
+A row whose length is not a multiple of the vector then ends in a scalar remainder (12 of a
+28-wide row with 16 lanes) that costs as much as the vectors. Its last vector's worth of
+columns instead runs once more as one block, overlapping the columns before it: those are
+computed again to the same values and stored again (the body only stores what it does not read).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+
+from catenc.ir.evaluate import index_value
+from catenc.ir.nodes import Const, Gather, Load, Value, Where, walk
+from catenc.lower.gemm import conjuncts
+from catenc.lower.guards import substituted
+from catenc.lower.lanes import Storage
+from catenc.lower.loops import Assign, Declare, For, LoopKernel, PaddedPlane, Stmt, Store, iter_stmts, stmt_values
+from catenc.symbolic import ZERO, Expr, const, sym
+
+PLANE_BYTES = 64 * 1024  # the largest padded copy kept on a thread's stack
+MIN_TAPS = 2  # guarded reads of one plane that pay for its copy
+MIN_BLOCK = 4  # the narrowest block of a row worth running again (a shorter row keeps its remainder)
+PLANE = "catenc_plane"  # prefix of the copies' names
+
+Ranges = dict[str, int]  # loop index -> its extent (constant)
+
+
+def pad_windows(kernel: LoopKernel, buffers: Mapping[str, Storage]) -> LoopKernel:
+    """The kernel with each serial pair of loops over a plane whose body reads padded windows
+    reading a padded copy instead, its rows in blocks of the kernel's vector lanes."""
+    names = itertools.count()
+    return replace(kernel, body=_pad_body(kernel.body, buffers, names, kernel.decisions.vector_lanes))
+
+
+def _pad_body(
+    body: tuple[Stmt, ...], buffers: Mapping[str, Storage], names: Iterator[int], lanes: int
+) -> tuple[Stmt, ...]:
+    out: list[Stmt] = []
+    for stmt in body:
+        planes, stmt = _padded(stmt, buffers, names) if isinstance(stmt, For) else ((), stmt)
+        if planes:
+            (inner,) = stmt.body
+            width = lanes * 4 // buffers[planes[0].source].dtype.itemsize
+            out += [*planes, replace(stmt, body=_blocks(inner, width))]
+        else:
+            out.append(stmt.with_children(_pad_body(stmt.children(), buffers, names, lanes)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class _Tap:
+    """A guarded read of one plane: `where(cond, source[prefix..., row, col], fill)`."""
+
+    node: Where
+    load: Load
+
+    @property
+    def plane(self) -> tuple[str, tuple[Expr, ...]]:
+        return self.load.buffer, self.load.index[:-2]
+
+
+def _padded(loop: For, buffers: Mapping[str, Storage], names: Iterator[int]) -> tuple[list[PaddedPlane], For]:
+    """The copies a nest of loops over a plane reads, and the nest reading them (no copies:
+    the loop as it is)."""
+    ranges = _nest_ranges(loop)
+    if ranges is None:
+        return [], loop
+    rows, cols = loop.index, loop.body[0].index
+    nodes = [node for stmt in iter_stmts((loop,)) for value in stmt_values(stmt) for node in walk(value)]
+    taps = [tap for node in nodes if (tap := _tap(node)) is not None]
+    written = {stmt.buffer for stmt in iter_stmts((loop,)) if isinstance(stmt, Store)}
+    planes: list[PaddedPlane] = []
+    rewrite: dict[Value, Value] = {}
+    for plane in dict.fromkeys(tap.plane for tap in taps):  # first-read order
+        group = [tap for tap in taps if tap.plane == plane]
+        copy = _plane_copy(group, nodes, rows, cols, ranges, buffers, written)
+        if copy is None:
+            continue
+        copy = replace(copy, name=f"{PLANE}{next(names)}")
+        planes.append(copy)
+        for node in _reads(nodes, plane):
+            rewrite[node] = _copy_read(copy, node, cols)
+        for tap in group:
+            rewrite[tap.node] = rewrite[tap.load]
+    if not planes:
+        return [], loop
+    return planes, _rewritten(loop, rewrite)
+
+
+def _nest_ranges(loop: For) -> Ranges | None:
+    """The extents of a serial loop over rows holding only a serial loop over columns whose
+    body is straight code or more serial loops of constant extent (a window's taps); None when
+    the nest is not such."""
+    if len(loop.body) != 1 or not isinstance(loop.body[0], For):
+        return None
+    ranges: Ranges = {}
+    for stmt in iter_stmts((loop,)):
+        if isinstance(stmt, For):
+            if stmt.parallel or not stmt.extent.is_const:
+                return None
+            ranges[stmt.index] = stmt.extent.value
+        elif not isinstance(stmt, (Declare, Assign, Store)):
+            return None
+    return ranges
+
+
+def _tap(node: Value) -> _Tap | None:
+    """The node as a guarded read of a plane with a constant outside it."""
+    if not (isinstance(node, Where) and type(node.a) is Load and isinstance(node.b, Const)):
+        return None
+    if len(node.a.index) < 2 or node.a.dtype != node.b.dtype:
+        return None
+    return _Tap(node, node.a)
+
+
+def _plane_copy(
+    group: list[_Tap],
+    nodes: list[Value],
+    rows: str,
+    cols: str,
+    ranges: Ranges,
+    buffers: Mapping[str, Storage],
+    written: set[str],
+) -> PaddedPlane | None:
+    """The copy (unnamed) that the guarded reads of one plane can read instead, when each read's
+    guard is exactly its position's being inside the plane and the copy is small enough."""
+    source, prefix = group[0].plane
+    buf = buffers.get(source)
+    if buf is None or source in written or len(group) < MIN_TAPS or buf.dtype.name in ("f16", "bf16", "bool"):
+        return None
+    if len({tap.node.b for tap in group}) != 1 or group[0].load.dtype != buf.dtype:
+        return None
+    height, width = buf.shape[-2:]
+    if not (height.is_const and width.is_const):
+        return None
+    plane = (height.value, width.value)
+    if any(expr.free_symbols() & set(ranges) for expr in prefix):
+        return None
+    # every read of the plane in the nest (guarded or not) goes to the copy
+    reads = _reads(nodes, (source, prefix))
+    if any(isinstance(n, Gather) for n in reads):
+        return None
+    spans = [_span(n.index[-2:], plane, ranges, rows, cols) for n in reads]
+    steps = {_column_step(n.index[-1], cols) for n in reads}
+    if any(span is None for span in spans) or len(steps) != 1 or None in steps:
+        return None
+    (phases,) = steps
+    for tap in group:
+        if not _guard_is_bounds(tap, plane, ranges):
+            return None
+    low = [min(span[k][0] for span in spans) for k in (0, 1)]
+    high = [max(span[k][1] for span in spans) for k in (0, 1)]
+    offset = (max(0, -low[0]), max(0, -low[1]))
+    padded = tuple(plane[k] + offset[k] + max(0, high[k] - plane[k] + 1) for k in (0, 1))
+    shape = (padded[0], -(-padded[1] // phases))
+    if padded == plane or phases * shape[0] * shape[1] * buf.dtype.itemsize > PLANE_BYTES:
+        return None
+    return PaddedPlane("", source, prefix, shape, offset, group[0].node.b, phases)
+
+
+def _reads(nodes: list[Value], plane: tuple[str, tuple[Expr, ...]]) -> list[Load]:
+    """The reads of one plane (a buffer at leading indices) among the nodes."""
+    source, prefix = plane
+    return [n for n in nodes if isinstance(n, Load) and n.buffer == source and n.index[:-2] == prefix]
+
+
+def _column_step(col: Expr, cols: str) -> int | None:
+    """How far a read's column moves per column of the loop (its stride): 1, or, where the rest
+    of its column is a constant (a strided window's unrolled tap), that constant step."""
+    step = col.coefficient(cols)
+    if not step.is_const or step.value < 1:
+        return None
+    rest = col - step * sym(cols)
+    return step.value if step.value == 1 or rest.is_const else None
+
+
+def _copy_read(copy: PaddedPlane, read: Load, cols: str) -> Load:
+    """A read of the source plane as the read of the copy it becomes: phase p of a copy of n
+    phases holds the padded columns p, p + n, p + 2n, ..., so that a window of stride n reads
+    each phase at consecutive positions."""
+    (top, left), n = copy.offset, copy.phases
+    row, col = read.index[-2:]
+    if n == 1:
+        return Load(read.dtype, copy.name, (ZERO, row + top, col + left))
+    rest = (col - n * sym(cols)).value + left
+    return Load(read.dtype, copy.name, (const(rest % n), row + top, sym(cols) + rest // n))
+
+
+def _span(
+    index: tuple[Expr, Expr], plane: tuple[int, int], ranges: Ranges, rows: str, cols: str
+) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """The lowest and highest row and column a read reaches over the nest, when its row moves
+    with the loop over rows (and its taps) alone and its column with the loop over columns."""
+    row_names, col_names = (index[k].free_symbols() for k in (0, 1))
+    if not (row_names | col_names) <= set(ranges) or row_names & col_names:
+        return None
+    if cols in row_names or rows in col_names:
+        return None
+    return tuple(_extremes(index[k], index[k].free_symbols(), ranges) for k in (0, 1))
+
+
+def _extremes(e: Expr, names: set[str], ranges: Ranges) -> tuple[int, int]:
+    values = [e.evaluate(env) for env in _points(names, ranges)]
+    return min(values), max(values)
+
+
+def _points(names: set[str], ranges: Ranges) -> Iterator[dict[str, int]]:
+    ordered = sorted(names)
+    for point in itertools.product(*(range(ranges[n]) for n in ordered)):
+        yield dict(zip(ordered, point))
+
+
+def _guard_is_bounds(tap: _Tap, plane: tuple[int, int], ranges: Ranges) -> bool:
+    """Whether the read's guard holds exactly where its row and column are inside the plane:
+    each conjunct reads only the row's indices or only the column's, and the conjuncts of each
+    side, at every point of that side's loops, agree with its bounds."""
+    sides = [tap.load.index[-2].free_symbols(), tap.load.index[-1].free_symbols()]
+    terms: list[list[Value]] = [[], []]
+    for term in conjuncts(tap.node.cond):
+        names = term.summary.symbols
+        side = next((k for k in (0, 1) if names <= sides[k]), None)
+        if side is None:
+            return False
+        terms[side].append(term)
+    for k in (0, 1):
+        position = tap.load.index[-2 + k]
+        for env in _points(sides[k], ranges):
+            inside = 0 <= position.evaluate(env) < plane[k]
+            try:
+                holds = all(index_value(term, env) for term in terms[k])
+            except ValueError:  # a conjunct reads data
+                return False
+            if holds != inside:
+                return False
+    return True
+
+
+def _blocks(loop: For, lanes: int) -> tuple[For, ...]:
+    """The loop over a row as whole vectors of `lanes` (or of the widest power of two the row
+    holds) and, where a remainder is left, one more block ending at the row's end."""
+    n = loop.extent.value
+    if lanes < MIN_BLOCK:  # no vectors
+        return (loop,)
+    block = lanes if n >= lanes else 1 << (n.bit_length() - 1)
+    if n % block == 0 or block < MIN_BLOCK or not _repeatable(loop.body, set()):
+        return (loop,)
+    last = replace(
+        loop,
+        extent=const(block),
+        body=tuple(substituted(s, {loop.index: sym(loop.index) + (n - block)}) for s in loop.body),
+    )
+    return (replace(loop, extent=const(n - n % block)), last)
+
+
+def _repeatable(body: tuple[Stmt, ...], declared: set[str]) -> bool:
+    """Whether running the body again at the same indices changes nothing: it assigns only locals
+    it declares, and stores only to buffers it does not read."""
+    stored = {s.buffer for s in iter_stmts(body) if isinstance(s, Store)}
+    for stmt in iter_stmts(body):
+        if isinstance(stmt, Declare):
+            declared.add(stmt.name)
+        elif isinstance(stmt, Assign) and stmt.name not in declared:
+            return False
+        if any(isinstance(n, Load) and n.buffer in stored for v in stmt_values(stmt) for n in walk(v)):
+            return False
+    return True
+
+
+def _rewritten(stmt: Stmt, rewrite: dict[Value, Value]) -> Stmt:
+    """The statement with every node `rewrite` names replaced (outermost first)."""
+    if isinstance(stmt, (Declare, Assign, Store)):
+        stmt = replace(stmt, value=_replaced(stmt.value, rewrite))
+    return stmt.with_children(tuple(_rewritten(s, rewrite) for s in stmt.children()))
+
+
+def _replaced(value: Value, rewrite: dict[Value, Value]) -> Value:
+    found = rewrite.get(value)
+    if found is not None:
+        return found
+    return value.with_children(tuple(_replaced(c, rewrite) for c in value.children()))

@@ -1,0 +1,169 @@
+"""Padded windows read a padded copy of their plane (catenc/lower/pad.py): depthwise convolutions
+and pools of any stride lose their guards, compute what numpy computes and the same bits as
+without the pass; a guard that is not the plane's bounds, a plane written in the same loops, or
+a plane too large keeps its guarded reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx.reference import ReferenceEvaluator
+
+from catenc.ir.nodes import Where, walk
+from catenc.lower.loops import For, PaddedPlane, iter_stmts, stmt_values
+from catenc.lower.pad import PLANE_BYTES
+from tests.conftest import randn
+from tests.test_guarded_loops import RNG, C, H, built_mobile, mobile_model
+from tests.test_interchange import built
+
+DEPTHWISE = """
+[composite.dw]
+inputs = ["x: f32[{c}, {h}, {w}]", "k: f32[{c}, {r}, {r}]", "b: f32[{c}]"]
+outputs = ["y: f32[{c}, {oh}, {ow}]"]
+body = '''
+t[c, i < {oh}, j < {ow}] = sum[r < {r}, s < {r}](
+    where((i*{s} + r >= {p}) & (i*{s} + r < {h} + {p}) & (j*{s} + s >= {p}) & (j*{s} + s < {w} + {p}),
+          x[c, i*{s} + r - {p}, j*{s} + s - {p}], 0.0) * k[c, r, s]) + b[c]
+y[c, i, j] = t[c, i, j] * sigmoid(t[c, i, j])
+'''
+"""
+
+
+def _depthwise(c: int, h: int, w: int, r: int, s: int, p: int) -> str:
+    oh, ow = (h + 2 * p - r) // s + 1, (w + 2 * p - r) // s + 1
+    return DEPTHWISE.format(c=c, h=h, w=w, r=r, s=s, p=p, oh=oh, ow=ow)
+
+
+def _depthwise_reference(x, k, b, s: int, p: int) -> np.ndarray:
+    c, h, w = x.shape
+    r = k.shape[1]
+    xp = np.pad(x.astype(np.float64), ((0, 0), (p, p), (p, p)))
+    oh, ow = (h + 2 * p - r) // s + 1, (w + 2 * p - r) // s + 1
+    t = np.zeros((c, oh, ow)) + b[:, None, None]
+    for i in range(r):
+        for j in range(r):
+            t += xp[:, i : i + s * (oh - 1) + 1 : s, j : j + s * (ow - 1) + 1 : s] * k[:, i, j, None, None]
+    return t / (1 + np.exp(-t))
+
+
+def _kernels(plan):
+    (entry,) = plan.entries
+    return entry.kernels
+
+
+def _planes(plan) -> list[PaddedPlane]:
+    return [s for k in _kernels(plan) for s in iter_stmts(k.body) if isinstance(s, PaddedPlane)]
+
+
+def _guarded_reads(plan) -> int:
+    return sum(
+        isinstance(n, Where)
+        for k in _kernels(plan)
+        for s in iter_stmts(k.body)
+        for v in stmt_values(s)
+        for n in walk(v)
+    )
+
+
+@pytest.mark.parametrize(
+    "c,h,w,r,s,p",
+    [
+        (5, 14, 14, 3, 1, 1),  # a row shorter than a vector
+        (3, 28, 28, 5, 1, 2),  # rows of 16 and an overlapping last block
+        (4, 7, 7, 5, 1, 2),  # most of the plane is padding
+        (3, 56, 56, 3, 2, 1),  # stride 2: two column phases
+        (2, 15, 13, 5, 2, 2),  # odd sizes, stride 2
+        (2, 20, 23, 3, 3, 1),  # stride 3
+    ],
+)
+def test_depthwise_reads_a_padded_copy(tmp_path: Path, c, h, w, r, s, p) -> None:
+    source = _depthwise(c, h, w, r, s, p)
+    plan, library = built(tmp_path, source)
+    planes = _planes(plan)
+    assert len(planes) == 1 and planes[0].phases == s
+    assert _guarded_reads(plan) == 0  # every tap reads the copy unguarded
+    x, k, b = randn((c, h, w), seed=1), randn((c, r, r), seed=2), randn((c,), seed=3)
+    y = library.entries["dw"](x, k, b)
+    np.testing.assert_allclose(y, _depthwise_reference(x, k, b, s, p), rtol=2e-5, atol=2e-6)
+    _, plain = built(tmp_path, source, ("pad-windows",))
+    want = plain.entries["dw"](x, k, b)
+    assert y.tobytes() == want.tobytes()
+
+
+def test_a_row_ends_in_one_overlapping_block(tmp_path: Path) -> None:
+    plan, _ = built(tmp_path, _depthwise(64, 29, 29, 5, 1, 2))  # 29: a remainder for 4, 8 or 16 lanes
+    (kernel,) = _kernels(plan)
+    lanes = kernel.decisions.vector_lanes
+    assert lanes >= 4
+    columns = [s.extent.value for s in iter_stmts(kernel.body) if isinstance(s, For) and not s.parallel]
+    assert columns[-3:] == [29, 29 - 29 % lanes, lanes]  # rows; whole vectors, then the last one again
+
+
+POOL = """
+[composite.pool]
+inputs = ["x: f32[3, 30, 30]"]
+outputs = ["y: f32[3, 15, 15]"]
+body = '''
+y[c, i < 15, j < 15] = max[r < 3, s < 3](
+    where((2*i + r >= 1) & (2*i + r < 31) & (2*j + s >= 1) & (2*j + s < 31), x[c, 2*i + r - 1, 2*j + s - 1], -inf))
+'''
+"""
+
+
+def test_a_padded_max_pool_pads_with_minus_infinity(tmp_path: Path) -> None:
+    plan, library = built(tmp_path, POOL)
+    (plane,) = _planes(plan)
+    assert plane.fill.value == -np.inf and plane.phases == 2
+    x = -np.abs(randn((3, 30, 30), seed=4))  # all negative: a zero fill would show
+    y = library.entries["pool"](x)
+    xp = np.pad(x, ((0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    want = np.max([xp[:, i : i + 29 : 2, j : j + 29 : 2] for i in range(3) for j in range(3)], axis=0)
+    np.testing.assert_array_equal(y, want)
+
+
+NOT_BOUNDS = """
+[composite.cut]
+inputs = ["x: f32[2, 12, 12]", "k: f32[3, 3]"]
+outputs = ["y: f32[2, 12, 12]"]
+body = '''
+y[c, i < 12, j < 12] = sum[r < 3, s < 3](
+    where((i + r >= 1) & (i + r < 12) & (j + s >= 1) & (j + s < 13), x[c, i + r - 1, j + s - 1], 0.0) * k[r, s])
+'''
+"""
+
+
+def test_a_guard_that_cuts_inside_the_plane_keeps_its_reads(tmp_path: Path) -> None:
+    # i + r < 12 leaves out row 11 of x, which a padded copy would hold
+    plan, library = built(tmp_path, NOT_BOUNDS)
+    assert _planes(plan) == []
+    x, k = randn((2, 12, 12), seed=5), randn((3, 3), seed=6)
+    y = library.entries["cut"](x, k)
+    xp = np.pad(x[:, :11].astype(np.float64), ((0, 0), (1, 2), (1, 1)))
+    want = sum(xp[:, i : i + 12, j : j + 12] * k[i, j] for i in range(3) for j in range(3))
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_plane_too_large_for_the_stack_keeps_its_guards(tmp_path: Path) -> None:
+    side = int((PLANE_BYTES / 4) ** 0.5)  # padded by 2, past the limit
+    plan, library = built(tmp_path, _depthwise(1, side, side, 3, 1, 1))
+    assert _planes(plan) == []
+    x, k, b = randn((1, side, side), seed=7), randn((1, 3, 3), seed=8), randn((1,), seed=9)
+    y = library.entries["dw"](x, k, b)
+    np.testing.assert_allclose(y, _depthwise_reference(x, k, b, 1, 1), rtol=2e-5, atol=2e-6)
+
+
+def test_the_mobile_networks_windows_read_padded_copies(tmp_path: Path) -> None:
+    """A depthwise 3x3 with ReLU6, a stride-2 5x5 with SiLU, an average pool counting its padding
+    and a max pool, imported from ONNX: each reads one padded copy, unguarded."""
+    plan, entry = built_mobile(tmp_path)
+    _, plain = built_mobile(tmp_path, ("pad-windows",))
+    assert [p.phases for p in _planes(plan)] == [1, 2, 2, 2]
+    assert _guarded_reads(plan) == 0
+    x = RNG.standard_normal((1, C, H, H)).astype(np.float32)
+    got = entry(x)
+    for g, w in zip(got, ReferenceEvaluator(mobile_model()).run(None, {"x": x}), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    for g, u in zip(got, plain(x), strict=True):
+        assert g.tobytes() == u.tobytes()
