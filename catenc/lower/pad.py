@@ -30,7 +30,6 @@ from catenc.symbolic import ZERO, Expr, const, sym
 
 PLANE_BYTES = 64 * 1024  # the largest padded copy kept on a thread's stack
 MIN_TAPS = 2  # guarded reads of one plane that pay for its copy
-MIN_BLOCK = 4  # the narrowest block of a row worth running again (a shorter row keeps its remainder)
 PLANE = "catenc_plane"  # prefix of the copies' names
 
 Ranges = dict[str, int]  # loop index -> its extent (constant)
@@ -246,14 +245,13 @@ def _guard_is_bounds(tap: _Tap, plane: tuple[int, int], ranges: Ranges) -> bool:
     return True
 
 
-def _blocks(loop: For, lanes: int) -> tuple[For, ...]:
-    """The loop over a row as whole vectors of `lanes` (or of the widest power of two the row
-    holds) and, where a remainder is left, one more block ending at the row's end."""
+def _blocks(loop: For, block: int) -> tuple[For, ...]:
+    """The loop over a row as whole vectors of `block` lanes and, where a remainder is left, one
+    more vector ending at the row's end. A row shorter than a vector stays as it is: the C
+    compiler's own code for it (masked or half-width vectors) measured faster than two
+    overlapping half-width blocks (1.5x on 14- and 7-wide rows)."""
     n = loop.extent.value
-    if lanes < MIN_BLOCK:  # no vectors
-        return (loop,)
-    block = lanes if n >= lanes else 1 << (n.bit_length() - 1)
-    if n % block == 0 or block < MIN_BLOCK or not _repeatable(loop.body, set()):
+    if block < 2 or n < block or n % block == 0 or not _repeatable(loop.body, set()):
         return (loop,)
     last = replace(
         loop,
