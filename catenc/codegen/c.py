@@ -246,6 +246,8 @@ class CRenderer:
         vector_math = self.state.kernel.decisions.vector_math and self.ctype(dtype) == "float"
         if vector_math and v.op == "exp" and isinstance(v.x, Binary) and v.x.op == "min" and v.x.b == Const(dtype, 0.0):
             return f"catenc_vexp_le0_f32({self.value(v.x.a)})"  # exp(min(a, 0)), without overflow handling
+        if vector_math and (a := sigmoid_argument(v)) is not None:
+            return f"catenc_vsigmoid_f32({self.value(a)})"  # one cheap exp of -|a| and a division
         arg = self.value(v.x)
         if dtype.name == "bool":
             return self.spell(self.bool_ops[v.op], [arg], dtype)
@@ -797,6 +799,18 @@ class CRenderer:
         for name, extent in axes[1:]:
             text = f"if (++{name} == {extent.to_c()}) {{ {name} = 0; {text} }}"
         return text
+
+
+def sigmoid_argument(v: Unary) -> Value | None:
+    """The a of `recip(1 + exp(-a))` (the sum in either order), the sigmoid of registry.py."""
+    if not (v.op == "recip" and isinstance(v.x, Binary) and v.x.op == "add"):
+        return None
+    one = Const(v.dtype, 1.0)
+    for constant, term in ((v.x.a, v.x.b), (v.x.b, v.x.a)):
+        exp = isinstance(term, Unary) and term.op == "exp"
+        if constant == one and exp and isinstance(term.x, Unary) and term.x.op == "neg":
+            return term.x.x
+    return None
 
 
 def shares_work(kernel: LoopKernel) -> bool:
