@@ -367,28 +367,36 @@ class CRenderer:
 
     @STATEMENTS.register(PaddedPlane)
     def padded_plane(self, stmt: PaddedPlane, pad: str, depth: int, lines: list[str], parallel: bool) -> None:
-        """The local array filled with the padding value, then the plane copied in a row at a time;
-        the loads that follow read it as a buffer of its shape."""
+        """The local array filled with the padding value, then the plane copied in a row at a time
+        (a group of `phases` consecutive source columns per step: one interleaved read, not a
+        strided one per phase); the loads that follow read it as a buffer of its shape."""
         source = self.state.buffers[stmt.source]
         (rows, cols), (top, left), phases = stmt.shape, stmt.offset, stmt.phases
-        height, width = (e.to_c() for e in source.shape[-2:])
+        height, width = (e.value for e in source.shape[-2:])  # constants (lower/pad.py)
         r, c, i = f"{stmt.name}_r", f"{stmt.name}_c", self.indent
-        first = f"{self.flat_index(stmt.prefix + (ZERO, ZERO), source.shape)} + {r}*{width}"
-        size = phases * rows * cols
+        row = f"{self.flat_index(stmt.prefix + (ZERO, ZERO), source.shape)} + {r}*{width}"
+
+        def copy(column: int, group: str) -> str:
+            """The statement copying source column group*phases + column (group: a C index, or
+            none) to its phase and position in the copy."""
+            at = column + left
+            target, read = f"({at % phases * rows} + {r} + {top})*{cols} + {at // phases}", f"{row} + {column}"
+            if group:
+                target, read = f"{target} + {group}", f"{read} + {group}*{phases}"
+            return f"{stmt.name}[{target}] = {stmt.source}[{read}];"
+
+        groups, size = width // phases, phases * rows * cols
         lines += [
             f"{pad}{source.dtype.ctype} {stmt.name}[{size}];",
             f"{pad}for (int64_t {r} = 0; {r} < {size}; ++{r}) {stmt.name}[{r}] = "
             f"{self.literal(stmt.fill.value, source.dtype)};",
+            f"{pad}for (int64_t {r} = 0; {r} < {height}; ++{r}) {{",
+            f"{pad}{i}for (int64_t {c} = 0; {c} < {groups}; ++{c}) {{",
+            *[f"{pad}{i * 2}{copy(p, c)}" for p in range(phases)],
+            f"{pad}{i}}}",
+            *[f"{pad}{i}{copy(groups * phases + q, '')}" for q in range(width % phases)],
+            f"{pad}}}",
         ]
-        for phase in range(phases):  # its source columns: start, start + phases, ... below width
-            start = (phase - left) % phases
-            count = f"({width} - {start} + {phases - 1}) / {phases}"
-            at = f"({phase * rows} + {r} + {top})*{cols} + {(start + left) // phases} + {c}"
-            lines += [
-                f"{pad}for (int64_t {r} = 0; {r} < {height}; ++{r})",
-                f"{pad}{i}for (int64_t {c} = 0; {c} < {count}; ++{c})",
-                f"{pad}{i * 2}{stmt.name}[{at}] = {stmt.source}[{first} + {start} + {c}*{phases}];",
-            ]
         plane = BufferArg(stmt.name, source.dtype, (const(phases), const(rows), const(cols)), const=False)
         self.state.buffers = {**self.state.buffers, stmt.name: plane}
 
