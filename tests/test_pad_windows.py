@@ -20,8 +20,8 @@ from tests.test_interchange import built
 
 DEPTHWISE = """
 [composite.dw]
-inputs = ["x: f32[{c}, {h}, {w}]", "k: f32[{c}, {r}, {r}]", "b: f32[{c}]"]
-outputs = ["y: f32[{c}, {oh}, {ow}]"]
+inputs = ["x: {t}[{c}, {h}, {w}]", "k: {t}[{c}, {r}, {r}]", "b: {t}[{c}]"]
+outputs = ["y: {t}[{c}, {oh}, {ow}]"]
 body = '''
 t[c, i < {oh}, j < {ow}] = sum[r < {r}, s < {r}](
     where((i*{s} + r >= {p}) & (i*{s} + r < {h} + {p}) & (j*{s} + s >= {p}) & (j*{s} + s < {w} + {p}),
@@ -31,9 +31,9 @@ y[c, i, j] = t[c, i, j] * sigmoid(t[c, i, j])
 """
 
 
-def _depthwise(c: int, h: int, w: int, r: int, s: int, p: int) -> str:
+def _depthwise(c: int, h: int, w: int, r: int, s: int, p: int, t: str = "f32") -> str:
     oh, ow = (h + 2 * p - r) // s + 1, (w + 2 * p - r) // s + 1
-    return DEPTHWISE.format(c=c, h=h, w=w, r=r, s=s, p=p, oh=oh, ow=ow)
+    return DEPTHWISE.format(c=c, h=h, w=w, r=r, s=s, p=p, oh=oh, ow=ow, t=t)
 
 
 def _depthwise_reference(x, k, b, s: int, p: int) -> np.ndarray:
@@ -68,23 +68,25 @@ def _guarded_reads(plan) -> int:
 
 
 @pytest.mark.parametrize(
-    "c,h,w,r,s,p",
+    "c,h,w,r,s,p,t",
     [
-        (5, 14, 14, 3, 1, 1),  # a row shorter than a vector
-        (3, 28, 28, 5, 1, 2),  # rows of 16 and an overlapping last block
-        (4, 7, 7, 5, 1, 2),  # most of the plane is padding
-        (3, 56, 56, 3, 2, 1),  # stride 2: two column phases
-        (2, 15, 13, 5, 2, 2),  # odd sizes, stride 2
-        (2, 20, 23, 3, 3, 1),  # stride 3
+        (5, 14, 14, 3, 1, 1, "f32"),  # a row shorter than a vector
+        (3, 28, 28, 5, 1, 2, "f32"),  # rows of 16 and an overlapping last block
+        (4, 7, 7, 5, 1, 2, "f32"),  # most of the plane is padding
+        (3, 56, 56, 3, 2, 1, "f32"),  # stride 2: two column phases
+        (2, 15, 13, 5, 2, 2, "f32"),  # odd sizes, stride 2
+        (2, 20, 23, 3, 3, 1, "f32"),  # stride 3
+        (3, 21, 21, 3, 2, 1, "f64"),  # doubles: half the lanes per vector
     ],
 )
-def test_depthwise_reads_a_padded_copy(tmp_path: Path, c, h, w, r, s, p) -> None:
-    source = _depthwise(c, h, w, r, s, p)
+def test_depthwise_reads_a_padded_copy(tmp_path: Path, c, h, w, r, s, p, t) -> None:
+    source = _depthwise(c, h, w, r, s, p, t)
     plan, library = built(tmp_path, source)
     planes = _planes(plan)
     assert len(planes) == 1 and planes[0].phases == s
     assert _guarded_reads(plan) == 0  # every tap reads the copy unguarded
-    x, k, b = randn((c, h, w), seed=1), randn((c, r, r), seed=2), randn((c,), seed=3)
+    dtype = np.dtype(t.replace("f", "float"))
+    x, k, b = randn((c, h, w), dtype, seed=1), randn((c, r, r), dtype, seed=2), randn((c,), dtype, seed=3)
     y = library.entries["dw"](x, k, b)
     np.testing.assert_allclose(y, _depthwise_reference(x, k, b, s, p), rtol=2e-5, atol=2e-6)
     _, plain = built(tmp_path, source, ("pad-windows",))
