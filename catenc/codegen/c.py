@@ -275,7 +275,9 @@ class CRenderer:
         arg = self.value(v.x)
         if target.name == "bool":
             return f"(uint8_t)({arg} != 0)"
-        if source.is_float and target.is_int:
+        if source.is_float and target.is_int:  # saturating; a float stays a float (16 lanes, not 8)
+            if self.ctype(source) == "float":
+                return f"catenc_cast_{target.name}_f32({arg})"
             return f"catenc_cast_{target.name}((double){arg})"
         return f"(({self.ctype(target)}){arg})"
 
