@@ -5,6 +5,7 @@ a plane too large keeps its guarded reads."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from onnx.reference import ReferenceEvaluator
 from catenc.ir.nodes import Where, walk
 from catenc.lower.loops import For, PaddedPlane, iter_stmts, stmt_values
 from catenc.lower.pad import PLANE_BYTES
+from catenc.lower.verify import verify_loops
 from tests.conftest import randn
 from tests.test_guarded_loops import RNG, C, H, built_mobile, mobile_model
 from tests.test_interchange import built
@@ -169,3 +171,17 @@ def test_the_mobile_networks_windows_read_padded_copies(tmp_path: Path) -> None:
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
     for g, u in zip(got, plain(x), strict=True):
         assert g.tobytes() == u.tobytes()
+
+
+def test_the_verifier_knows_a_copy_only_after_it_is_made(tmp_path: Path) -> None:
+    plan, _ = built(tmp_path, _depthwise(64, 14, 14, 3, 1, 1))
+    (entry,) = plan.entries
+    (kernel,) = entry.kernels
+    buffers = entry.schedule.graph.buffers
+    assert verify_loops((kernel,), buffers) == []
+    (outer,) = kernel.body  # the loop over channels: the copy, then the nest that reads it
+    copy, *nest = outer.body
+    assert isinstance(copy, PaddedPlane)
+    late = replace(kernel, body=(replace(outer, body=(*nest, copy)),))
+    problems = verify_loops((late,), buffers)
+    assert problems and all("reads unknown buffer catenc_plane0" in p for p in problems)

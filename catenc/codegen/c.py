@@ -19,6 +19,7 @@ from catenc.codegen.names import C_KEYWORDS, C_LOCALS, C_MACROS_AND_TYPES, C_NAM
 from catenc.dispatch import Table
 from catenc.dtypes import DTYPES, DType
 from catenc.ir.nodes import Binary, Buffer, Cast, Const, Gather, Load, Local, Role, SymInt, Unary, Value, Where
+from catenc.ir.passes import substitute
 from catenc.lower.flat import flatten
 from catenc.lower.gemm import (
     AT,
@@ -33,10 +34,23 @@ from catenc.lower.gemm import (
     window_bounds,
 )
 from catenc.lower.lanes import BASE, FULL, LANE, LANES, WIDTH, expand_lanes, lane
-from catenc.lower.loops import Assign, Declare, For, Gemm, If, LaneReduce, LoopKernel, PaddedPlane, Stmt, Store
+from catenc.lower.loops import (
+    PLANE_COL,
+    PLANE_ROW,
+    Assign,
+    Declare,
+    For,
+    Gemm,
+    If,
+    LaneReduce,
+    LoopKernel,
+    PaddedPlane,
+    Stmt,
+    Store,
+)
 from catenc.schedule.contractions import ACC
 from catenc.schedule.tiles import KINDS
-from catenc.symbolic import ZERO, Expr, const, product
+from catenc.symbolic import ZERO, Expr, const, product, sym
 
 
 @dataclass(frozen=True)
@@ -369,37 +383,37 @@ class CRenderer:
 
     @STATEMENTS.register(PaddedPlane)
     def padded_plane(self, stmt: PaddedPlane, pad: str, depth: int, lines: list[str], parallel: bool) -> None:
-        """The local array filled with the padding value, then the plane copied in a row at a time
-        (a group of `phases` consecutive source columns per step: one interleaved read, not a
-        strided one per phase); the loads that follow read it as a buffer of its shape."""
-        source = self.state.buffers[stmt.source]
+        """The local array filled with the padding value, then the plane's values written in, a
+        row at a time (a group of `phases` consecutive columns per step: one interleaved read,
+        not a strided one per phase); the loads that follow read it as a buffer of its shape."""
         (rows, cols), (top, left), phases = stmt.shape, stmt.offset, stmt.phases
-        height, width = (e.value for e in source.shape[-2:])  # constants (lower/pad.py)
+        (height, width), ctype = stmt.plane, self.ctype(stmt.value.dtype)
         r, c, i = f"{stmt.name}_r", f"{stmt.name}_c", self.indent
-        row = f"{self.flat_index(stmt.prefix + (ZERO, ZERO), source.shape)} + {r}*{width}"
 
-        def copy(column: int, group: str) -> str:
-            """The statement copying source column group*phases + column (group: a C index, or
+        def copy(column: int, group: str, inner: str) -> list[str]:
+            """The statement writing plane column group*phases + column (group: a C index, or
             none) to its phase and position in the copy."""
             at = column + left
-            target, read = f"({at % phases * rows} + {r} + {top})*{cols} + {at // phases}", f"{row} + {column}"
+            target = f"({at % phases * rows} + {r} + {top})*{cols} + {at // phases}"
+            position = const(column) + (sym(group) * phases if group else 0)
             if group:
-                target, read = f"{target} + {group}", f"{read} + {group}*{phases}"
-            return f"{stmt.name}[{target}] = {stmt.source}[{read}];"
+                target = f"{target} + {group}"
+            value = substitute(stmt.value, {PLANE_ROW: sym(r), PLANE_COL: position})
+            return self.assignment(f"{stmt.name}[{target}]", value, inner)
 
         groups, size = width // phases, phases * rows * cols
         lines += [
-            f"{pad}{source.dtype.ctype} {stmt.name}[{size}];",
+            f"{pad}{ctype} {stmt.name}[{size}];",
             f"{pad}for (int64_t {r} = 0; {r} < {size}; ++{r}) {stmt.name}[{r}] = "
-            f"{self.literal(stmt.fill.value, source.dtype)};",
+            f"{self.literal(stmt.fill.value, stmt.fill.dtype)};",
             f"{pad}for (int64_t {r} = 0; {r} < {height}; ++{r}) {{",
             f"{pad}{i}for (int64_t {c} = 0; {c} < {groups}; ++{c}) {{",
-            *[f"{pad}{i * 2}{copy(p, c)}" for p in range(phases)],
+            *[line for p in range(phases) for line in copy(p, c, pad + i * 2)],
             f"{pad}{i}}}",
-            *[f"{pad}{i}{copy(groups * phases + q, '')}" for q in range(width % phases)],
+            *[line for q in range(width % phases) for line in copy(groups * phases + q, "", pad + i)],
             f"{pad}}}",
         ]
-        plane = BufferArg(stmt.name, source.dtype, (const(phases), const(rows), const(cols)), const=False)
+        plane = BufferArg(stmt.name, stmt.value.dtype, (const(phases), const(rows), const(cols)), const=False)
         self.state.buffers = {**self.state.buffers, stmt.name: plane}
 
     def pragma_lines(self, extent: str, work: str, pad: str) -> list[str]:

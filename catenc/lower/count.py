@@ -23,6 +23,8 @@ from catenc.ir.evaluate import index_value
 from catenc.ir.nodes import Binary, Load, Local, Unary, Value, Where
 from catenc.lower.lanes import LaneLoops, Storage, expand_lanes
 from catenc.lower.loops import (
+    PLANE_COL,
+    PLANE_ROW,
     Assign,
     Declare,
     For,
@@ -209,8 +211,9 @@ def _count_gemm(counter: _Counter, stmt: Gemm, env: dict[str, int]) -> int:
 
 @_STMT.register(PaddedPlane)
 def _count_copy(counter: _Counter, stmt: PaddedPlane, env: dict[str, int]) -> int:
-    """A copy: data moved, no operation."""
-    return 0
+    """Its value's operations once per plane element (none for a plain copy)."""
+    height, width = stmt.plane
+    return height * width * counter.ops([stmt.value], env | {PLANE_ROW: 0, PLANE_COL: 0})
 
 
 @_NAMES.register(For)
@@ -237,7 +240,7 @@ def _value_names(counter: _Counter, stmt: Declare | Assign | Store) -> set[str]:
 
 @_NAMES.register(PaddedPlane)
 def _copy_names(counter: _Counter, stmt: PaddedPlane) -> set[str]:
-    return set()
+    return counter.condition_names([stmt.value]) - {PLANE_ROW, PLANE_COL}
 
 
 @_NAMES.register(Gemm)

@@ -210,7 +210,7 @@ def _mapped_store(stmt: Store, values: ValueMap, exprs: ExprMap) -> Stmt:
 
 @_MAPPED.register(PaddedPlane)
 def _mapped_plane(stmt: PaddedPlane, values: ValueMap, exprs: ExprMap) -> Stmt:
-    return replace(stmt, prefix=tuple(map(exprs, stmt.prefix)))
+    return replace(stmt, value=values(stmt.value))
 
 
 @_MAPPED.register(If)

@@ -123,17 +123,21 @@ class Gemm(Stmt):
     pack: str
 
 
+PLANE_ROW, PLANE_COL = "catenc_plane_row", "catenc_plane_col"  # a PaddedPlane value's position
+
+
 @dataclass(frozen=True)
 class PaddedPlane(Stmt):
-    """`name`: a local array holding `fill` around a copy of the plane `source[prefix..., :, :]`
-    (its last two axes) placed at `offset` (top, left) of a padded plane, stored as `phases`
-    arrays of `shape` (rows, columns): phase p holds the padded columns p, p + phases, ... (a
-    stride-2 window reads two phases, each at consecutive columns). A padded window reads it where
-    it read `where(in bounds, source[...], fill)`: no guards (lower/pad.py)."""
+    """`name`: a local array holding `fill` around `value` evaluated at every position
+    (PLANE_ROW, PLANE_COL) of a plane of `plane` (rows, columns) (a load of a buffer's last two
+    axes, or a fused producer's value there), placed at `offset` (top, left) of a padded plane
+    stored as `phases` arrays of `shape` (rows, columns): phase p holds the padded columns p,
+    p + phases, ... (a stride-2 window reads two phases, each at consecutive columns). A padded
+    window reads it where it read `where(in bounds, value, fill)`: no guards (lower/pad.py)."""
 
     name: str
-    source: str
-    prefix: tuple[Expr, ...]
+    value: Value
+    plane: tuple[int, int]
     shape: tuple[int, int]
     offset: tuple[int, int]
     fill: Const
@@ -481,8 +485,8 @@ def _reduced_values(stmt: LaneReduce) -> list[Value]:
     return [value for _, value in stmt.reductions]
 
 
-@_VALUES.register(Declare, Assign, Store)
-def _assigned_value(stmt: Declare | Assign | Store) -> list[Value]:
+@_VALUES.register(Declare, Assign, Store, PaddedPlane)
+def _assigned_value(stmt: Declare | Assign | Store | PaddedPlane) -> list[Value]:
     return [stmt.value]
 
 
@@ -655,11 +659,11 @@ def _format_lanes(stmt: LaneReduce, pad: str, depth: int, lines: list[str]) -> N
 
 @_FORMAT.register(PaddedPlane)
 def _format_plane(stmt: PaddedPlane, pad: str, depth: int, lines: list[str]) -> None:
-    prefix = "".join(f"{e}, " for e in stmt.prefix)
-    (rows, cols), (top, left) = stmt.shape, stmt.offset
-    fill = format_value(stmt.fill)
+    (rows, cols), (top, left), (height, width) = stmt.shape, stmt.offset, stmt.plane
+    at = f"{PLANE_ROW} < {height}, {PLANE_COL} < {width}"
     lines.append(
-        f"{pad}{stmt.name}[{stmt.phases}, {rows}, {cols}] = {fill}, {stmt.source}[{prefix}:, :] at [{top}, {left}]"
+        f"{pad}{stmt.name}[{stmt.phases}, {rows}, {cols}] = {format_value(stmt.fill)}, "
+        f"{format_value(stmt.value)} for {at} at [{top}, {left}]"
         + (f" in {stmt.phases} column phases" if stmt.phases > 1 else "")
     )
 

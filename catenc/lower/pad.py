@@ -21,11 +21,23 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
 from catenc.ir.evaluate import index_value
-from catenc.ir.nodes import Const, Gather, Load, Value, Where, walk
+from catenc.ir.nodes import Const, Load, Value, Where, walk
 from catenc.lower.gemm import conjuncts
 from catenc.lower.guards import substituted
 from catenc.lower.lanes import Storage
-from catenc.lower.loops import Assign, Declare, For, LoopKernel, PaddedPlane, Stmt, Store, iter_stmts, stmt_values
+from catenc.lower.loops import (
+    PLANE_COL,
+    PLANE_ROW,
+    Assign,
+    Declare,
+    For,
+    LoopKernel,
+    PaddedPlane,
+    Stmt,
+    Store,
+    iter_stmts,
+    stmt_values,
+)
 from catenc.symbolic import ZERO, Expr, const, sym
 
 PLANE_BYTES = 64 * 1024  # the largest padded copy kept on a thread's stack
@@ -50,7 +62,7 @@ def _pad_body(
         planes, stmt = _padded(stmt, buffers, names) if isinstance(stmt, For) else ((), stmt)
         if planes:
             (inner,) = stmt.body
-            width = lanes * 4 // buffers[planes[0].source].dtype.itemsize
+            width = lanes * 4 // planes[0].value.dtype.itemsize
             out += [*planes, replace(stmt, body=_blocks(inner, width))]
         else:
             out.append(stmt.with_children(_pad_body(stmt.children(), buffers, names, lanes)))
@@ -58,15 +70,14 @@ def _pad_body(
 
 
 @dataclass(frozen=True)
-class _Tap:
-    """A guarded read of one plane: `where(cond, source[prefix..., row, col], fill)`."""
+class _Read:
+    """A value read at one position of a plane: every load in it reads (row, col) of its last
+    two axes; `template` is the value at (PLANE_ROW, PLANE_COL)."""
 
-    node: Where
-    load: Load
-
-    @property
-    def plane(self) -> tuple[str, tuple[Expr, ...]]:
-        return self.load.buffer, self.load.index[:-2]
+    node: Value
+    template: Value
+    row: Expr
+    col: Expr
 
 
 def _padded(loop: For, buffers: Mapping[str, Storage], names: Iterator[int]) -> tuple[list[PaddedPlane], For]:
@@ -76,22 +87,24 @@ def _padded(loop: For, buffers: Mapping[str, Storage], names: Iterator[int]) -> 
     if ranges is None:
         return [], loop
     rows, cols = loop.index, loop.body[0].index
-    nodes = [node for stmt in iter_stmts((loop,)) for value in stmt_values(stmt) for node in walk(value)]
-    taps = [tap for node in nodes if (tap := _tap(node)) is not None]
+    nodes = list(dict.fromkeys(n for stmt in iter_stmts((loop,)) for v in stmt_values(stmt) for n in walk(v)))
+    reads = {node: read for node in nodes if (read := _read(node, ranges)) is not None}
+    taps = [n for n in nodes if isinstance(n, Where) and isinstance(n.b, Const) and n.a in reads]
     written = {stmt.buffer for stmt in iter_stmts((loop,)) if isinstance(stmt, Store)}
     planes: list[PaddedPlane] = []
     rewrite: dict[Value, Value] = {}
-    for plane in dict.fromkeys(tap.plane for tap in taps):  # first-read order
-        group = [tap for tap in taps if tap.plane == plane]
-        copy = _plane_copy(group, nodes, rows, cols, ranges, buffers, written)
+    for template in dict.fromkeys(reads[tap.a].template for tap in taps):  # first-read order
+        group = [tap for tap in taps if reads[tap.a].template == template]
+        same = [read for read in reads.values() if read.template == template]
+        copy = _plane_copy(template, group, same, rows, cols, ranges, buffers, written)
         if copy is None:
             continue
         copy = replace(copy, name=f"{PLANE}{next(names)}")
         planes.append(copy)
-        for node in _reads(nodes, plane):
-            rewrite[node] = _copy_read(copy, node, cols)
+        for read in same:  # guarded or not, it reads the copy
+            rewrite[read.node] = _copy_read(copy, read, cols)
         for tap in group:
-            rewrite[tap.node] = rewrite[tap.load]
+            rewrite[tap] = rewrite[tap.a]
     if not planes:
         return [], loop
     return planes, _rewritten(loop, rewrite)
@@ -114,18 +127,25 @@ def _nest_ranges(loop: For) -> Ranges | None:
     return ranges
 
 
-def _tap(node: Value) -> _Tap | None:
-    """The node as a guarded read of a plane with a constant outside it."""
-    if not (isinstance(node, Where) and type(node.a) is Load and isinstance(node.b, Const)):
+def _read(node: Value, ranges: Ranges) -> _Read | None:
+    """The node as a value at one plane position, when nothing else in it moves with the nest:
+    a load. (A fused producer's value there, such as ShuffleNet's residual ReLU under its
+    average pool, would be computed once per element instead of once per tap inside the image,
+    9-12% less time for ShuffleNet, measured; but the cost model, which the profile and the tuner
+    read, counts it per tap, and counted work must stay what the loops execute.)"""
+    if type(node) is not Load or len(node.index) < 2 or node.dtype.name in ("f16", "bf16", "bool"):
         return None
-    if len(node.a.index) < 2 or node.a.dtype != node.b.dtype:
+    row, col = node.index[-2:]
+    template = replace(node, index=node.index[:-2] + (sym(PLANE_ROW), sym(PLANE_COL)))
+    if template.summary.symbols & set(ranges):
         return None
-    return _Tap(node, node.a)
+    return _Read(node, template, row, col)
 
 
 def _plane_copy(
-    group: list[_Tap],
-    nodes: list[Value],
+    template: Value,
+    group: list[Where],
+    same: list[_Read],
     rows: str,
     cols: str,
     ranges: Ranges,
@@ -134,44 +154,31 @@ def _plane_copy(
 ) -> PaddedPlane | None:
     """The copy (unnamed) that the guarded reads of one plane can read instead, when each read's
     guard is exactly its position's being inside the plane and the copy is small enough."""
-    source, prefix = group[0].plane
-    buf = buffers.get(source)
-    if buf is None or source in written or len(group) < MIN_TAPS or buf.dtype.name in ("f16", "bf16", "bool"):
+    sources = {n.buffer for n in walk(template) if isinstance(n, Load)}
+    if len(group) < MIN_TAPS or sources & written or any(name not in buffers for name in sources):
         return None
-    if len({tap.node.b for tap in group}) != 1 or group[0].load.dtype != buf.dtype:
+    if len({tap.b for tap in group}) != 1:
         return None
-    height, width = buf.shape[-2:]
-    if not (height.is_const and width.is_const):
+    dims = {tuple(buffers[name].shape[-2:]) for name in sources}
+    if len(dims) != 1 or not all(e.is_const for e in next(iter(dims))):
         return None
-    plane = (height.value, width.value)
-    if any(expr.free_symbols() & set(ranges) for expr in prefix):
-        return None
-    # every read of the plane in the nest (guarded or not) goes to the copy
-    reads = _reads(nodes, (source, prefix))
-    if any(isinstance(n, Gather) for n in reads):
-        return None
-    spans = [_span(n.index[-2:], plane, ranges, rows, cols) for n in reads]
-    steps = {_column_step(n.index[-1], cols) for n in reads}
+    plane = tuple(e.value for e in next(iter(dims)))
+    spans = [_span((read.row, read.col), ranges, rows, cols) for read in same]
+    steps = {_column_step(read.col, cols) for read in same}
     if any(span is None for span in spans) or len(steps) != 1 or None in steps:
         return None
     (phases,) = steps
-    for tap in group:
-        if not _guard_is_bounds(tap, plane, ranges):
-            return None
+    at = {read.node: (read.row, read.col) for read in same}
+    if not all(_guard_is_bounds(tap.cond, at[tap.a], plane, ranges) for tap in group):
+        return None
     low = [min(span[k][0] for span in spans) for k in (0, 1)]
     high = [max(span[k][1] for span in spans) for k in (0, 1)]
     offset = (max(0, -low[0]), max(0, -low[1]))
     padded = tuple(plane[k] + offset[k] + max(0, high[k] - plane[k] + 1) for k in (0, 1))
     shape = (padded[0], -(-padded[1] // phases))
-    if padded == plane or phases * shape[0] * shape[1] * buf.dtype.itemsize > PLANE_BYTES:
+    if padded == plane or phases * shape[0] * shape[1] * template.dtype.itemsize > PLANE_BYTES:
         return None
-    return PaddedPlane("", source, prefix, shape, offset, group[0].node.b, phases)
-
-
-def _reads(nodes: list[Value], plane: tuple[str, tuple[Expr, ...]]) -> list[Load]:
-    """The reads of one plane (a buffer at leading indices) among the nodes."""
-    source, prefix = plane
-    return [n for n in nodes if isinstance(n, Load) and n.buffer == source and n.index[:-2] == prefix]
+    return PaddedPlane("", template, plane, shape, offset, group[0].b, phases)
 
 
 def _column_step(col: Expr, cols: str) -> int | None:
@@ -184,20 +191,20 @@ def _column_step(col: Expr, cols: str) -> int | None:
     return step.value if step.value == 1 or rest.is_const else None
 
 
-def _copy_read(copy: PaddedPlane, read: Load, cols: str) -> Load:
-    """A read of the source plane as the read of the copy it becomes: phase p of a copy of n
-    phases holds the padded columns p, p + n, p + 2n, ..., so that a window of stride n reads
-    each phase at consecutive positions."""
+def _copy_read(copy: PaddedPlane, read: _Read, cols: str) -> Load:
+    """A read of the plane as the read of the copy it becomes: phase p of a copy of n phases
+    holds the padded columns p, p + n, p + 2n, ..., so that a window of stride n reads each
+    phase at consecutive positions."""
     (top, left), n = copy.offset, copy.phases
-    row, col = read.index[-2:]
+    row, col, dtype = read.row, read.col, read.node.dtype
     if n == 1:
-        return Load(read.dtype, copy.name, (ZERO, row + top, col + left))
+        return Load(dtype, copy.name, (ZERO, row + top, col + left))
     rest = (col - n * sym(cols)).value + left
-    return Load(read.dtype, copy.name, (const(rest % n), row + top, sym(cols) + rest // n))
+    return Load(dtype, copy.name, (const(rest % n), row + top, sym(cols) + rest // n))
 
 
 def _span(
-    index: tuple[Expr, Expr], plane: tuple[int, int], ranges: Ranges, rows: str, cols: str
+    index: tuple[Expr, Expr], ranges: Ranges, rows: str, cols: str
 ) -> tuple[tuple[int, int], tuple[int, int]] | None:
     """The lowest and highest row and column a read reaches over the nest, when its row moves
     with the loop over rows (and its taps) alone and its column with the loop over columns."""
@@ -220,22 +227,21 @@ def _points(names: set[str], ranges: Ranges) -> Iterator[dict[str, int]]:
         yield dict(zip(ordered, point))
 
 
-def _guard_is_bounds(tap: _Tap, plane: tuple[int, int], ranges: Ranges) -> bool:
-    """Whether the read's guard holds exactly where its row and column are inside the plane:
+def _guard_is_bounds(cond: Value, position: tuple[Expr, Expr], plane: tuple[int, int], ranges: Ranges) -> bool:
+    """Whether a guard holds exactly where its read's row and column are inside the plane:
     each conjunct reads only the row's indices or only the column's, and the conjuncts of each
     side, at every point of that side's loops, agree with its bounds."""
-    sides = [tap.load.index[-2].free_symbols(), tap.load.index[-1].free_symbols()]
+    sides = [position[0].free_symbols(), position[1].free_symbols()]
     terms: list[list[Value]] = [[], []]
-    for term in conjuncts(tap.node.cond):
+    for term in conjuncts(cond):
         names = term.summary.symbols
         side = next((k for k in (0, 1) if names <= sides[k]), None)
         if side is None:
             return False
         terms[side].append(term)
     for k in (0, 1):
-        position = tap.load.index[-2 + k]
         for env in _points(sides[k], ranges):
-            inside = 0 <= position.evaluate(env) < plane[k]
+            inside = 0 <= position[k].evaluate(env) < plane[k]
             try:
                 holds = all(index_value(term, env) for term in terms[k])
             except ValueError:  # a conjunct reads data

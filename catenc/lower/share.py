@@ -126,8 +126,7 @@ class _Renamer:
 
     @_STMT.register(PaddedPlane)
     def padded_plane(self, s: PaddedPlane) -> Stmt:
-        prefix = tuple(self.expr(e) for e in s.prefix)
-        return replace(s, source=self.name(s.source), prefix=prefix, name=self.bind(s.name))
+        return replace(s, value=self.value(s.value), name=self.bind(s.name))
 
     @_STMT.register(Gemm)
     def gemm(self, s: Gemm) -> Stmt:

@@ -8,12 +8,14 @@ index or buffer at fault); an empty list means the loop nests are well formed. I
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from catenc.dispatch import Table
 from catenc.ir.nodes import Buffer, Load, Local, Reduce, Role, SymInt, Value, Where
 from catenc.ir.verify import bounds_problems, guard_facts, show
 from catenc.lower.loops import (
+    PLANE_COL,
+    PLANE_ROW,
     Assign,
     Declare,
     For,
@@ -55,9 +57,10 @@ class _Scope:
     indices: set[str] = field(default_factory=set)
     locals: dict = field(default_factory=dict)
     facts: Facts = Facts()  # loop ranges and the conditions of enclosing ifs
+    planes: dict = field(default_factory=dict)  # local copies of planes (PaddedPlane), read as buffers
 
     def inner(self, *guards: Expr) -> _Scope:
-        return _Scope(set(self.indices), dict(self.locals), self.facts.with_nonneg(*guards))
+        return _Scope(set(self.indices), dict(self.locals), self.facts.with_nonneg(*guards), dict(self.planes))
 
 
 class _KernelChecker:
@@ -67,7 +70,7 @@ class _KernelChecker:
         self.buffers = buffers
         self.params = set(kernel.symbols)
         self.used: set[str] = set()  # buffers the body reads or writes
-        self.planes: set[str] = set()  # local copies of planes (PaddedPlane), read as buffers
+        self.planes: set[str] = set()  # names of the local copies of planes (PaddedPlane) made
         self.problems: list[str] = []
 
     def run(self) -> list[str]:
@@ -135,27 +138,17 @@ class _KernelChecker:
 
     @_STMT.register(PaddedPlane)
     def padded_plane(self, stmt: PaddedPlane, scope: _Scope) -> None:
-        """Its copy reads the whole plane of its source at its prefix, inside the copy's shape."""
-        self.used.add(stmt.source)
-        source = self.buffers.get(stmt.source)
-        if source is None:
-            self.problems.append(f"{stmt.name} copies unknown buffer {stmt.source}")
-            return
-        if len(stmt.prefix) + 2 != len(source.shape):
-            self.problems.append(f"{stmt.name}: {len(stmt.prefix)} leading indices for {stmt.source}")
-            return
-        for e in stmt.prefix:
-            self.expr(e, scope, f"index of {stmt.source}")
-        self.problems += [f"{stmt.name}: {p}" for p in bounds_problems(stmt.prefix, _leading(source), scope.facts)]
-        plane = [e.value if e.is_const else None for e in source.shape[-2:]]
+        """Its value is checked at every position of its plane, which fits its copy."""
+        inner = self.bind(PLANE_COL, const(stmt.plane[1]), self.bind(PLANE_ROW, const(stmt.plane[0]), scope))
+        self.value(stmt.value, inner)
         room = (stmt.shape[0], stmt.phases * stmt.shape[1])
-        if any(stmt.offset[k] < 0 or plane[k] is None or stmt.offset[k] + plane[k] > room[k] for k in (0, 1)):
-            self.problems.append(f"{stmt.name}: {stmt.source}'s plane does not fit at {stmt.offset} in {room}")
-        if stmt.name in self.buffers or stmt.name in self.planes:
-            self.problems.append(f"{stmt.name}: copy named as a buffer already known")
+        if any(stmt.offset[k] < 0 or stmt.offset[k] + stmt.plane[k] > room[k] for k in (0, 1)):
+            self.problems.append(f"{stmt.name}: a plane of {stmt.plane} does not fit at {stmt.offset} in {room}")
+        if stmt.name in self.buffers or stmt.name in scope.planes:
+            self.problems.append(f"{stmt.name}: copy named as a buffer already known where it is made")
         self.planes.add(stmt.name)
         shape = tuple(map(const, (stmt.phases, *stmt.shape)))
-        self.buffers = {**self.buffers, stmt.name: replace(source, name=stmt.name, shape=shape)}
+        scope.planes[stmt.name] = Buffer(stmt.name, stmt.value.dtype, shape, Role.TEMP)
 
     def bind(self, index: str, extent: Expr, scope: _Scope) -> _Scope:
         if index in scope.indices or index in scope.locals or index in self.params:
@@ -246,7 +239,7 @@ class _KernelChecker:
     @_NODE.register(Load)
     def load(self, node: Load, scope: _Scope, facts: Facts) -> None:
         self.used.add(node.buffer)
-        buf = self.buffers.get(node.buffer)
+        buf = scope.planes.get(node.buffer) or self.buffers.get(node.buffer)
         if buf is None:
             self.problems.append(f"{show(node)}: reads unknown buffer {node.buffer}")
         elif len(node.index) != len(buf.shape):
@@ -260,11 +253,6 @@ class _KernelChecker:
     @_NODE.register(SymInt)
     def symint(self, node: SymInt, scope: _Scope, facts: Facts) -> None:
         self.expr(node.expr, scope, f"({node.expr})")
-
-
-def _leading(buf: Buffer) -> Buffer:
-    """The buffer seen through its axes before the last two (a plane's position)."""
-    return replace(buf, shape=buf.shape[:-2])
 
 
 def unfold_mod(e: Expr) -> Expr:
