@@ -71,11 +71,11 @@ def _pad_body(
 
 @dataclass(frozen=True)
 class _Read:
-    """A value read at one position of a plane: every load in it reads (row, col) of its last
-    two axes; `template` is the value at (PLANE_ROW, PLANE_COL)."""
+    """A load of one plane at (row, col) of its last two axes; `template` is the load at
+    (PLANE_ROW, PLANE_COL)."""
 
-    node: Value
-    template: Value
+    node: Load
+    template: Load
     row: Expr
     col: Expr
 
@@ -143,7 +143,7 @@ def _read(node: Value, ranges: Ranges) -> _Read | None:
 
 
 def _plane_copy(
-    template: Value,
+    template: Load,
     group: list[Where],
     same: list[_Read],
     rows: str,
@@ -154,15 +154,12 @@ def _plane_copy(
 ) -> PaddedPlane | None:
     """The copy (unnamed) that the guarded reads of one plane can read instead, when each read's
     guard is exactly its position's being inside the plane and the copy is small enough."""
-    sources = {n.buffer for n in walk(template) if isinstance(n, Load)}
-    if len(group) < MIN_TAPS or sources & written or any(name not in buffers for name in sources):
+    source = buffers.get(template.buffer)
+    if source is None or template.buffer in written or len(group) < MIN_TAPS or len({tap.b for tap in group}) != 1:
         return None
-    if len({tap.b for tap in group}) != 1:
+    if not all(e.is_const for e in source.shape[-2:]):
         return None
-    dims = {tuple(buffers[name].shape[-2:]) for name in sources}
-    if len(dims) != 1 or not all(e.is_const for e in next(iter(dims))):
-        return None
-    plane = tuple(e.value for e in next(iter(dims)))
+    plane = tuple(e.value for e in source.shape[-2:])
     spans = [_span((read.row, read.col), ranges, rows, cols) for read in same]
     steps = {_column_step(read.col, cols) for read in same}
     if any(span is None for span in spans) or len(steps) != 1 or None in steps:
@@ -257,7 +254,7 @@ def _blocks(loop: For, block: int) -> tuple[For, ...]:
     compiler's own code for it (masked or half-width vectors) measured faster than two
     overlapping half-width blocks (1.5x on 14- and 7-wide rows)."""
     n = loop.extent.value
-    if block < 2 or n < block or n % block == 0 or not _repeatable(loop.body, set()):
+    if block < 2 or n < block or n % block == 0 or not _repeatable(loop.body):
         return (loop,)
     last = replace(
         loop,
@@ -267,10 +264,11 @@ def _blocks(loop: For, block: int) -> tuple[For, ...]:
     return (replace(loop, extent=const(n - n % block)), last)
 
 
-def _repeatable(body: tuple[Stmt, ...], declared: set[str]) -> bool:
+def _repeatable(body: tuple[Stmt, ...]) -> bool:
     """Whether running the body again at the same indices changes nothing: it assigns only locals
     it declares, and stores only to buffers it does not read."""
     stored = {s.buffer for s in iter_stmts(body) if isinstance(s, Store)}
+    declared: set[str] = set()
     for stmt in iter_stmts(body):
         if isinstance(stmt, Declare):
             declared.add(stmt.name)
