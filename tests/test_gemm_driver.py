@@ -309,6 +309,7 @@ def shapes_for(t: GemmTiles, lanes: int) -> list[tuple[int, int, int]]:
         (65, 63, 63), (t.mr, t.nr, t.kc), (t.mr + 1, t.nr + 1, t.kc + 1), (t.mr - 1, t.nr - 1, t.kc - 1),
         (t.mc + t.mr + 1, 2 * t.nr + 3, 2 * t.kc + 3), (t.mc, t.nc, 5), (7, t.nc + 5, t.kc + 2),
         (2 * t.mc + 3, 2, 9), (1, 2 * t.nc + 1, 2), (3 * t.mr + 2, 3 * t.nr - 1, 3 * t.kc),
+        (t.mr + 1, 9 * t.nc + 5, max(1, t.kc // 4)),  # a shallow slice: B blocks of ~4 NC columns
     ]  # fmt: skip
 
 

@@ -53,7 +53,7 @@ class GemmTiles:
     nr: int  # micro-tile columns (a multiple of the vector length)
     kc: int  # depth of a packed panel
     mc: int  # rows of A per cache block (multiple of mr)
-    nc: int  # columns of B per cache block (multiple of nr)
+    nc: int  # columns of B per cache block at depth kc (multiple of nr): a block holds kc x nc elements
     vector_bytes: int  # width of the vector type used in the micro-kernel (64 = AVX-512, 32 = AVX2, 16 = SSE/NEON)
 
     def lanes(self, kind: str) -> int:
@@ -78,19 +78,22 @@ class GemmTiles:
             raise ValueError(f"gemm: an int8 kind needs kc % {group} == 0 and nr % 16 == 0: {self}")
 
 
-# Tuned on a 2-core Sapphire Rapids (AVX-512, 2 FMA units, L1d 48 KiB, L2 2 MiB per core): the A
-# micro-panel (mr x kc) stays in L1, the B block (kc x nc) in L2 while the A micro-panels stream past
-# it; in the row-split (tall) mode the A block (mc x kc) is the other L2 tenant. 6 x 4 vectors: 24
-# accumulators, 4 B vectors and a broadcast of the 32 zmm registers.
+# The A micro-panel (mr x kc) stays in L1; the B block (kc x nc elements, however deep the slice:
+# the driver widens the block of a shallower one) stays in L2 while the A micro-panels stream past it,
+# reloading 4 B vectors per depth step; in the row-split (tall) mode the A block (mc x kc) is the other
+# L2 tenant. B blocks are 512 KiB on AVX-512 machines (L2 of 1-2 MiB per core) and 256 KiB below
+# (AVX2 and NEON cores with 256-512 KiB): on one Cascade Lake core (L2 1 MiB) the 6 x 64 kernel ran at
+# 83-88 GFLOP/s over blocks of 64-512 KiB, 70-75 at 768 KiB and 62 at 1 MiB. 6 x 4 vectors:
+# 24 accumulators, 4 B vectors and a broadcast of the 32 zmm registers.
 _DEFAULTS = {
-    ("f32", 64): GemmTiles(mr=6, nr=64, kc=512, mc=192, nc=512, vector_bytes=64),
-    ("f64", 64): GemmTiles(mr=6, nr=32, kc=256, mc=192, nc=512, vector_bytes=64),
+    ("f32", 64): GemmTiles(mr=6, nr=64, kc=512, mc=192, nc=256, vector_bytes=64),
+    ("f64", 64): GemmTiles(mr=6, nr=32, kc=256, mc=192, nc=256, vector_bytes=64),
     # 16 ymm registers: 12 accumulators, 2 B vectors, a broadcast (the BLIS Haswell shape).
-    ("f32", 32): GemmTiles(mr=6, nr=16, kc=256, mc=144, nc=1024, vector_bytes=32),
-    ("f64", 32): GemmTiles(mr=6, nr=8, kc=256, mc=96, nc=1024, vector_bytes=32),
+    ("f32", 32): GemmTiles(mr=6, nr=16, kc=256, mc=144, nc=256, vector_bytes=32),
+    ("f64", 32): GemmTiles(mr=6, nr=8, kc=256, mc=96, nc=128, vector_bytes=32),
     # 16 registers and maybe no FMA (SSE2; NEON has 32): 8 accumulators leave room for the products.
-    ("f32", 16): GemmTiles(mr=4, nr=8, kc=256, mc=96, nc=1024, vector_bytes=16),
-    ("f64", 16): GemmTiles(mr=4, nr=4, kc=256, mc=96, nc=1024, vector_bytes=16),
+    ("f32", 16): GemmTiles(mr=4, nr=8, kc=256, mc=96, nc=256, vector_bytes=16),
+    ("f64", 16): GemmTiles(mr=4, nr=4, kc=256, mc=96, nc=128, vector_bytes=16),
 }
 # int8 (4-deep groups of bytes, i32 accumulators): with AVX-512 VNNI, 8 rows x 2 vectors of 16 columns
 # (16 accumulators, 2 B vectors, a broadcast); on 32- and 16-byte vectors 4 x 16 (AVX-VNNI: 8
