@@ -82,7 +82,8 @@ def np_conv(x, w, stride, padding, dilation):
 
 def test_contiguous_windows_pack_by_block_copies(conv):
     """Stride 1 (any padding or dilation): one block copy per pack of the patches; stride 3: the
-    window's inside is a strided loop, no copy; the weights (no guard) pack as before."""
+    window's inside is a strided loop, no copy; the weights (no guard) pack as before. (The window
+    sizes are symbolic here, so no patch packs as masked rows: test_masked_pack.py.)"""
     source = (conv.path.parent / "convs.c").read_text()
     for tag, (stride, _, _) in CONV.items():
         pack_b = source.split(f"static void conv_{tag}_k0_g0_pack_b(")[1].split("\n}\n")[0]

@@ -17,16 +17,17 @@ import numpy as np
 from catenc import registry
 from catenc.codegen.names import C_KEYWORDS, C_LOCALS, C_MACROS_AND_TYPES, C_NAMES, CXX_KEYWORDS, Reserved
 from catenc.dispatch import Table
-from catenc.dtypes import DTYPES, DType
+from catenc.dtypes import BOOL, DTYPES, DType
 from catenc.ir.nodes import Binary, Buffer, Cast, Const, Gather, Load, Local, Role, SymInt, Unary, Value, Where
 from catenc.ir.passes import substitute
-from catenc.lower.flat import flatten
+from catenc.lower.flat import flatten, unflatten
 from catenc.lower.gemm import (
     AT,
     WINDOW_HIGH,
     WINDOW_LOW,
     ContextField,
     GemmCall,
+    MaskedRow,
     Odometer,
     PackedPanels,
     PackSide,
@@ -79,6 +80,12 @@ class KernelState:
 
 
 PACK_CHUNK = 16  # int8 panels packed together: a depth step's row spans them (templates/gemm.c.j2 q8 layout)
+MASK = "catenc_mask"  # a MaskedRow walk's masks: [combination of guard indices][panel position]
+
+
+def _table(name: str) -> str:
+    """A MaskedRow walk's table of axis `name`'s index at each position of the panel."""
+    return f"catenc_tab_{name}"
 
 
 def _panel_width(call: GemmCall, side: PackSide) -> str:
@@ -652,15 +659,62 @@ class CRenderer:
     ) -> list[str]:
         """`for catenc_k < catenc_kb`: the panel row of depth step `depth` into `out` ({w}: the
         panel's width), zero past the valid positions up to `span` (None: the width)."""
-        i, width = self.indent, _panel_width(call, side)
+        i, width, walk = self.indent, _panel_width(call, side), side.fill
         out, pad = out.format(w=width), i * (level + 1)
+        masked = walk.masked if span is None else None  # an int8 chunk's rows span several panels
         return [
+            *(self.guard_masks(walk, width, i * level) if masked else []),
             f"{i * level}for (int64_t catenc_k = 0; catenc_k < catenc_kb; ++catenc_k) {{",
             f"{pad}const int64_t catenc_q = {depth};",
             *[f"{pad}{line}" for line in self.indices(call.depth_indices, "catenc_q", const=True)],
-            *self.odometer_loop(side.fill, "catenc_n0", "catenc_j", "catenc_valid", out, pad),
+            *(
+                self.masked_row(masked, out, pad)
+                if masked
+                else self.odometer_loop(walk, "catenc_n0", "catenc_j", "catenc_valid", out, pad)
+            ),
             f"{pad}for (int64_t catenc_j = catenc_valid; catenc_j < {span or width}; ++catenc_j) {out} = 0;",
             f"{i * level}}}",
+        ]
+
+    def guard_masks(self, walk: Odometer, width: str, pad: str) -> list[str]:
+        """A MaskedRow walk's masks for the panel: the guard at each valid position (its axes'
+        indices tabled first) for each combination of the depth indices it reads."""
+        i, (last, extent), rows = self.indent, walk.last, walk.masked
+        names = [name for name, _ in walk.carried] + [last]
+        return [
+            f"{pad}unsigned char {MASK}[{rows.masks}][{width}];",
+            f"{pad}{{",
+            *[f"{pad}{i}int64_t {_table(name)}[{width}];" for name in names],
+            *[f"{pad}{i}{line}" for line in self.indices(walk.begin, "catenc_n0", const=False)],
+            f"{pad}{i}for (int64_t catenc_j = 0; catenc_j < catenc_valid; ++catenc_j) {{",
+            *[f"{pad}{i * 2}{_table(name)}[catenc_j] = {name};" for name, _ in walk.carried],
+            f"{pad}{i * 2}{_table(last)}[catenc_j] = {AT};",
+            f"{pad}{i * 2}if (++{AT} == {extent.to_c()}) {{",
+            f"{pad}{i * 3}{AT} = 0;",
+            f"{pad}{i * 3}{self.carry(walk.carried)}",
+            f"{pad}{i * 2}}}",
+            f"{pad}{i}}}",
+            f"{pad}{i}for (int64_t catenc_g = 0; catenc_g < {rows.masks}; ++catenc_g) {{",
+            *[f"{pad}{i * 2}{line}" for line in self.indices(unflatten(rows.guard_axes), "catenc_g", const=True)],
+            f"{pad}{i * 2}for (int64_t catenc_j = 0; catenc_j < catenc_valid; ++catenc_j) {{",
+            *[f"{pad}{i * 3}const int64_t {name} = {_table(name)}[catenc_j];" for name in names],
+            *self.assignment(f"{MASK}[catenc_g][catenc_j]", rows.value.cond, pad + i * 3, "(unsigned char){0}"),
+            f"{pad}{i * 2}}}",
+            f"{pad}{i}}}",
+            f"{pad}}}",
+        ]
+
+    def masked_row(self, rows: MaskedRow, target: str, pad: str) -> list[str]:
+        """A MaskedRow walk's panel row at a depth step: the inside, read along the flattened
+        position, where the step's mask is set."""
+        i = self.indent
+        mask = f"{MASK}[{flatten([sym(n) for n, _ in rows.guard_axes], [e for _, e in rows.guard_axes]).to_c()}]"
+        chosen = Where(rows.value.dtype, Local(BOOL, f"{mask}[catenc_j]"), rows.value.a, rows.value.b)
+        return [
+            f"{pad}for (int64_t catenc_j = 0; catenc_j < catenc_valid; ++catenc_j) {{",
+            f"{pad}{i}const int64_t {rows.flat} = catenc_n0 + catenc_j;",
+            *self.assignment(target, chosen, pad + i),
+            f"{pad}}}",
         ]
 
     def word_pack_body(self, side: PackSide, ctype: str, group: int, width: str) -> list[str]:
