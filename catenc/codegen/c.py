@@ -649,6 +649,7 @@ class CRenderer:
             f"{i * 2}const int64_t catenc_valid = {extent} - catenc_n0 < {width} ? {extent} - catenc_n0 : {width};",
         ]
         if group == 1:
+            body += self.guard_masks(side.fill, width, i * 2)
             body += self.depth_step(call, side, "catenc_k0 + catenc_k", "catenc_out[catenc_k * {w} + catenc_j]", 2)
         else:
             body += self.word_pack_body(side, ctype, group, width)
@@ -661,9 +662,8 @@ class CRenderer:
         panel's width), zero past the valid positions up to `span` (None: the width)."""
         i, width, walk = self.indent, _panel_width(call, side), side.fill
         out, pad = out.format(w=width), i * (level + 1)
-        masked = walk.masked if span is None else None  # an int8 chunk's rows span several panels
+        masked = walk.masked  # its masks were made for the panels (guard_masks)
         return [
-            *(self.guard_masks(walk, width, i * level) if masked else []),
             f"{i * level}for (int64_t catenc_k = 0; catenc_k < catenc_kb; ++catenc_k) {{",
             f"{pad}const int64_t catenc_q = {depth};",
             *[f"{pad}{line}" for line in self.indices(call.depth_indices, "catenc_q", const=True)],
@@ -677,9 +677,12 @@ class CRenderer:
         ]
 
     def guard_masks(self, walk: Odometer, width: str, pad: str) -> list[str]:
-        """A MaskedRow walk's masks for the panel: the guard at each valid position (its axes'
-        indices tabled first) for each combination of the depth indices it reads."""
+        """A MaskedRow walk's masks for the `width` positions from catenc_n0 (a panel's, or an int8
+        chunk's): the guard at each valid position (its axes' indices tabled first) for each
+        combination of the depth indices it reads; none for another walk."""
         i, (last, extent), rows = self.indent, walk.last, walk.masked
+        if rows is None:
+            return []
         names = [name for name, _ in walk.carried] + [last]
         return [
             f"{pad}unsigned char {MASK}[{rows.masks}][{width}];",
@@ -756,6 +759,7 @@ class CRenderer:
             f"{i * 2}const int64_t catenc_n0 = (catenc_first + catenc_c0) * {width};",
             f"{i * 2}const int64_t catenc_valid = {extent} - catenc_n0 < catenc_span ? {extent} - catenc_n0"
             " : catenc_span;",
+            *self.guard_masks(side.fill, row, i * 2),
             f"{i * 2}for (int64_t catenc_g = 0; catenc_g < catenc_kb; catenc_g += {group}) {{",
             f"{i * 3}CATENC_GEMM_ALIGN64 {ctype} catenc_rows[{group} * {row}];",
             f"{i * 3}{{",

@@ -84,7 +84,7 @@ class Odometer:
     affine inner loop from AT, `begin` gives the other indices and AT at the start, and after
     each run the carried indices (outermost first; the first never wraps) advance by one.
     `window`: the value's guard as a range of the last index (None: evaluate it as it is);
-    `masked`: the walk as masked panel rows (MaskedRow), where the packing can take it."""
+    `masked`: the walk as masked panel rows (MaskedRow), where it is one."""
 
     value: Value
     begin: Divisions  # lower.flat.unflatten of the start
@@ -222,7 +222,7 @@ def odometer(
 ) -> Odometer:
     """The walk of `value` over consecutive flattened positions of the axes; with `buffers`
     (a packing walk), its guard on the last index as a Window when it is one, and with the
-    `depth` axes of a float panel's packing also as a MaskedRow when it is one."""
+    `depth` axes of the packing also as a MaskedRow when it is one."""
     window = None if buffers is None else guard_window(value, axes[-1][0], buffers)
     if len(axes) == 1:
         return Odometer(value, (), axes[0], (), window)
@@ -442,7 +442,6 @@ def gemm_call(
     batch of products then runs one product per thread, and the epilogue's rows spread);
     `panels`: the buffers whose panels were packed at compile time, read as the PackedPanels say."""
     c = stmt.contraction
-    float_kind = KINDS[c.kind].group == 1
     packed = {}
     for side in ("a", "b"):
         source = constant_operand(c, side, buffers) if panels else None
@@ -453,7 +452,7 @@ def gemm_call(
             side,
             width,
             flat_extent(axes),
-            odometer(*contiguous_walk(axes, narrow(v), (), buffers)[:2], buffers, c.depth if float_kind else None),
+            odometer(*contiguous_walk(axes, narrow(v), (), buffers)[:2], buffers, c.depth),
             _depth_runs(c, v, axes, buffers),
         )
         for side, width, axes, v in (("a", "MR", c.rows, c.a), ("b", "NR", c.cols, c.b))
