@@ -41,7 +41,8 @@ inputs = ["x: u8[C, H, W]", "w: i8[F, C, 3, 3]"]
 outputs = ["y: i32[F, H, W]"]
 body = '''
 y[f, h, v] = sum[c, r, s](cast(where((h + r >= 1) & (h + r <= H) & (v + s >= 1) & (v + s <= W),
-                                    x[c, h + r - 1, v + s - 1], cast({ZERO_POINT}, u8)), i32) * cast(w[f, c, r, s], i32))
+                                    x[c, h + r - 1, v + s - 1], cast({ZERO_POINT}, u8)), i32)
+                          * cast(w[f, c, r, s], i32))
 '''
 """
 

@@ -800,6 +800,7 @@ class CRenderer:
             return self.window_run(walk, start, None, count, counter, target, pad)
         if not walk.carried:
             return [
+                *self.scalar_loop(walk, pad),
                 f"{pad}for (int64_t {counter} = 0; {counter} < {count}; ++{counter}) {{",
                 f"{pad}{i}const int64_t {walk.last[0]} = {start} + {counter};",
                 *[f"{pad}{i}{line}" for line in prologue],
@@ -812,6 +813,7 @@ class CRenderer:
             run = self.window_run(walk, AT, "catenc_done", "catenc_run", counter, target, pad + i)
         else:
             run = [
+                *self.scalar_loop(walk, pad + i),
                 f"{pad}{i}for (int64_t catenc_t = 0; catenc_t < catenc_run; ++catenc_t) {{",
                 f"{pad}{i * 2}const int64_t {last} = {AT} + catenc_t;",
                 f"{pad}{i * 2}const int64_t {counter} = catenc_done + catenc_t;",
@@ -829,6 +831,10 @@ class CRenderer:
             f"{pad}{i}{self.carry(walk.carried)}",
             f"{pad}}}",
         ]
+
+    def scalar_loop(self, walk: Odometer, pad: str) -> list[str]:
+        """The line that keeps the loop after it scalar when the walk reads a strided operand."""
+        return [f"{pad}CATENC_GEMM_SCALAR_LOOP"] if walk.strided else []
 
     def window_run(
         self, walk: Odometer, base: str, done: str | None, length: str, counter: str, target: str, pad: str
@@ -856,6 +862,7 @@ class CRenderer:
                 ]
                 continue
             lines += [
+                *(self.scalar_loop(walk, pad + i) if inside else []),
                 f"{pad}{i}for (int64_t catenc_t = {first}; catenc_t < {end}; ++catenc_t) {{",
                 *([f"{pad}{i * 2}const int64_t {walk.last[0]} = {base} + catenc_t;"] if inside else []),
                 f"{pad}{i * 2}const int64_t {counter} = {at};",
