@@ -81,6 +81,7 @@ class KernelState:
 
 PACK_CHUNK = 16  # int8 panels packed together: a depth step's row spans them (templates/gemm.c.j2 q8 layout)
 MASK = "catenc_mask"  # a MaskedRow walk's masks: [combination of guard indices][panel position]
+SCALAR_LOOP = "CATENC_SCALAR_LOOP"  # the prelude's request not to vectorise the loop that follows
 
 
 def _table(name: str) -> str:
@@ -361,6 +362,8 @@ class CRenderer:
             self.parallel_loop(stmt, pad, lines)
             return
         extent = stmt.extent.to_c()
+        if stmt.scalar:
+            lines.append(f"{pad}{SCALAR_LOOP}")
         lines.append(f"{pad}for (int64_t {stmt.index} = 0; {stmt.index} < {extent}; ++{stmt.index}) {{")
         self.statements(stmt.body, depth + 1, lines, parallel)
         lines.append(f"{pad}}}")
@@ -834,7 +837,7 @@ class CRenderer:
 
     def scalar_loop(self, walk: Odometer, pad: str) -> list[str]:
         """The line that keeps the loop after it scalar when the walk reads a strided operand."""
-        return [f"{pad}CATENC_GEMM_SCALAR_LOOP"] if walk.strided else []
+        return [f"{pad}{SCALAR_LOOP}"] if walk.strided else []
 
     def window_run(
         self, walk: Odometer, base: str, done: str | None, length: str, counter: str, target: str, pad: str

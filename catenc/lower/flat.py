@@ -15,6 +15,13 @@ def flatten(index: Sequence[Expr], shape: Sequence[Expr]) -> Expr:
     return merge_divmod(row_major(index, shape))
 
 
+def step_along(index: Sequence[Expr], shape: Sequence[Expr], name: str) -> int:
+    """How many elements the row-major position of `index` in `shape` moves per step of index
+    `name`, in absolute value (0: not by a constant)."""
+    step = flatten(index, shape).coefficient(name)
+    return abs(step.value) if step.is_const else 0
+
+
 def flat_extent(axes: Axes) -> Expr:
     """How many positions the axes span."""
     return product([extent for _, extent in axes])

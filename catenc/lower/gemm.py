@@ -17,7 +17,7 @@ from catenc.dtypes import DType
 from catenc.ir.nodes import Binary, Const, Gather, Load, SymInt, Value, Where, value_symbols, walk
 from catenc.ir.passes import substitute
 from catenc.ir.verify import as_expr
-from catenc.lower.flat import Axes, Divisions, flat_extent, flatten, indices_at, unflatten
+from catenc.lower.flat import Axes, Divisions, flat_extent, flatten, indices_at, step_along, unflatten
 from catenc.lower.lanes import Storage
 from catenc.lower.loops import Gemm, LoopKernel
 from catenc.schedule.contractions import GEMM_DTYPES, Contraction, narrow
@@ -236,13 +236,8 @@ def odometer(
 
 
 def _strided(value: Value, last: str, buffers: Mapping[str, Storage]) -> bool:
-    """Whether `value` loads at a constant stride other than 0 and 1 along index `last`."""
-    for load in walk(value):
-        if type(load) is Load:
-            step = flatten(list(load.index), list(buffers[load.buffer].shape)).coefficient(last)
-            if step.is_const and step.value not in (0, 1):
-                return True
-    return False
+    """Whether `value` loads at a constant stride of 2 or more along index `last`."""
+    return any(step_along(v.index, buffers[v.buffer].shape, last) >= 2 for v in walk(value) if type(v) is Load)
 
 
 def masked_row(axes: Axes, value: Where, buffers: Mapping[str, Storage], depth: Axes) -> MaskedRow | None:

@@ -63,6 +63,7 @@ class For(Stmt):
     extent: Expr
     body: tuple[Stmt, ...]
     parallel: bool = False
+    scalar: bool = False  # the compiler is asked not to vectorise it (lower/strided.py)
     child_fields = ("body",)
 
 
@@ -621,7 +622,7 @@ def _format_nothing(stmt: Stmt, pad: str, depth: int, lines: list[str]) -> None:
 
 @_FORMAT.register(For)
 def _format_for(stmt: For, pad: str, depth: int, lines: list[str]) -> None:
-    mark = "parallel " if stmt.parallel else ""
+    mark = "parallel " if stmt.parallel else "scalar " if stmt.scalar else ""
     lines.append(f"{pad}{mark}for {stmt.index} in 0..{stmt.extent}:")
     format_body(stmt.body, depth + 1, lines)
 

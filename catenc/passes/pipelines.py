@@ -25,6 +25,7 @@ from catenc.lower.guards import split_guarded_loops
 from catenc.lower.loops import LoopKernel, LoopProgram, format_loops, lower_schedule
 from catenc.lower.pad import pad_windows
 from catenc.lower.share import share_identical_kernels
+from catenc.lower.strided import keep_strided_loops_scalar
 from catenc.lower.unroll import unroll_windows
 from catenc.lower.vectorize import jam_rows, split_reduction_lanes
 from catenc.lower.verify import verify_loops
@@ -134,6 +135,10 @@ def build_pipeline(
     def each_kernel(rewrite: Callable[[LoopProgram, LoopKernel], LoopKernel]) -> Callable[[LoopProgram], LoopProgram]:
         return lambda program: replace(program, kernels=tuple(rewrite(program, k) for k in program.kernels))
 
+    def with_buffers(rewrite: Callable[[LoopKernel, dict], LoopKernel]) -> Callable[[LoopProgram], LoopProgram]:
+        """each_kernel of a rewrite that also reads the program's buffers by name."""
+        return each_kernel(lambda p, k: rewrite(k, {b.name: b for b in p.schedule.graph.buffers}))
+
     def lanes(program: LoopProgram, kernel: LoopKernel) -> LoopKernel:
         return split_reduction_lanes(kernel, {b.name: b.dtype for b in program.schedule.graph.buffers})
 
@@ -194,13 +199,13 @@ def build_pipeline(
         (fast and cpu, "unroll-windows", "short loops of accumulator updates (a pool's taps) as straight code",
          loops, loops, each_kernel(lambda _, k: unroll_windows(k)), False),
         (fast and cpu, "pad-windows", "a padded window reads a padded copy of its plane, without guards",
-         loops, loops, each_kernel(lambda p, k: pad_windows(k, {b.name: b for b in p.schedule.graph.buffers})),
-         False),
+         loops, loops, with_buffers(pad_windows), False),
         (fast and cpu, "split-guarded-loops", "loops split where padding guards change: an unguarded interior",
          loops, loops, each_kernel(lambda _, k: split_guarded_loops(k)), False),
         (fast and cpu, "collapse-loops", "nested loops over elements stored alike as one loop (a plane as one run)",
-         loops, loops, each_kernel(lambda p, k: collapse_loops(k, {b.name: b for b in p.schedule.graph.buffers})),
-         False),
+         loops, loops, with_buffers(collapse_loops), False),
+        (fast and cpu, "scalar-strided-loops", "an innermost loop that reads or writes at a stride stays scalar",
+         loops, loops, with_buffers(keep_strided_loops_scalar), False),
         (fuse and cpu, "share-identical-kernels", "kernels equal up to names call one function", loops, loops, share,
          False),
         (target.work_groups, "lower-gpu", "loop nests to GPU work-groups", loops, s["gpu"], to_gpu, True),
