@@ -82,6 +82,7 @@ class KernelState:
 PACK_CHUNK = 16  # int8 panels packed together: a depth step's row spans them (templates/gemm.c.j2 q8 layout)
 MASK = "catenc_mask"  # a MaskedRow walk's masks: [combination of guard indices][panel position]
 SCALAR_LOOP = "CATENC_SCALAR_LOOP"  # the prelude's request not to vectorise the loop that follows
+SIMD_LOOP = "CATENC_SIMD_LOOP"  # ... and to vectorise it (its iterations are independent)
 
 
 def _table(name: str) -> str:
@@ -712,11 +713,13 @@ class CRenderer:
 
     def masked_row(self, rows: MaskedRow, target: str, pad: str) -> list[str]:
         """A MaskedRow walk's panel row at a depth step: the inside, read along the flattened
-        position, where the step's mask is set."""
+        position, where the step's mask is set; an OpenMP simd loop (gcc -O2 vectorises it only
+        so: without, it packed 56-wide rows 1.7x slower than the runs did)."""
         i = self.indent
         mask = f"{MASK}[{flatten([sym(n) for n, _ in rows.guard_axes], [e for _, e in rows.guard_axes]).to_c()}]"
         chosen = Where(rows.value.dtype, Local(BOOL, f"{mask}[catenc_j]"), rows.value.a, rows.value.b)
         return [
+            f"{pad}{SIMD_LOOP}",
             f"{pad}for (int64_t catenc_j = 0; catenc_j < catenc_valid; ++catenc_j) {{",
             f"{pad}{i}const int64_t {rows.flat} = catenc_n0 + catenc_j;",
             *self.assignment(target, chosen, pad + i),
