@@ -717,11 +717,12 @@ class CRenderer:
         so: without, it packed 56-wide rows 1.7x slower than the runs did)."""
         i = self.indent
         mask = f"{MASK}[{flatten([sym(n) for n, _ in rows.guard_axes], [e for _, e in rows.guard_axes]).to_c()}]"
-        chosen = Where(rows.value.dtype, Local(BOOL, f"{mask}[catenc_j]"), rows.value.a, rows.value.b)
+        chosen = Where(rows.value.dtype, Local(BOOL, "catenc_on"), rows.value.a, rows.value.b)
         return [
             f"{pad}{SIMD_LOOP}",
             f"{pad}for (int64_t catenc_j = 0; catenc_j < catenc_valid; ++catenc_j) {{",
             f"{pad}{i}const int64_t {rows.flat} = catenc_n0 + catenc_j;",
+            f"{pad}{i}const unsigned char catenc_on = {mask}[catenc_j];",
             *self.assignment(target, chosen, pad + i),
             f"{pad}}}",
         ]
