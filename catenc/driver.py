@@ -159,7 +159,8 @@ def plan_entry(
     derived = {name: bindings.symbols[name] for name in comp.derived}
     specialized = {s: int(fixed[s]) for s in comp.symbols() if s in fixed and s not in comp.derived}
     symbol = options.prefix + comp.name
-    pipeline = pipeline_for(options, symbol, check_facts(ctx.checks))
+    baked = frozenset(d.name for d in comp.constants) if options.weights == "baked" else frozenset()
+    pipeline = pipeline_for(options, symbol, check_facts(ctx.checks), baked)
     try:
         trace = run_pipeline(pipeline, program, instruments)
     except VerifyError as error:
@@ -184,9 +185,13 @@ def plan_entry(
     )
 
 
-def pipeline_for(options: Options, symbol: str = "", facts: Facts | None = None) -> Pipeline:
-    """The pipeline of the options' level, runtime and tuner (kernels named `<symbol>_k<n>`)."""
-    return build_pipeline(options.opt, Target.of(options.runtime, options.config), symbol, facts, tune_of(options))
+def pipeline_for(
+    options: Options, symbol: str = "", facts: Facts | None = None, baked: frozenset[str] = frozenset()
+) -> Pipeline:
+    """The pipeline of the options' level, runtime and tuner (kernels named `<symbol>_k<n>`; `baked`: the
+    constants the library holds)."""
+    tune = tune_of(options)
+    return build_pipeline(options.opt, Target.of(options.runtime, options.config), symbol, facts, tune, baked)
 
 
 def tune_of(options: Options) -> Tune | None:

@@ -16,6 +16,7 @@ from catenc.codegen.gpu import GpuRenderer, launch_plan, status_offsets, temp_of
 from catenc.codegen.jinja import environment
 from catenc.codegen.names import Renamer, Reserved, collect_names, fresh_names
 from catenc.codegen.prepack import Prepacked, prepack
+from catenc.codegen.winograd import render_winograd_support, winograd_tiles
 from catenc.diagnostics import CatencError
 from catenc.frontend.typed import TType
 from catenc.ir.nodes import view_stride
@@ -194,6 +195,8 @@ def render_source(
     if tiles:  # only the drivers a kernel calls: the rest would be compiled for nothing
         calls = ((k, buffer_args(e.schedule.graph.buffers)) for e in entries for k in e.kernels)
         prelude += "\n" + render_gemm_support(tiles, called_drivers(calls))
+        if "f32" in tiles:
+            prelude += "\n" + render_winograd_support(winograd_tiles(entries), tiles["f32"].vector_bytes // 4)
     placed = weights_layout(entries)
     context = [_entry_context(e, renderer, placed, profile) for e, _ in renamed_entries(entries, renderer)]
     return _ENV.get_template("model.c.j2").render(

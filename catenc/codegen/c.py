@@ -16,6 +16,7 @@ import numpy as np
 
 from catenc import registry
 from catenc.codegen.names import C_KEYWORDS, C_LOCALS, C_MACROS_AND_TYPES, C_NAMES, CXX_KEYWORDS, Reserved
+from catenc.codegen.prepack import TransformedFilters
 from catenc.dispatch import Table
 from catenc.dtypes import BOOL, DTYPES, DType
 from catenc.ir.nodes import Binary, Buffer, Cast, Const, Gather, Load, Local, Role, SymInt, Unary, Value, Where
@@ -48,6 +49,7 @@ from catenc.lower.loops import (
     PaddedPlane,
     Stmt,
     Store,
+    WinogradGemm,
 )
 from catenc.schedule.contractions import ACC
 from catenc.schedule.tiles import KINDS
@@ -62,7 +64,8 @@ class BufferArg:
     dtype: DType
     shape: tuple[Expr, ...]
     const: bool
-    panels: PackedPanels | None = None  # a baked constant's gemm panels, packed at compile time (codegen/prepack.py)
+    # a baked constant's gemm panels, packed at compile time, or its Winograd transform (codegen/prepack.py)
+    panels: PackedPanels | TransformedFilters | None = None
 
 
 @dataclass
@@ -579,6 +582,62 @@ class CRenderer:
         if parallel:  # the statement's outputs are complete before the team goes on
             lines.append(f"{pad}{i}CATENC_GEMM_BARRIER();")
         lines.append(f"{pad}}}")
+
+    @STATEMENTS.register(WinogradGemm)
+    def winograd(self, stmt: WinogradGemm, pad: str, depth: int, lines: list[str], parallel: bool) -> None:
+        """A Winograd convolution (codegen/winograd.py): per batch element, one call of its driver on
+        that element's input and output, with the contraction's epilogue as a function."""
+        state = self.state
+        call = gemm_call(stmt, state.kernel, state.buffers, parallel, {})
+        c, plan, layout, conv = call.contraction, stmt.plan, stmt.layout, stmt.plan.conv
+        name = f"{state.kernel.name}_g{len(state.functions)}"
+        state.functions.append(self.gemm_context(name, call.fields))
+        epilogue = "0"
+        if call.epilogue is not None:
+            state.functions.append(self.epilogue_function(name, call))
+            epilogue = f"{name}_epilogue"
+        i = self.indent
+        init = ", ".join(f".{f.name} = {f.name}" for f in call.fields)
+        fields = [
+            conv.input,
+            conv.input_at.to_c(),
+            f"{conv.channel_stride}LL",
+            f"{conv.input_row_stride}LL",
+            *(f"{n}LL" for n in (*conv.rows, *conv.cols)),
+            conv.weight,
+            f"{conv.weight_at}LL",
+            *(f"{n}LL" for n in conv.weight_strides),
+            self.transformed_filters(conv.weight, stmt.pack),
+            *(f"{n}LL" for n in (conv.channels, conv.filters, conv.height, conv.width)),
+            f"{c.output} + ({c.offset.to_c()})",
+            c.row_stride.to_c(),
+            epilogue,
+            "&catenc_ctx",
+            f"{plan.block_rows}LL",
+            stmt.pack,
+            *(f"{n}LL" for n in (layout.slot, layout.at_slots, layout.at_v, layout.at_m, layout.at_pack)),
+            str(layout.slots),
+        ]
+        lines += [
+            f"{pad}{{",
+            f"{pad}{i}for (int64_t catenc_b = 0; catenc_b < {call.count.to_c()}; ++catenc_b) {{",
+            *[f"{pad}{i * 2}{line}" for line in self.indices(call.batch, "catenc_b", const=True)],
+            f"{pad}{i * 2}const struct {name}_ctx catenc_ctx = {{{init}}};",
+            f"{pad}{i * 2}const catenc_wino_f32 catenc_wino = {{{', '.join(fields)}}};",
+            f"{pad}{i * 2}catenc_wino{plan.transform.m}_f32(&catenc_wino, {1 if parallel else 0});",
+            f"{pad}{i}}}",
+        ]
+        if parallel:  # the statement's outputs are complete before the team goes on
+            lines.append(f"{pad}{i}CATENC_GEMM_BARRIER();")
+        lines.append(f"{pad}}}")
+
+    def transformed_filters(self, weight: str, pack: str) -> str:
+        """A Winograd convolution's `u`: its filters transformed at compile time (codegen/prepack.py),
+        else those the first batch element's call transforms into the workspace (0 for that call)."""
+        found = self.state.buffers[weight].panels
+        if isinstance(found, TransformedFilters):
+            return f"{weight} + {found.at}LL"
+        return f"catenc_b > 0 ? {pack} : 0"
 
     def field_type(self, field: ContextField) -> str:
         if field.dtype is None:

@@ -14,7 +14,7 @@ from enum import Enum
 from catenc.codegen.jinja import environment
 from catenc.lower.gemm import direct_a
 from catenc.lower.lanes import Storage
-from catenc.lower.loops import Gemm, LoopKernel, iter_stmts
+from catenc.lower.loops import Gemm, LoopKernel, WinogradGemm, iter_stmts
 from catenc.schedule.tiles import (
     BATCH_FLOPS,
     CTYPES,
@@ -68,7 +68,8 @@ def called_drivers(kernels: Iterable[tuple[LoopKernel, Mapping[str, Storage]]]) 
         for stmt in iter_stmts(kernel.body):
             if isinstance(stmt, Gemm):
                 c = stmt.contraction
-                driver = Driver.PACKED if direct_a(c, buffers) is None else Driver.DIRECT_A
+                winograd = isinstance(stmt, WinogradGemm)  # its products read the transformed filters in place
+                driver = Driver.PACKED if direct_a(c, buffers) is None and not winograd else Driver.DIRECT_A
                 called.setdefault(c.kind, set()).add(driver)
     return {dtype: frozenset(drivers) for dtype, drivers in called.items()}
 

@@ -21,9 +21,20 @@ import numpy as np
 from catenc.ir.nodes import Load, walk
 from catenc.lower.gemm import ConstantOperand, PackedPanels, constant_operand
 from catenc.lower.lanes import Storage
-from catenc.lower.loops import Gemm, LoopKernel, iter_stmts, stmt_values
+from catenc.lower.loops import Gemm, LoopKernel, WinogradGemm, iter_stmts, stmt_values
 from catenc.schedule.contractions import narrow
 from catenc.schedule.tiles import KINDS, PANEL_ALIGN, GemmTiles, slice_depth
+from catenc.schedule.winograd import WinogradPlan
+
+
+@dataclass(frozen=True)
+class TransformedFilters:
+    """A baked filter constant of a Winograd convolution transformed at compile time: U_xi =
+    G g G^T as the products' B panels (templates/winograd.c.j2), `at` elements past the start of the
+    constant's array (after its values, which other kernels may still read)."""
+
+    buffer: str
+    at: int
 
 
 @dataclass(frozen=True)
@@ -31,7 +42,7 @@ class Prepacked:
     """Which buffers each kernel function reads panels of (by its parameter names), and what
     each baked constant's array holds after its values (padding, then the panels)."""
 
-    panels: Mapping[str, Mapping[str, PackedPanels]]  # kernel function -> buffer -> its panels
+    panels: Mapping[str, Mapping[str, PackedPanels | TransformedFilters]]  # kernel function -> buffer -> its panels
     appended: Mapping[str, np.ndarray]  # constant -> the elements after its values
     replaced: frozenset[str] = frozenset()  # constants whose array holds only their panels
     operands: Mapping[str, str] = field(default_factory=dict)  # constant -> "A" or "B": which panels it holds
@@ -80,14 +91,21 @@ def prepack(
     else:
         dropped = frozenset()
         panels, read = _placed(sites, chosen, {n: _after(values[n]) for n in chosen})
-    appended = {}
+    filters = _transformed_filters(kernels, values, tiles, set(chosen))
+    for function, found in _filter_sites(kernels, filters, values).items():
+        panels.setdefault(function, {}).update(found)
+    appended = {
+        name: np.concatenate([np.zeros(_after(values[name]) - values[name].size, np.float32), u])
+        for name, u in filters.items()
+    }
     for name in sorted(read):
         v = values[name]
         source = chosen[name]
         operand = v.reshape(-1)[positions(source)]
         pad = np.zeros(0 if name in dropped else _after(v) - v.size, dtype=v.dtype)
         appended[name] = np.concatenate([pad, pack_panels(operand, tiles[kinds[name]], kinds[name], source.side)])
-    return Prepacked(panels, appended, dropped, {name: chosen[name].side.upper() for name in appended})
+    operands = {name: "Winograd filter" if name in filters else chosen[name].side.upper() for name in appended}
+    return Prepacked(panels, appended, dropped, operands)
 
 
 def _placed(
@@ -176,3 +194,57 @@ def pack_panels(operand: np.ndarray, tiles: GemmTiles, kind: str, side: str) -> 
         grouped = part.reshape(steps // group, group, -1, width)  # (group, step, panel, position)
         out.append(grouped.transpose(2, 0, 3, 1).reshape(-1))
     return np.concatenate(out) if out else np.zeros(0, dtype=operand.dtype)
+
+
+def _winograd_sites(kernels: tuple[LoopKernel, ...]):
+    """(kernel function, its Winograd statement) of every caller, in order."""
+    for kernel in kernels:
+        for stmt in iter_stmts(kernel.body):
+            if isinstance(stmt, WinogradGemm):
+                yield kernel.shares or kernel.name, stmt
+
+
+def _transformed_filters(
+    kernels: tuple[LoopKernel, ...], values: Mapping[str, np.ndarray], tiles: Mapping[str, GemmTiles], taken: set[str]
+) -> dict[str, np.ndarray]:
+    """Each baked constant a Winograd convolution reads as its filters (and no gemm as panels), transformed."""
+    found: dict[str, np.ndarray] = {}
+    for _, stmt in _winograd_sites(kernels):
+        conv = stmt.plan.conv
+        if conv.weight in values and conv.weight not in taken and conv.weight not in found:
+            found[conv.weight] = transform_filters(stmt.plan, values[conv.weight], tiles["f32"])
+    return found
+
+
+def _filter_sites(
+    kernels: tuple[LoopKernel, ...], filters: Mapping[str, np.ndarray], values: Mapping[str, np.ndarray]
+) -> dict[str, dict[str, TransformedFilters]]:
+    """Which transformed filters each kernel function reads (by its parameter's name, the first caller's
+    buffer): those every caller's filters have, at the same place in each constant's array."""
+    sites: dict[str, list[str]] = {}
+    for function, stmt in _winograd_sites(kernels):
+        sites.setdefault(function, []).append(stmt.plan.conv.weight)
+    placed: dict[str, dict[str, TransformedFilters]] = {}
+    for function, weights in sites.items():
+        at = {_after(values[w]) if w in filters else -1 for w in weights}
+        if len(at) == 1 and -1 not in at:
+            placed[function] = {weights[0]: TransformedFilters(weights[0], at.pop())}
+    return placed
+
+
+def transform_filters(plan: WinogradPlan, weight: np.ndarray, tiles: GemmTiles) -> np.ndarray:
+    """U_xi = G g G^T of every filter pair (computed in float64, stored in f32) as the B panels of each
+    product (a C-deep product of K columns), U_xi after U_(xi-1): the layout
+    templates/winograd.c.j2 catenc_wino<m>_filters_f32 writes per call."""
+    conv, t = plan.conv, plan.transform
+    index = (
+        conv.weight_at
+        + np.arange(conv.filters)[:, None, None, None] * conv.weight_strides[0]
+        + np.arange(conv.channels)[None, :, None, None] * conv.weight_strides[1]
+        + np.arange(3)[None, None, :, None] * conv.weight_strides[2]
+        + np.arange(3)[None, None, None, :] * conv.weight_strides[3]
+    )
+    g = weight.reshape(-1)[index].astype(np.float64)  # [K, C, 3, 3]
+    G = np.array(t.g, dtype=np.float64)
+    u = np.einsum("ar,kcrs,bs->abck", G, g, G).reshape(t.alpha**2, conv.channels, conv.filters)
+    return np.concatenate([pack_panels(u[xi].astype(np.float32), tiles, "f32", "b") for xi in range(t.alpha**2)])

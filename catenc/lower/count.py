@@ -35,6 +35,7 @@ from catenc.lower.loops import (
     PaddedPlane,
     Stmt,
     Store,
+    WinogradGemm,
     gemm_axes,
 )
 from catenc.symbolic import Expr, product
@@ -207,6 +208,27 @@ def _count_gemm(counter: _Counter, stmt: Gemm, env: dict[str, int]) -> int:
     if c.epilogue is not None:
         operands.append((c.epilogue, outputs))
     return flops + sum(counter.over(axes, value, env) for value, axes in operands)
+
+
+@_STMT.register(WinogradGemm)
+def _count_winograd(counter: _Counter, stmt: WinogradGemm, env: dict[str, int]) -> int:
+    """Per batch element, the (m+2)^2 products of K x C filters by C x tiles, each tile's input
+    transform per channel (B^T d B: 2(m+2) combinations of rows of B^T) and output transform per
+    filter ((m+2) + m combinations of rows of A^T), then the epilogue once per output."""
+    c, plan = stmt.contraction, stmt.plan
+    t, conv = plan.transform, plan.conv
+    tiles = -(-conv.height // t.m) * -(-conv.width // t.m)
+
+    def ops(matrix) -> int:  # one combination per row: an add per term past the first, a multiply per factor not +-1
+        return sum(
+            max(len([x for x in row if x]) - 1, 0) + len([x for x in row if x and abs(x) != 1]) for row in matrix
+        )
+
+    per = 2 * t.alpha**2 * conv.filters * conv.channels * tiles
+    per += conv.channels * tiles * 2 * t.alpha * ops(t.bt) + conv.filters * tiles * (t.alpha + t.m) * ops(t.at)
+    batch = product(e for _, e in c.batch).evaluate(env)
+    epilogue = 0 if c.epilogue is None else counter.over(c.batch + c.rows + c.cols, c.epilogue, env)
+    return batch * per + epilogue
 
 
 @_STMT.register(PaddedPlane)

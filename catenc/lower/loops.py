@@ -36,6 +36,7 @@ from catenc.registry import EXPENSIVE_OPS
 from catenc.schedule.contractions import Contraction
 from catenc.schedule.interchange import COMBINE, strided_reduction
 from catenc.schedule.kernels import Decisions, Kernel, Schedule, gemm_ops
+from catenc.schedule.winograd import SLOTS, WinogradLayout, WinogradPlan, contraction_plan
 from catenc.symbolic import ONE, ZERO, Expr, call_atoms, sym
 
 
@@ -122,6 +123,16 @@ class Gemm(Stmt):
 
     contraction: Contraction
     pack: str
+
+
+@dataclass(frozen=True)
+class WinogradGemm(Gemm):
+    """A Gemm computed as Winograd F(m x m, 3 x 3), as `plan` says (catenc/schedule/winograd.py):
+    per batch element, the transformed input of each block of tile rows, (m + 2)^2 products by the
+    transformed filters, and the output transform with the contraction's epilogue."""
+
+    plan: WinogradPlan
+    layout: WinogradLayout  # its workspace (the panels buffer)
 
 
 PLANE_ROW, PLANE_COL = "catenc_plane_row", "catenc_plane_col"  # a PaddedPlane value's position
@@ -227,8 +238,13 @@ def _lower_kernel(schedule: Schedule, kernel: Kernel, taken: set[str]) -> LoopKe
 def _lower_gemm(schedule: Schedule, kernel: Kernel) -> LoopKernel:
     """One gemm statement: a driver call per batch element (the renderer threads the batch or
     the driver)."""
-    flops = gemm_ops(kernel.contraction)
-    return _loop_kernel(schedule, kernel, (Gemm(kernel.contraction, kernel.pack),), flops, flops)
+    c = kernel.contraction
+    plan = contraction_plan(c, kernel.decisions.winograd, {b.name: b for b in schedule.graph.buffers})
+    flops = gemm_ops(c, plan)
+    if plan is None:
+        return _loop_kernel(schedule, kernel, (Gemm(c, kernel.pack),), flops, flops)
+    layout = plan.layout(dict(schedule.tiles)[c.kind], SLOTS if kernel.decisions.parallel else 1)
+    return _loop_kernel(schedule, kernel, (WinogradGemm(c, kernel.pack, plan, layout),), flops, flops)
 
 
 def _loop_kernel(schedule: Schedule, kernel: Kernel, body: tuple[Stmt, ...], flops: Expr, work: Expr) -> LoopKernel:
@@ -666,6 +682,17 @@ def _format_plane(stmt: PaddedPlane, pad: str, depth: int, lines: list[str]) -> 
         f"{pad}{stmt.name}[{stmt.phases}, {rows}, {cols}] = {format_value(stmt.fill)}, "
         f"{format_value(stmt.value)} for {at} at [{top}, {left}]"
         + (f" in {stmt.phases} column phases" if stmt.phases > 1 else "")
+    )
+
+
+@_FORMAT.register(WinogradGemm)
+def _format_winograd(stmt: WinogradGemm, pad: str, depth: int, lines: list[str]) -> None:
+    _format_gemm(stmt, pad, depth, lines)
+    plan, m = stmt.plan, stmt.plan.transform.m
+    inner = pad + ("  " if stmt.contraction.batch else "")
+    lines.append(
+        f"{inner}  as winograd F({m}x{m}, 3x3): {plan.tile_rows}x{plan.tile_cols} tiles in blocks of "
+        f"{plan.block_rows} tile rows"
     )
 
 

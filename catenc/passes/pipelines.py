@@ -16,7 +16,7 @@ from functools import partial
 from catenc.frontend import typed as T
 from catenc.ir.build import build_graph
 from catenc.ir.indices import coalesce_reductions, simplify_indices
-from catenc.ir.nodes import Graph, format_graph
+from catenc.ir.nodes import Buffer, Graph, format_graph
 from catenc.ir.passes import fold_constants, inline_computes, remove_dead_computes, split_constant_slices
 from catenc.ir.verify import verify_graph
 from catenc.lower.collapse import collapse_loops
@@ -31,12 +31,14 @@ from catenc.lower.vectorize import jam_rows, split_reduction_lanes
 from catenc.lower.verify import verify_loops
 from catenc.passes.manager import Pass, Pipeline, Structure
 from catenc.runtime.descriptor import Runtime
-from catenc.schedule.contractions import Contraction, materialise_costly_operands
+from catenc.schedule.contractions import materialise_costly_operands
 from catenc.schedule.interchange import interchange_reductions
 from catenc.schedule.kernels import (
+    Kernel,
     Schedule,
     Tune,
     choose_gemm_tiles,
+    choose_winograd,
     decide,
     form_kernels,
     format_schedule,
@@ -46,11 +48,14 @@ from catenc.schedule.kernels import (
 )
 from catenc.schedule.tiles import KINDS, PANEL_ALIGN, GemmTiles, default_tiles, pack_elements
 from catenc.schedule.verify import verify_schedule
-from catenc.symbolic import Expr, Facts, product
+from catenc.schedule.winograd import SLOTS, contraction_plan
+from catenc.symbolic import Expr, Facts, const, product
 
 ROW_JAM = 2  # rows of a matrix-vector product reduced at once at -O2
 ROW_JAM_O3 = 4  # ... at -O3
 REREADS_O3 = 4  # sites at which -O3 recomputes an expensive elementwise value (-O2: 2)
+WINOGRAD = 2  # the largest Winograd output tile at -O2: F(2x2, 3x3) rounds as the direct sum does
+WINOGRAD_O3 = 4  # ... at -O3: F(4x4, 3x3), faster, with larger rounding (schedule/winograd.py ROUNDING)
 
 
 @dataclass(frozen=True)
@@ -84,8 +89,13 @@ class Target:
         """The default micro-kernel and cache tiles per dtype for these vectors."""
         return {kind: default_tiles(kind, 4 * self.vector_lanes) for kind in sorted(KINDS)}
 
-    def pack_size(self, c: Contraction, tiles: GemmTiles, parallel: bool) -> Expr:
-        """Elements of packed panels a contraction needs: one set per thread of a threaded batch."""
+    def pack_size(self, kernel: Kernel, buffers: dict[str, Buffer], tiles: GemmTiles) -> Expr:
+        """Elements of packed panels a gemm kernel needs: one set per thread of a threaded batch (a
+        Winograd convolution's: its transforms and products too, a slot per thread)."""
+        c, parallel = kernel.contraction, kernel.decisions.parallel
+        plan = contraction_plan(c, kernel.decisions.winograd, buffers)
+        if plan is not None:
+            return const(plan.layout(tiles, SLOTS if parallel else 1).elements)
         extent = [product([e for _, e in axes]) for axes in (c.rows, c.cols, c.depth)]
         elements = pack_elements(tiles, *extent, KINDS[c.kind])
         if not (c.batch and parallel):
@@ -118,11 +128,17 @@ def _structures(facts: Facts) -> dict[str, Structure]:
 
 
 def build_pipeline(
-    level: str, target: Target, symbol: str = "", facts: Facts | None = None, tune: Tune | None = None
+    level: str,
+    target: Target,
+    symbol: str = "",
+    facts: Facts | None = None,
+    tune: Tune | None = None,
+    baked: frozenset[str] = frozenset(),
 ) -> Pipeline:
     """The passes of -O`level` for `target`; kernels are named `<symbol>_k<n>`; the verifier
     may assume `facts` (what the entry's runtime checks guarantee); `tune` changes the schedule's
-    decisions before storage is planned (a tuner, a tuning file, a test's random schedule)."""
+    decisions before storage is planned (a tuner, a tuning file, a test's random schedule);
+    `baked`: the constants whose values the library holds (--weights baked)."""
     s = _structures(facts or Facts())
     graph, schedule, loops = s["graph"], s["schedule"], s["loops"]
     fuse = level != "0"
@@ -154,6 +170,7 @@ def build_pipeline(
     inline = partial(inline_computes, rereads=REREADS_O3) if more else inline_computes
     rereads = f"an expensive value recomputed at up to {REREADS_O3 if more else 2} readers"
     jam = ROW_JAM_O3 if more else ROW_JAM
+    tile = WINOGRAD_O3 if more else WINOGRAD
     # (wanted, name, purpose, takes, gives, run, required)
     table = [
         (True, "build-ir", "typed program to a graph of primitive ops", s["program"], graph, build_graph, True),
@@ -186,6 +203,8 @@ def build_pipeline(
          schedule, schedule, lambda sc: decide(sc, jam=jam), False),
         (fast and cpu, "vector-math", "f32 transcendentals as vectorisable polynomials",
          schedule, schedule, lambda sc: decide(sc, vector_math=True), False),
+        (packed, "winograd-convolutions", f"3x3 stride-1 convolutions as Winograd F({tile}x{tile}, 3x3)",
+         schedule, schedule, partial(choose_winograd, largest=tile, baked=baked), False),
         (tune is not None, "apply-tuning", "the tuner's decisions replace the heuristics'",
          schedule, schedule, tune, False),
         (True, "plan-storage", "gemm panels, scalar locals, workspace slots packed by liveness",

@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from catenc.ir.cost import Cost, computes_cost, contraction_ops
+from catenc.ir.cost import Cost, computes_cost, contraction_ops, element_work
 from catenc.ir.nodes import Buffer, Compute, Graph, Role, format_shape, format_value, loaded_buffers, loads
 from catenc.schedule.contractions import Contraction, extract_contractions
 from catenc.schedule.tiles import GemmTiles
+from catenc.schedule.winograd import WinogradPlan, contraction_plan, heuristic_tile, match_conv, winograd_ops
 from catenc.symbolic import ONE, ZERO, Call, Expr, product, prove_nonneg, sym
 
 WORKSPACE_ALIGNMENT = 64
@@ -38,6 +39,9 @@ class Decisions:
     jam: int = 1  # rows of a matrix-vector product reduced in one pass (1: none)
     vector_math: bool = False  # f32 transcendentals as vectorisable polynomials (vecmath), not libm calls
     interchange: bool = False  # a strided reduction runs outside the last row loop (schedule/interchange.py)
+    winograd: int = (
+        0  # a 3x3 convolution gemm as Winograd F(m x m, 3 x 3), m = 2 or 4 (0: direct; schedule/winograd.py)
+    )
 
     def describe(self) -> str:
         threads = f"threads from work {self.parallel_work}" if self.parallel else "one thread"
@@ -45,7 +49,8 @@ class Decisions:
         jam = f"{self.jam} rows jammed" if self.jam > 1 else "no row jam"
         math = "vector math" if self.vector_math else "libm math"
         swap = ", reduction outside the last row loop" if self.interchange else ""
-        return f"{threads}, {lanes}, {jam}, {math}{swap}"
+        winograd = f", Winograd F({self.winograd}x{self.winograd}, 3x3)" if self.winograd else ""
+        return f"{threads}, {lanes}, {jam}, {math}{swap}{winograd}"
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,8 @@ class Schedule:
 
 
 Tune = Callable[[Schedule], Schedule]  # a tuner's change of decisions: never of results
-PackSize = Callable[[Contraction, GemmTiles, bool], Expr]  # elements of packed panels (threaded batch or not)
+# Elements of packed panels a gemm kernel needs (given the graph's buffers by name).
+PackSize = Callable[["Kernel", dict[str, Buffer], GemmTiles], Expr]
 
 
 def form_kernels(graph: Graph) -> Schedule:
@@ -138,15 +144,38 @@ def plan_storage(schedule: Schedule, pack_size: PackSize | None = None) -> Sched
     for k, kernel in enumerate(kernels):
         c = kernel.contraction
         if c is not None and pack_size is not None:
-            pack = Buffer(
-                f"catenc_pack{k}", c.dtype, (pack_size(c, tiles[c.kind], kernel.decisions.parallel),), Role.TEMP
-            )
+            buffers = {b.name: b for b in graph.buffers}
+            pack = Buffer(f"catenc_pack{k}", c.dtype, (pack_size(kernel, buffers, tiles[c.kind]),), Role.TEMP)
             graph = replace(graph, buffers=graph.buffers + (pack,))
             kernels[k] = replace(kernel, pack=pack.name)
         elif c is None:
             kernels[k] = replace(kernel, scalars=_scalar_members(graph, schedule.kernels, k))
     slots, total = plan_workspace(graph, kernels)
     return replace(schedule, graph=graph, kernels=tuple(kernels), slots=slots, workspace_bytes=total)
+
+
+def choose_winograd(schedule: Schedule, largest: int, baked: frozenset[str] = frozenset()) -> Schedule:
+    """Each gemm kernel that is a 3x3 stride-1 convolution gets the heuristics' `winograd` tile, at most
+    `largest` (-O2: 2, whose rounding is the direct sum's; -O3: 4); `baked`: the constants whose values
+    are in the library (their transform is made at compile time)."""
+    buffers = {b.name: b for b in schedule.graph.buffers}
+    kernels, notes = [], []
+    for kernel in schedule.kernels:
+        conv = None if kernel.contraction is None else match_conv(kernel.contraction, buffers)
+        m = 0 if conv is None else heuristic_tile(conv, largest, conv.weight in baked)
+        if m:
+            kernel = replace(kernel, decisions=replace(kernel.decisions, winograd=m))
+            notes.append(
+                f"{kernel.name}: 3x3 convolution {conv.channels} -> {conv.filters} at {conv.height}x{conv.width} "
+                f"as Winograd F({m}x{m}, 3x3), filters transformed "
+                + ("at compile time" if conv.weight in baked else "per call")
+            )
+        elif conv is not None:
+            notes.append(
+                f"{kernel.name}: 3x3 convolution {conv.channels} -> {conv.filters} at {conv.height}x{conv.width} direct"
+            )
+        kernels.append(kernel)
+    return replace(schedule, kernels=tuple(kernels), notes=schedule.notes + tuple(notes))
 
 
 def decide(schedule: Schedule, **choices: object) -> Schedule:
@@ -285,13 +314,20 @@ def kernel_cost(graph: Graph, kernel: Kernel) -> Cost:
     buffers = {b.name: b for b in graph.buffers}
     stored = [m.name for m in kernel.members if m.name not in kernel.scalars]
     cost = computes_cost(kernel.members, buffers, stored)
-    return cost if kernel.contraction is None else replace(cost, flops=gemm_ops(kernel.contraction))
+    if kernel.contraction is None:
+        return cost
+    plan = contraction_plan(kernel.contraction, kernel.decisions.winograd, buffers)
+    return replace(cost, flops=gemm_ops(kernel.contraction, plan))
 
 
-def gemm_ops(c: Contraction) -> Expr:
-    """A contraction's ops as the packed driver runs it (catenc/ir/cost.py contraction_ops)."""
+def gemm_ops(c: Contraction, winograd: WinogradPlan | None = None) -> Expr:
+    """A contraction's ops as the packed driver runs it (catenc/ir/cost.py contraction_ops), or as a
+    Winograd convolution of that plan: its products and transforms, the epilogue once per output."""
     batch, rows, cols, depth = (product(e for _, e in axes) for axes in (c.batch, c.rows, c.cols, c.depth))
-    return contraction_ops(batch, rows, cols, depth, c.a, c.b, c.epilogue)
+    if winograd is None:
+        return contraction_ops(batch, rows, cols, depth, c.a, c.b, c.epilogue)
+    last = ZERO if c.epilogue is None else element_work(c.epilogue).ops * rows * cols
+    return batch * (winograd_ops(winograd) + last)
 
 
 def schedule_cost(schedule: Schedule) -> Cost:

@@ -33,6 +33,7 @@ _INT_CHECKS = {
     "parallel_work": (lambda v: 0 <= v <= 1 << 40, "an operation count from 0 to 2**40"),
     "vector_lanes": (lambda v: v in (0, 1, 2, 4, 8, 16, 32, 64), "0 or a power of two up to 64"),
     "jam": (lambda v: 1 <= v <= 8, "1 to 8"),
+    "winograd": (lambda v: v in (0, 2, 4), "0, 2 or 4"),
 }
 _TILE_FIELDS = ("mr", "nr", "kc", "mc", "nc", "vector_bytes")
 _TILE_LIMIT = 1 << 16

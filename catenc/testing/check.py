@@ -18,7 +18,9 @@ from catenc.frontend import typed as T
 from catenc.frontend.check import decide
 from catenc.frontend.composites import Composite
 from catenc.loader import STATUS_NAMES, CatencStatusError, Library
+from catenc.lower.loops import WinogradGemm, iter_stmts
 from catenc.plan import EntryPlan, FilePlan
+from catenc.schedule.winograd import ROUNDING
 from catenc.symbolic import Facts, const, parse_expr
 from catenc.testing.reference import compute_dtype, run_program
 
@@ -207,6 +209,12 @@ def reduction_rounding(program: T.Program, env: dict[str, int]) -> float:
     return worst
 
 
+def winograd_rounding(entry: EntryPlan) -> float:
+    """The multiple of the direct sums' rounding the entry's Winograd convolutions may show (1: none)."""
+    stmts = (stmt for kernel in entry.kernels for stmt in iter_stmts(kernel.body))
+    return max((ROUNDING[stmt.plan.transform.m] for stmt in stmts if isinstance(stmt, WinogradGemm)), default=1.0)
+
+
 def _typed_items(roots) -> Iterator[object]:
     """Every statement, node and callee program reachable from these, each once."""
     seen: set[int] = set()
@@ -382,7 +390,7 @@ def _run_once(
         ) from None
     outputs = result if isinstance(result, tuple) else (result,)
     reference = run_reference(entry, composite, values, env)
-    rounding = reduction_rounding(entry.program, env)
+    rounding = reduction_rounding(entry.program, env) * winograd_rounding(entry)
     checks = []
     for (name, ttype), got, want in zip(entry.program.outputs, outputs, reference):
         exact = not ttype.dtype.is_float

@@ -167,7 +167,9 @@ def kernel_space(kernel: Kernel, schedule: Schedule, threads: bool, lanes: int) 
         strided_reduction(m, schedule.graph.buffer(m.name).dtype) is not None for m in kernel.members
     ):
         space["interchange"] = (False, True)
-    known = {"parallel", "parallel_work", "vector_lanes", "jam", "vector_math", "interchange"}
+    if kernel.decisions.winograd:  # direct, or a tile up to the one the level's heuristics took
+        space["winograd"] = tuple(sorted({0, 2, kernel.decisions.winograd}))
+    known = {"parallel", "parallel_work", "vector_lanes", "jam", "vector_math", "interchange", "winograd"}
     for f in fields(Decisions):  # a variant added to Decisions is searched as soon as it exists
         if f.name not in known and isinstance(getattr(kernel.decisions, f.name), bool):
             space[f.name] = (False, True)
