@@ -88,18 +88,19 @@ def _reference(x, w, b):
     return np.maximum(np_conv(x, w, 1, 1, 1) + b[None, :, None, None].astype(np.float64), 0.0)
 
 
-# (H, W, C, K): tiles that fit the plane exactly and that the plane's edge cuts, channels and
-# filters off the 16 lanes and the 64 columns of a panel, more tile rows than a block
-SHAPES = [(8, 8, 16, 16), (13, 11, 20, 24), (14, 14, 64, 70), (30, 17, 17, 33)]
+# (H, W, C, K, the tile at -O2, at -O3): tiles that fit the plane exactly and that the plane's edge
+# cuts, channels and filters off the 16 lanes and the 64 columns of a panel, more tile rows than a
+# block; the filters are inputs (transformed per call), so F(4x4) needs 48 tiles
+SHAPES = [(16, 16, 32, 16, 2, 2), (15, 13, 40, 24, 2, 2), (28, 28, 64, 70, 2, 4), (30, 17, 33, 33, 2, 2)]
 
 
 @pytest.mark.parametrize("opt", ["2", "3"])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_convolutions_match_numpy(built, opt, shape):
-    h, w, c, k = shape
+    h, w, c, k, *tiles = shape
     library = built(opt, h, w, c, k)
     source = (library.path.parent / "conv.c").read_text()
-    tile = 4 if opt == "3" and min(h, w) >= 14 and c >= 64 else 2
+    tile = tiles[opt == "3"]
     assert f"catenc_wino{tile}_f32(&catenc_wino" in source
     x, wt, b = randn((2, c, h, w), seed=1), randn((k, c, 3, 3), seed=2) * 0.2, randn(k, seed=3)
     expected = _reference(x, wt, b)
@@ -109,7 +110,7 @@ def test_convolutions_match_numpy(built, opt, shape):
     assert np.abs(got - expected).max() <= bound, (np.abs(got - expected).max(), bound)
 
 
-@pytest.mark.parametrize("shape", [(30, 17, 17, 33), (8, 8, 64, 128)])
+@pytest.mark.parametrize("shape", [(30, 17, 33, 33), (14, 14, 64, 256)])
 def test_thread_counts_give_the_same_bits(built, shape):
     """Threads apart (a tall plane: units of tile rows each) or sharing each block (a small plane of many
     filters: the products split by filters), 1 to 3 threads: the same bits, and numpy's values."""
@@ -127,36 +128,36 @@ def test_thread_counts_give_the_same_bits(built, shape):
 @pytest.mark.parametrize("march", ["x86-64-v3", "x86-64"])
 def test_narrower_vectors(built, march):
     """AVX2 (8 lanes, 16-column panels) and SSE2 (4 lanes) tiles; the same transforms."""
-    library = built("2", 13, 11, 20, 24, MARCH=march)
-    x, wt, b = randn((1, 20, 13, 11), seed=7), randn((24, 20, 3, 3), seed=8) * 0.2, randn(24, seed=9)
+    library = built("2", 15, 13, 40, 24, MARCH=march)
+    x, wt, b = randn((1, 40, 15, 13), seed=7), randn((24, 40, 3, 3), seed=8) * 0.2, randn(24, seed=9)
     assert_close(library["conv"](x, wt, b), _reference(x, wt, b), rtol=1e-4, atol=1e-4)
 
 
 def test_uneven_padding_in_index_form(tmp_path):
     """Padding on one side of one axis, none on the other: the guard's bounds are the plane's rows."""
-    library = compile_text(tmp_path, UNEVEN, name="uneven", defines={"C": 16, "K": 16, "H": 12, "W": 14})
+    library = compile_text(tmp_path, UNEVEN, name="uneven", defines={"C": 32, "K": 16, "H": 16, "W": 18})
     assert "catenc_wino2_f32(&catenc_wino" in (library.path.parent / "uneven.c").read_text()
-    x, w = randn((16, 12, 14), seed=10), randn((16, 16, 3, 3), seed=11)
+    x, w = randn((32, 16, 18), seed=10), randn((16, 32, 3, 3), seed=11)
     xp = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (0, 0)))
-    expected = np.zeros((16, 12, 12))
+    expected = np.zeros((16, 16, 16))
     for r in range(3):
         for s in range(3):
-            expected += np.einsum("chw,kc->khw", xp[:, r : r + 12, s : s + 12], w[:, :, r, s])
+            expected += np.einsum("chw,kc->khw", xp[:, r : r + 16, s : s + 16], w[:, :, r, s])
     assert_close(library["uneven"](x, w), expected, rtol=1e-4, atol=1e-4)
 
 
 def test_baked_filters_are_transformed_at_compile_time(tmp_path):
     """An ONNX convolution's initializer is baked: its transform is in the library, none runs per call."""
-    w, b = randn((24, 16, 3, 3), seed=12), randn(24, seed=14)
+    w, b = randn((24, 32, 3, 3), seed=12), randn(24, seed=14)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1], kernel_shape=[3, 3])]
     inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]
     model = make_model(
-        nodes, [tensor("x", TensorProto.FLOAT, [1, 16, 10, 10])], [tensor("y", TensorProto.FLOAT, None)], inits
+        nodes, [tensor("x", TensorProto.FLOAT, [1, 32, 10, 10])], [tensor("y", TensorProto.FLOAT, None)], inits
     )
     library = compile_file(save(model, tmp_path, "baked"), tmp_path / "out")
     source = (tmp_path / "out" / "baked.c").read_text()
     assert "then its gemm Winograd filter panels" in source and "catenc_b > 0 ?" not in source
-    x = randn((1, 16, 10, 10), seed=13)
+    x = randn((1, 32, 10, 10), seed=13)
     expected = np_conv(x, w, 1, 1, 1) + b[None, :, None, None]
     assert_close(next(iter(library.entries.values()))(x), expected, rtol=1e-4, atol=1e-4)
 
@@ -198,3 +199,21 @@ def test_counted_operations_match_the_statement(tmp_path):
             assert abs(executed_ops(kernel, env, buffers).ops - counted) <= 0.1 * counted
             assert counted < 2 * 2 * 64 * 32 * 9 * 14 * 14 / 2  # under half the direct product's
     assert found == 1
+
+
+@pytest.mark.parametrize("weights", ["baked", "external"])
+def test_filters_transformed_per_call_need_enough_tiles(tmp_path, weights):
+    """64 -> 64 at 7x7: 16 tiles of F(2x2), worth a Winograd convolution only with the filters' transform
+    made at compile time; with external weights it is transformed per call, and stays direct."""
+    w = randn((64, 64, 3, 3), seed=15)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], kernel_shape=[3, 3])]
+    model = make_model(
+        nodes,
+        [tensor("x", TensorProto.FLOAT, [1, 64, 7, 7])],
+        [tensor("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")],
+    )
+    options = Options(runtime("clang"), weights=weights)
+    (entry,) = plan_file(str(save(model, tmp_path, "deep")), options).entries
+    tiles = [k.decisions.winograd for k in entry.schedule.kernels if k.contraction is not None]
+    assert tiles == ([2] if weights == "baked" else [0])

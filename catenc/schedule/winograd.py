@@ -223,12 +223,14 @@ def match_conv(c: Contraction, buffers: Mapping[str, Buffer]) -> WinogradConv | 
 
 # The heuristics' choice (docs/cli.md "Winograd convolutions"), from one-layer timings: F(4,3) with at
 # least FOUR_CHANNELS input channels on planes of at least FOUR_SIDE a side, F(2,3) with at least
-# MIN_CHANNELS input channels and filters on planes of at least TWO_SIDE, else the direct product
-# (where the transforms cost about what the products save).
+# MIN_CHANNELS input channels and MIN_FILTERS filters on planes of at least TWO_SIDE, else the direct
+# product: with fewer channels the products are too shallow to pay for their outputs (16 -> 64 at
+# 55x55 ran 1.3x slower as F(2,3)), on smaller planes the tiles waste too much.
 FOUR_SIDE = 14
 FOUR_CHANNELS = 64
 TWO_SIDE = 6
-MIN_CHANNELS = 16
+MIN_CHANNELS = 32
+MIN_FILTERS = 16
 # With filters transformed per call (not baked), at least this many tiles: a 512-channel layer at 7x7
 # ran 1.8x slower than direct (a 2.9 ms direct layer spent 4 ms transforming 16 MB of filters), one at
 # 14x14 (49 tiles of F(2x2)) 1.15x faster.
@@ -250,7 +252,7 @@ def heuristic_tile(conv: WinogradConv, largest: int, baked: bool = True) -> int:
     `baked`: its filters are transformed at compile time, else on every call (then it must have
     PER_CALL_TILES tiles at least: the transform writes (m+2)^2 x C x K elements)."""
     side = min(conv.height, conv.width)
-    if min(conv.channels, conv.filters) < MIN_CHANNELS or side < TWO_SIDE or largest < 2:
+    if conv.channels < MIN_CHANNELS or conv.filters < MIN_FILTERS or side < TWO_SIDE or largest < 2:
         return 0
     m = 4 if largest >= 4 and side >= FOUR_SIDE and conv.channels >= FOUR_CHANNELS else 2
     while m and not baked and _ceil(conv.height, m) * _ceil(conv.width, m) < PER_CALL_TILES:
