@@ -1,4 +1,5 @@
-"""Baked constants packed at compile time as an operand of the packed gemm.
+"""Baked constants packed at compile time as an operand of the packed gemm (or transformed as a
+Winograd convolution's filters).
 
 A gemm whose B is a plain read of a baked constant (a weight: `x @ w`, ONNX `Gemm` with transB=1,
 `MatMul` by an initializer), or an int8 gemm whose A is (a quantised convolution's weight), need
@@ -8,7 +9,8 @@ after its values, and the call reads them in place; a constant nothing else
 reads holds its panels alone (its values dropped: the library does not grow). A kernel function that
 other kernels share (catenc/lower/share.py) reads its panels only where every one of its callers'
 constants has them, at the same place; a constant holds one set of panels, for the first way a
-gemm reads it.
+gemm reads it. A Winograd convolution's baked filters (schedule/winograd.py) get their transform
+appended the same way, after their values, which are kept.
 """
 
 from __future__ import annotations
@@ -96,7 +98,7 @@ def prepack(
         panels.setdefault(function, {}).update(found)
     appended = {
         name: np.concatenate([np.zeros(_after(values[name]) - values[name].size, np.float32), u])
-        for name, u in filters.items()
+        for name, (_, u) in filters.items()
     }
     for name in sorted(read):
         v = values[name]
@@ -206,29 +208,34 @@ def _winograd_sites(kernels: tuple[LoopKernel, ...]):
 
 def _transformed_filters(
     kernels: tuple[LoopKernel, ...], values: Mapping[str, np.ndarray], tiles: Mapping[str, GemmTiles], taken: set[str]
-) -> dict[str, np.ndarray]:
-    """Each baked constant a Winograd convolution reads as its filters (and no gemm as panels), transformed."""
-    found: dict[str, np.ndarray] = {}
+) -> dict[str, tuple[int, np.ndarray]]:
+    """Each baked constant a Winograd convolution reads as its filters (and no gemm as panels), transformed
+    for the first such convolution (by its tile side, and the array)."""
+    found: dict[str, tuple[int, np.ndarray]] = {}
     for _, stmt in _winograd_sites(kernels):
         conv = stmt.plan.conv
         if conv.weight in values and conv.weight not in taken and conv.weight not in found:
-            found[conv.weight] = transform_filters(stmt.plan, values[conv.weight], tiles["f32"])
+            found[conv.weight] = (
+                stmt.plan.transform.m,
+                transform_filters(stmt.plan, values[conv.weight], tiles["f32"]),
+            )
     return found
 
 
 def _filter_sites(
-    kernels: tuple[LoopKernel, ...], filters: Mapping[str, np.ndarray], values: Mapping[str, np.ndarray]
+    kernels: tuple[LoopKernel, ...], filters: Mapping[str, tuple[int, np.ndarray]], values: Mapping[str, np.ndarray]
 ) -> dict[str, dict[str, TransformedFilters]]:
     """Which transformed filters each kernel function reads (by its parameter's name, the first caller's
-    buffer): those every caller's filters have, at the same place in each constant's array."""
-    sites: dict[str, list[str]] = {}
+    buffer): those every caller's filters have, for its tile side, at the same place in each array (a
+    convolution whose filters another tile side transformed transforms them per call)."""
+    sites: dict[str, list[tuple[str, int]]] = {}
     for function, stmt in _winograd_sites(kernels):
-        sites.setdefault(function, []).append(stmt.plan.conv.weight)
+        sites.setdefault(function, []).append((stmt.plan.conv.weight, stmt.plan.transform.m))
     placed: dict[str, dict[str, TransformedFilters]] = {}
-    for function, weights in sites.items():
-        at = {_after(values[w]) if w in filters else -1 for w in weights}
+    for function, reads in sites.items():
+        at = {_after(values[w]) if w in filters and filters[w][0] == m else -1 for w, m in reads}
         if len(at) == 1 and -1 not in at:
-            placed[function] = {weights[0]: TransformedFilters(weights[0], at.pop())}
+            placed[function] = {reads[0][0]: TransformedFilters(reads[0][0], at.pop())}
     return placed
 
 

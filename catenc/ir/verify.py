@@ -470,6 +470,34 @@ def as_expr(value: Value) -> Expr | None:
     return _AS_EXPR[type(value)](value)
 
 
+def conjuncts(cond: Value) -> list[Value]:
+    """The terms of an `and` tree, left to right."""
+    if isinstance(cond, Binary) and cond.op == "and":
+        return conjuncts(cond.a) + conjuncts(cond.b)
+    return [cond]
+
+
+_NONNEGATIVE = {  # a comparison as (x, y, c): it holds when y - x - c >= 0
+    "le": lambda a, b: (a, b, 0),
+    "lt": lambda a, b: (a, b, 1),
+    "ge": lambda a, b: (b, a, 0),
+    "gt": lambda a, b: (b, a, 1),
+}
+
+
+def as_nonnegative(term: Value) -> Expr | None:
+    """A comparison of index expressions as the expression e it makes non-negative (the comparison
+    holds exactly where e >= 0: `h + r >= 1` is `h + r - 1`), when it is one."""
+    compare = _NONNEGATIVE.get(term.op) if isinstance(term, Binary) else None
+    if compare is None:
+        return None
+    x, y = as_expr(term.a), as_expr(term.b)
+    if x is None or y is None:
+        return None
+    x, y, c = compare(x, y)
+    return y - x - c
+
+
 _AS_EXPR: Table[Callable[[Value], Expr | None]] = Table("as_expr")
 
 

@@ -16,7 +16,7 @@ from functools import reduce
 from catenc.dtypes import DType
 from catenc.ir.nodes import Binary, Const, Gather, Load, SymInt, Value, Where, value_symbols, walk
 from catenc.ir.passes import substitute
-from catenc.ir.verify import as_expr
+from catenc.ir.verify import as_nonnegative, conjuncts
 from catenc.lower.flat import Axes, Divisions, flat_extent, flatten, indices_at, step_along, unflatten
 from catenc.lower.lanes import Storage
 from catenc.lower.loops import Gemm, LoopKernel
@@ -260,21 +260,6 @@ def masked_row(axes: Axes, value: Where, buffers: Mapping[str, Storage], depth: 
     return MaskedRow(flat, replace(value, a=moved), guard_axes)
 
 
-_NONNEGATIVE = {  # a comparison as (x, y, c): it holds when y - x - c >= 0
-    "le": lambda a, b: (a, b, 0),
-    "lt": lambda a, b: (a, b, 1),
-    "ge": lambda a, b: (b, a, 0),
-    "gt": lambda a, b: (b, a, 1),
-}
-
-
-def conjuncts(cond: Value) -> list[Value]:
-    """The terms of an `and` tree, left to right."""
-    if isinstance(cond, Binary) and cond.op == "and":
-        return conjuncts(cond.a) + conjuncts(cond.b)
-    return [cond]
-
-
 def guard_window(value: Value, last: str, buffers: Mapping[str, Storage]) -> Window | None:
     """`value` as a Window along index `last`, when it is `where(cond, inside, constant)` and
     every conjunct of cond that reads `last` compares index expressions linear in `last` with a
@@ -286,15 +271,12 @@ def guard_window(value: Value, last: str, buffers: Mapping[str, Storage]) -> Win
     keep: list[Value] = []
     index = sym(last)
     for term in conjuncts(value.cond):
-        compare = _NONNEGATIVE.get(term.op) if isinstance(term, Binary) else None
-        x, y = (as_expr(term.a), as_expr(term.b)) if compare else (None, None)
-        if x is None or y is None:
+        e = as_nonnegative(term)  # the conjunct: e >= 0
+        if e is None:
             if last in value_symbols(term):
                 return None
             keep.append(term)
             continue
-        x, y, c = compare(x, y)
-        e = y - x - c  # the conjunct: e >= 0
         coefficient = e.coefficient(last)
         rest = e - coefficient * index
         if last in rest.free_symbols():

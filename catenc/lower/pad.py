@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from catenc.ir.evaluate import index_value
 from catenc.ir.nodes import Const, Load, Value, Where, walk
-from catenc.lower.gemm import conjuncts
+from catenc.ir.verify import conjuncts
 from catenc.lower.guards import substituted
 from catenc.lower.lanes import Storage
 from catenc.lower.loops import (

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from catenc.ir.nodes import Binary, Buffer, Const, Load, Value, Where, value_symbols
-from catenc.ir.verify import as_expr
+from catenc.ir.nodes import Buffer, Const, Load, Value, Where, value_symbols
+from catenc.ir.verify import as_nonnegative, conjuncts
 from catenc.schedule.contractions import Contraction
 from catenc.schedule.tiles import GemmTiles, pack_elements
 
@@ -107,20 +107,6 @@ class WinogradConv:
     width: int
 
 
-_NONNEGATIVE = {  # a comparison x OP y as (p, q, c): it holds when q - p - c >= 0
-    "le": lambda a, b: (a, b, 0),
-    "lt": lambda a, b: (a, b, 1),
-    "ge": lambda a, b: (b, a, 0),
-    "gt": lambda a, b: (b, a, 1),
-}
-
-
-def _conjuncts(cond: Value) -> list[Value]:
-    if isinstance(cond, Binary) and cond.op == "and":
-        return _conjuncts(cond.a) + _conjuncts(cond.b)
-    return [cond]
-
-
 def _flat(load: Load, buffers: Mapping[str, Buffer]) -> Expr:
     return row_major(list(load.index), list(buffers[load.buffer].shape))
 
@@ -143,15 +129,12 @@ def _bounds(cond: Value | None, along: tuple[str, str], natural: int) -> tuple[i
     """The range [lo, hi) of `along[0] + along[1]` the conjuncts of cond that read them allow
     (each must compare that sum alone with a constant), within [0, natural)."""
     lo, hi = 0, natural
-    for term in [] if cond is None else _conjuncts(cond):
+    for term in [] if cond is None else conjuncts(cond):
         if not set(along) & value_symbols(term):
             continue
-        compare = _NONNEGATIVE.get(term.op) if isinstance(term, Binary) else None
-        x, y = (as_expr(term.a), as_expr(term.b)) if compare else (None, None)
-        if x is None or y is None:
+        e = as_nonnegative(term)  # the conjunct: e >= 0
+        if e is None:
             return None
-        x, y, c = compare(x, y)
-        e = y - x - c  # the conjunct: e >= 0
         a, b = e.coefficient(along[0]), e.coefficient(along[1])
         rest = e - a * sym(along[0]) - b * sym(along[1])
         if a != b or not a.is_const or abs(a.value) != 1 or not rest.is_const:
