@@ -615,8 +615,12 @@ class CRenderer:
             "&catenc_ctx",
             f"{plan.block_rows}LL",
             stmt.pack,
-            *(f"{n}LL" for n in (layout.slot, layout.at_slots, layout.at_v, layout.at_m, layout.at_pack)),
+            *(
+                f"{n}LL"
+                for n in (layout.slot, layout.at_slots, layout.at_m, layout.at_pack, layout.at_x, layout.x_size)
+            ),
             str(layout.slots),
+            str(layout.gathers),
         ]
         lines += [
             f"{pad}{{",

@@ -224,6 +224,8 @@ BLOCK_TILES = 128
 # Threads that take blocks apart, each with a slot of the workspace of its own (more threads share
 # each block's channels and filters instead).
 SLOTS = 2
+# Threads that transform tiles at once, each with a copy of one channel group of a unit's input.
+GATHERS = 64
 # The multiple of the direct sum's rounding (catenc/testing/check.py reduction_rounding) each tile's
 # results may show. Measured on random normal and uniform inputs, 16 to 512 channels, as a share of
 # eps * sqrt(9 C) * max|y|: direct 0.06-0.30, F(2,3) 0.09-0.15, F(4,3) 0.79-2.33.
@@ -274,14 +276,18 @@ class WinogradPlan:
     def layout(self, tiles: GemmTiles, slots: int) -> WinogradLayout:
         """Where the convolution's parts lie in its workspace, for `slots` threads with a slot each."""
         conv, a2, m, t = self.conv, self.transform.alpha**2, self.transform.m, self.block_tiles
-        lanes = tiles.vector_bytes // 4
-        gathered = _ceil(conv.channels, lanes) * lanes * (self.block_rows * m + 2) * (self.tile_cols * m + 2)
+        gathered = (self.block_rows * m + 2) * (self.tile_cols * m + 2) * (tiles.vector_bytes // 4)
         pack = pack_elements(tiles, t, conv.filters, conv.channels).value
         at = [0]
-        for n in (gathered, a2 * t * conv.channels, a2 * t * conv.filters, pack):
+        for n in (
+            a2 * (_ceil(t * conv.channels, LINE) + 1) * LINE,
+            a2 * (_ceil(t * conv.filters, LINE) + 1) * LINE,
+            pack,
+        ):
             at.append(at[-1] + _ceil(n, LINE) * LINE)
-        filters = a2 * conv.channels * _ceil(conv.filters, tiles.nr) * tiles.nr
-        return WinogradLayout(_ceil(filters, LINE) * LINE, at[4], at[1], at[2], at[3], slots)
+        filters = _ceil(a2 * conv.channels * _ceil(conv.filters, tiles.nr) * tiles.nr, LINE) * LINE
+        x_size = _ceil(gathered, LINE) * LINE
+        return WinogradLayout(filters, at[3], at[1], at[2], filters + slots * at[3], x_size, slots, GATHERS)
 
 
 LINE = 16  # f32 elements of a 64-byte line: every part of the workspace starts on one
@@ -290,19 +296,22 @@ LINE = 16  # f32 elements of a 64-byte line: every part of the workspace starts 
 @dataclass(frozen=True)
 class WinogradLayout:
     """A convolution's workspace, in elements: the transformed filters U first, then `slots` slots
-    from at_slots, each holding the gathered input X, then V at at_v, M at at_m and the gemm's
-    panels at at_pack."""
+    from at_slots, each holding the transformed tiles V, then the products M at at_m and the gemm's
+    panels at at_pack; then, from at_x, `gathers` copies of one channel group of a unit's input
+    (x_size elements each), one per thread that transforms."""
 
     at_slots: int
     slot: int
-    at_v: int
     at_m: int
     at_pack: int
+    at_x: int
+    x_size: int
     slots: int
+    gathers: int
 
     @property
     def elements(self) -> int:
-        return self.at_slots + self.slots * self.slot
+        return self.at_x + self.gathers * self.x_size
 
 
 def plan_for(conv: WinogradConv, m: int) -> WinogradPlan:
