@@ -269,10 +269,6 @@ class WinogradPlan:
     def block_tiles(self) -> int:
         return self.block_rows * self.tile_cols
 
-    def filter_elements(self) -> int:
-        """Elements of the transformed filters U[xi][k][c]."""
-        return self.transform.alpha**2 * self.conv.filters * self.conv.channels
-
     def layout(self, tiles: GemmTiles, slots: int) -> WinogradLayout:
         """Where the convolution's parts lie in its workspace, for `slots` threads with a slot each."""
         conv, a2, m, t = self.conv, self.transform.alpha**2, self.transform.m, self.block_tiles
