@@ -36,7 +36,7 @@ from catenc.registry import EXPENSIVE_OPS
 from catenc.schedule.contractions import Contraction
 from catenc.schedule.interchange import COMBINE, strided_reduction
 from catenc.schedule.kernels import Decisions, Kernel, Schedule, gemm_ops
-from catenc.schedule.winograd import SLOTS, WinogradLayout, WinogradPlan, contraction_plan
+from catenc.schedule.winograd import WinogradLayout, WinogradPlan, contraction_plan
 from catenc.symbolic import ONE, ZERO, Expr, call_atoms, sym
 
 
@@ -243,7 +243,7 @@ def _lower_gemm(schedule: Schedule, kernel: Kernel) -> LoopKernel:
     flops = gemm_ops(c, plan)
     if plan is None:
         return _loop_kernel(schedule, kernel, (Gemm(c, kernel.pack),), flops, flops)
-    layout = plan.layout(dict(schedule.tiles)[c.kind], SLOTS if kernel.decisions.parallel else 1)
+    layout = plan.layout(dict(schedule.tiles)[c.kind], kernel.decisions.parallel)
     return _loop_kernel(schedule, kernel, (WinogradGemm(c, kernel.pack, plan, layout),), flops, flops)
 
 

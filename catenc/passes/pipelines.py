@@ -48,7 +48,7 @@ from catenc.schedule.kernels import (
 )
 from catenc.schedule.tiles import KINDS, PANEL_ALIGN, GemmTiles, default_tiles, pack_elements
 from catenc.schedule.verify import verify_schedule
-from catenc.schedule.winograd import SLOTS, contraction_plan
+from catenc.schedule.winograd import contraction_plan
 from catenc.symbolic import Expr, Facts, const, product
 
 ROW_JAM = 2  # rows of a matrix-vector product reduced at once at -O2
@@ -95,7 +95,7 @@ class Target:
         c, parallel = kernel.contraction, kernel.decisions.parallel
         plan = contraction_plan(c, kernel.decisions.winograd, buffers)
         if plan is not None:
-            return const(plan.layout(tiles, SLOTS if parallel else 1).elements)
+            return const(plan.layout(tiles, parallel).elements)
         extent = [product([e for _, e in axes]) for axes in (c.rows, c.cols, c.depth)]
         elements = pack_elements(tiles, *extent, KINDS[c.kind])
         if not (c.batch and parallel):

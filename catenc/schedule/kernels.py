@@ -39,9 +39,7 @@ class Decisions:
     jam: int = 1  # rows of a matrix-vector product reduced in one pass (1: none)
     vector_math: bool = False  # f32 transcendentals as vectorisable polynomials (vecmath), not libm calls
     interchange: bool = False  # a strided reduction runs outside the last row loop (schedule/interchange.py)
-    winograd: int = (
-        0  # a 3x3 convolution gemm as Winograd F(m x m, 3 x 3), m = 2 or 4 (0: direct; schedule/winograd.py)
-    )
+    winograd: int = 0  # a 3x3 convolution as Winograd F(m x m, 3 x 3), m = 2 or 4 (schedule/winograd.py)
 
     def describe(self) -> str:
         threads = f"threads from work {self.parallel_work}" if self.parallel else "one thread"
@@ -141,10 +139,10 @@ def plan_storage(schedule: Schedule, pack_size: PackSize | None = None) -> Sched
     """The packed panels of each gemm in the workspace (sized by its tiles and decisions; with
     `pack_size` only), which values are scalar locals of their kernel, and the workspace slots."""
     graph, kernels, tiles = schedule.graph, list(schedule.kernels), dict(schedule.tiles)
+    buffers = {b.name: b for b in graph.buffers}
     for k, kernel in enumerate(kernels):
         c = kernel.contraction
         if c is not None and pack_size is not None:
-            buffers = {b.name: b for b in graph.buffers}
             pack = Buffer(f"catenc_pack{k}", c.dtype, (pack_size(kernel, buffers, tiles[c.kind]),), Role.TEMP)
             graph = replace(graph, buffers=graph.buffers + (pack,))
             kernels[k] = replace(kernel, pack=pack.name)
@@ -162,18 +160,14 @@ def choose_winograd(schedule: Schedule, largest: int, baked: frozenset[str] = fr
     kernels, notes = [], []
     for kernel in schedule.kernels:
         conv = None if kernel.contraction is None else match_conv(kernel.contraction, buffers)
-        m = 0 if conv is None else heuristic_tile(conv, largest, conv.weight in baked)
-        if m:
-            kernel = replace(kernel, decisions=replace(kernel.decisions, winograd=m))
+        if conv is not None:
+            m = heuristic_tile(conv, largest, conv.weight in baked)
+            how = "at compile time" if conv.weight in baked else "per call"
             notes.append(
                 f"{kernel.name}: 3x3 convolution {conv.channels} -> {conv.filters} at {conv.height}x{conv.width} "
-                f"as Winograd F({m}x{m}, 3x3), filters transformed "
-                + ("at compile time" if conv.weight in baked else "per call")
+                + (f"as Winograd F({m}x{m}, 3x3), filters transformed {how}" if m else "direct")
             )
-        elif conv is not None:
-            notes.append(
-                f"{kernel.name}: 3x3 convolution {conv.channels} -> {conv.filters} at {conv.height}x{conv.width} direct"
-            )
+            kernel = replace(kernel, decisions=replace(kernel.decisions, winograd=m))
         kernels.append(kernel)
     return replace(schedule, kernels=tuple(kernels), notes=schedule.notes + tuple(notes))
 

@@ -221,8 +221,8 @@ PER_CALL_TILES = 48
 # Tiles per block: the transformed input and the products of a block (the unit of work a thread
 # takes) span about this many tiles, whole tile rows.
 BLOCK_TILES = 128
-# Threads that take blocks apart, each with a slot of the workspace of its own (more threads share
-# each block's channels and filters instead).
+# Threads that take units of tile rows apart, each with a slot of the workspace of its own (more
+# threads share each unit instead).
 SLOTS = 2
 # Threads that transform tiles at once, each with a copy of one channel group of a unit's input.
 GATHERS = 64
@@ -269,8 +269,9 @@ class WinogradPlan:
     def block_tiles(self) -> int:
         return self.block_rows * self.tile_cols
 
-    def layout(self, tiles: GemmTiles, slots: int) -> WinogradLayout:
-        """Where the convolution's parts lie in its workspace, for `slots` threads with a slot each."""
+    def layout(self, tiles: GemmTiles, parallel: bool) -> WinogradLayout:
+        """Where the convolution's parts lie in its workspace: on threads (`parallel`), SLOTS slots."""
+        slots = SLOTS if parallel else 1
         conv, a2, m, t = self.conv, self.transform.alpha**2, self.transform.m, self.block_tiles
         gathered = (self.block_rows * m + 2) * (self.tile_cols * m + 2) * (tiles.vector_bytes // 4)
         pack = pack_elements(tiles, t, conv.filters, conv.channels).value
