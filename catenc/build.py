@@ -16,7 +16,17 @@ from catenc.cache import Inputs
 from catenc.codegen.c import buffer_args
 from catenc.codegen.gpu import KernelArg, launch_plan, status_offsets, temp_offsets
 from catenc.diagnostics import CatencError
-from catenc.emit import entry_weights, parameters, prototype, render_header, render_source, size_exprs, weights_layout
+from catenc.emit import (
+    PACKED_WEIGHTS,
+    entry_weights,
+    packed_bytes,
+    parameters,
+    prototype,
+    render_header,
+    render_source,
+    size_exprs,
+    weights_layout,
+)
 from catenc.ir.cost import Cost
 from catenc.ir.nodes import Binary, Reduce, Unary, format_graph, walk
 from catenc.lower.gpu import format_gpu
@@ -191,7 +201,17 @@ def _weights_arg(entry: EntryPlan, placed: dict[str, Placed], file: str) -> dict
         for _, _, p in entry_weights(entry, placed)
     ]
     size = sum(p.nbytes for p in placed.values())
-    return {"name": "weights", "role": "weights", "file": file, "bytes": size, "tensors": tensors}
+    record = {"name": "weights", "role": "weights", "file": file, "bytes": size, "tensors": tensors}
+    if entry.packs_weights:  # the entry reads the block its pack function fills from that data
+        block = {"pack_symbol": entry.pack_symbol, "packed_bytes_symbol": entry.packed_bytes_symbol}
+        record = {
+            **record,
+            **block,
+            "name": PACKED_WEIGHTS,
+            "role": "packed_weights",
+            "packed_bytes": packed_bytes(entry, placed),
+        }
+    return record
 
 
 def _entry_manifest(entry: EntryPlan, placed: dict[str, Placed], weights_file: str) -> dict:
@@ -206,7 +226,7 @@ def _entry_manifest(entry: EntryPlan, placed: dict[str, Placed], weights_file: s
                     "shape": [_shape(d) for d in p.ttype.shape],
                 }
             )
-        elif p.role == "weights":
+        elif p.role in ("weights", "packed_weights"):
             args.append(_weights_arg(entry, placed, weights_file))
         elif p.role == "dim":
             args.append({"name": p.name, "role": "dim", "ctype": "int64_t"})

@@ -78,7 +78,7 @@ class BoundCall:
                 else:
                     argtypes.append(ctypes.c_void_p)
                     args.append(ctypes.c_void_p(array.ctypes.data))
-            elif role == "weights":  # --weights external: the data of the weights file, mapped by the loader
+            elif role in ("weights", "packed_weights"):  # the weights file's data, or its packed block (loader)
                 argtypes.append(ctypes.c_void_p)
                 args.append(ctypes.c_void_p(entry.weights_address()))
             elif role == "output":

@@ -339,8 +339,9 @@ def main() -> None:
     "weights",
     default="baked",
     show_default=True,
-    type=click.Choice(["baked", "external"]),
-    help="Constants: baked into the library, or external inputs whose values DIR/<stem>.safetensors holds.",
+    type=click.Choice(["baked", "external", "packed"]),  # catenc.plan.WeightsMode
+    help="Constants: baked into the library, or read from DIR/<stem>.safetensors as it is (external) or as "
+    "NAME_pack_weights packs it once (packed).",
 )
 @click.option("-S", "sources_only", is_flag=True, help="Emit sources, header and manifest only.")
 @click.option("-c", "object_only", is_flag=True, help="Stop at an object file.")
@@ -565,7 +566,7 @@ def _compile(given: CompileOptions) -> int:
 
 def _plan_options(given: CompileOptions) -> Options:
     """What the compiler runs under: the runtime loaded, its config checked, the tuning file read."""
-    from catenc.plan import Options
+    from catenc.plan import Options, WeightsMode
     from catenc.runtime.descriptor import load_runtime
     from catenc.schedule.tuning_file import load_tuning
 
@@ -583,7 +584,7 @@ def _plan_options(given: CompileOptions) -> Options:
         verify_ir=given.verify_ir,
         time_passes=given.time_passes,
         tuning=load_tuning(given.tuning_path) if given.tuning_path else None,
-        weights=given.weights,
+        weights=WeightsMode(given.weights),
     )
 
 

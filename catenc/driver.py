@@ -28,7 +28,7 @@ from catenc.ir.verify import check_facts
 from catenc.lower.gpu import GpuProgram
 from catenc.passes.manager import Instruments, Pipeline, VerifyError, run_pipeline
 from catenc.passes.pipelines import Target, build_pipeline
-from catenc.plan import EntryPlan, FilePlan, Options
+from catenc.plan import EntryPlan, FilePlan, Options, WeightsMode
 from catenc.resources import package_path
 from catenc.runtime.machine import host_machine, toolchain_target
 from catenc.schedule.kernels import Tune
@@ -159,7 +159,8 @@ def plan_entry(
     derived = {name: bindings.symbols[name] for name in comp.derived}
     specialized = {s: int(fixed[s]) for s in comp.symbols() if s in fixed and s not in comp.derived}
     symbol = options.prefix + comp.name
-    baked = frozenset(d.name for d in comp.constants) if options.weights == "baked" else frozenset()
+    held = options.weights is not WeightsMode.EXTERNAL  # constants whose gemm panels are not packed per call
+    baked = frozenset(d.name for d in comp.constants) if held else frozenset()
     pipeline = pipeline_for(options, symbol, check_facts(ctx.checks), baked)
     try:
         trace = run_pipeline(pipeline, program, instruments)
@@ -181,7 +182,7 @@ def plan_entry(
         final.kernels if isinstance(final, GpuProgram) else (),
         options.runtime.calling_convention,
         tuple(comp.constant_values[d.name] for d in comp.constants),
-        options.weights == "baked",
+        options.weights,
     )
 
 

@@ -15,7 +15,14 @@ from catenc.codegen.gemm import called_drivers, render_gemm_support
 from catenc.codegen.gpu import GpuRenderer, launch_plan, status_offsets, temp_offsets
 from catenc.codegen.jinja import environment
 from catenc.codegen.names import Renamer, Reserved, collect_names, fresh_names
-from catenc.codegen.prepack import Prepacked, prepack
+from catenc.codegen.pack_weights import (
+    PackedLayout,
+    pack_declarations,
+    packed_layout,
+    render_pack_functions,
+    render_pack_support,
+)
+from catenc.codegen.prepack import Prepacked, appended_values, prepack
 from catenc.codegen.winograd import render_winograd_support, winograd_tiles
 from catenc.diagnostics import CatencError
 from catenc.frontend.typed import TType
@@ -31,6 +38,7 @@ from catenc.weights import Placed, layout
 
 _ENV = environment()
 WEIGHTS = "weights"  # the parameter that points at the weights file's data section (--weights external)
+PACKED_WEIGHTS = "packed_weights"  # ... at the block NAME_pack_weights filled (--weights packed)
 
 
 @dataclass(frozen=True)
@@ -47,7 +55,9 @@ def parameters(entry: EntryPlan) -> list[Parameter]:
     for name, ttype in entry.arguments:
         ctype = ttype.dtype.ctype if ttype.rank == 0 else f"const {ttype.dtype.ctype}*"
         params.append(Parameter(name, "input", ctype, ttype))
-    if entry.takes_weights:
+    if entry.packs_weights:
+        params.append(Parameter(PACKED_WEIGHTS, "packed_weights", "const void*"))
+    elif entry.takes_weights:
         params.append(Parameter(WEIGHTS, "weights", "const void*"))
     for name, ttype in entry.program.outputs:
         params.append(Parameter(name, "output", f"{ttype.dtype.ctype}*", ttype))
@@ -117,7 +127,13 @@ def doc_lines(entry: EntryPlan, placed: Mapping[str, Placed], weights_file: str)
     lines.append(comment_safe(prototype(entry).replace(f"int {entry.symbol}", entry.symbol, 1)))
     for name, ttype in entry.arguments:
         lines.append(f"  input  {name}: {ttype}")
-    if entry.takes_weights:
+    if entry.packs_weights:
+        lines.append(
+            f"  packed_weights: {entry.packed_bytes_symbol}() bytes, 64-byte aligned, that {entry.pack_symbol} "
+            f"filled from the data section of {weights_file} (catenc_weights_data)"
+        )
+        lines += [f"  constant {name}: {t} (packed)" for name, t, _ in entry_weights(entry, placed)]
+    elif entry.takes_weights:
         lines.append(f"  weights: the data section of {weights_file} (catenc_weights_data), 8-byte aligned")
         lines += [f"  constant {name}: {t} (weights + {p.offset})" for name, t, p in entry_weights(entry, placed)]
     else:
@@ -153,6 +169,7 @@ def render_header(entries: tuple[EntryPlan, ...], stem: str, source: str, prefix
             "prototype": prototype(e),
             "workspace_prototype": workspace_prototype(e),
             "threads_symbol": e.threads_symbol,
+            "pack": _pack_declarations(e, placed, f"{stem}.safetensors"),
         }
         for e in entries
     ]
@@ -165,6 +182,36 @@ def render_header(entries: tuple[EntryPlan, ...], stem: str, source: str, prefix
         weights=any(e.takes_weights for e in entries),
         declarations=list(dict.fromkeys(d for e in entries for d in calling_convention(e.convention).declarations)),
     )
+
+
+def _pack_declarations(entry: EntryPlan, placed: Mapping[str, Placed], weights_file: str) -> list[str]:
+    """The header's declarations of the entry's packing functions, with their doc comments (none
+    unless --weights packed)."""
+    if not entry.packs_weights:
+        return []
+    block = f"{entry.packed_bytes_symbol}() = {packed_bytes(entry, placed)} bytes, 64-byte aligned"
+    packs = (
+        f"/* Fills `{PACKED_WEIGHTS}` ({block}) for {entry.symbol} from `{WEIGHTS}`, the data section of "
+        f"{weights_file} (or of a file of the same layout: catenc_weights_data): each constant's values, gemm "
+        "panels and Winograd filter transform. Once, before the calls, which then read only the block; "
+        "CATENC_E_WORKSPACE when it is too small or not aligned. */"
+    )
+    first, second = pack_declarations(_pack_symbols(entry), WEIGHTS, PACKED_WEIGHTS)
+    return [f"/* The bytes of {entry.symbol}'s `{PACKED_WEIGHTS}` block. */\n{first}", f"{packs}\n{second}"]
+
+
+def packed_bytes(entry: EntryPlan, placed: Mapping[str, Placed]) -> int:
+    """The size of the entry's packed weights block (--weights packed)."""
+    return packed_layout(entry_weights(entry, placed), _used(entry), prepacked(entry)).nbytes
+
+
+def _pack_symbols(entry: EntryPlan) -> tuple[str, str]:
+    return entry.packed_bytes_symbol, entry.pack_symbol
+
+
+def _used(entry: EntryPlan) -> set[str]:
+    """The buffers the entry's code names."""
+    return {b.name for b in entry.schedule.graph.buffers}
 
 
 def render_source(
@@ -180,6 +227,12 @@ def render_source(
     check_entry_names(entries, renderer)
     if renderer.work_groups:
         for entry in entries:
+            if entry.packs_weights:
+                raise CatencError(
+                    f"'{entry.name}': --weights packed packs the constants for the host's gemm, which "
+                    f"{renderer.language} kernels do not use; compile with --weights external",
+                    entry.composite.loc,
+                )
             if entry.constant_symbols:
                 raise CatencError(
                     f"'{entry.name}' has constants, which cannot be baked into {renderer.language} source; "
@@ -197,6 +250,8 @@ def render_source(
         prelude += "\n" + render_gemm_support(tiles, called_drivers(calls))
         if "f32" in tiles:
             prelude += "\n" + render_winograd_support(winograd_tiles(entries), tiles["f32"].vector_bytes // 4)
+    if any(e.packs_weights for e in entries):
+        prelude += "\n" + render_pack_support()
     placed = weights_layout(entries)
     context = [_entry_context(e, renderer, placed, profile) for e, _ in renamed_entries(entries, renderer)]
     return _ENV.get_template("model.c.j2").render(
@@ -357,7 +412,13 @@ def _entry_context(entry: EntryPlan, renderer: CRenderer, placed: Mapping[str, P
     packed = prepacked(entry)
     kernels = [renderer.kernel(k, with_panels(args, packed, k.name)) for k in entry.kernels if k.shares is None]
     constants, temps = baked_constants(entry, packed)
-    temps += weight_bindings(entry, placed, _HOST_SCALAR)
+    pack = ""
+    if entry.packs_weights:
+        layout = packed_layout(entry_weights(entry, placed), _used(entry), packed)
+        temps += packed_bindings(layout)
+        pack = render_pack_functions(_pack_symbols(entry), layout, WEIGHTS, PACKED_WEIGHTS)
+    else:
+        temps += weight_bindings(entry, placed, _HOST_SCALAR)
     for view in graph.buffers:
         if view.view_of is not None:
             base, at = view.view_of
@@ -390,6 +451,7 @@ def _entry_context(entry: EntryPlan, renderer: CRenderer, placed: Mapping[str, P
         "region": region_condition(entry.kernels),
         "threads_symbol": entry.threads_symbol,
         "statuses": statuses,
+        "pack": pack,
         **_size_context(entry),
     }
 
@@ -408,23 +470,37 @@ _DEVICE_SCALAR = (
 def weight_bindings(entry: EntryPlan, placed: Mapping[str, Placed], scalar: str) -> list[str]:
     """The statements that bind each constant the entry's code reads to its place in the `weights`
     data (--weights external; an unused constant is left out); `scalar` says how a rank-0 one is read."""
-    used = {b.name for b in entry.schedule.graph.buffers}
-    bindings = []
-    for name, ttype, where in entry_weights(entry, placed):
-        if name not in used:
-            continue
-        ctype, at = ttype.dtype.ctype, f"(const unsigned char*){WEIGHTS} + {where.offset}"
-        if ttype.rank:
-            bindings.append(f"const {ctype}* {name} = (const {ctype}*)({at});")
-        else:
-            bindings.append(scalar.format(ctype=ctype, name=name, at=at))
-    return bindings
+    used = _used(entry)
+    return [
+        _binding(name, ttype, f"(const unsigned char*){WEIGHTS} + {where.offset}", scalar)
+        for name, ttype, where in entry_weights(entry, placed)
+        if name in used
+    ]
+
+
+def packed_bindings(layout: PackedLayout) -> list[str]:
+    """The statements that bind each constant the entry's code reads to its place in the block
+    (--weights packed)."""
+    at = f"(const unsigned char*){PACKED_WEIGHTS} + {{}}"
+    return [_binding(c.name, c.ttype, at.format(c.at), _HOST_SCALAR) for c in layout.constants]
+
+
+def _binding(name: str, ttype: TType, at: str, scalar: str) -> str:
+    """Binds `name` to the constant of type `ttype` at address `at` (`scalar`: how a rank-0 one is read)."""
+    ctype = ttype.dtype.ctype
+    return (
+        f"const {ctype}* {name} = (const {ctype}*)({at});"
+        if ttype.rank
+        else scalar.format(ctype=ctype, name=name, at=at)
+    )
 
 
 def prepacked(entry: EntryPlan) -> Prepacked:
-    """The entry's gemm operands that are baked constants, packed at compile time (codegen/prepack.py)."""
+    """The entry's gemm operands that are constants packed once: at compile time when baked, at load when
+    packed (codegen/prepack.py)."""
     graph = entry.schedule.graph
-    values = dict(zip((name for name, _ in entry.constant_inputs), entry.constants)) if entry.baked else {}
+    once = entry.baked or entry.packs_weights
+    values = dict(zip((name for name, _ in entry.constant_inputs), entry.constants)) if once else {}
     buffers = {b.name: b for b in graph.buffers}
     aliased = frozenset(b.view_of[0] for b in graph.buffers if b.view_of is not None)
     baked = {n: values[n] for n in buffers if n in values}
@@ -451,11 +527,11 @@ def baked_constants(entry: EntryPlan, packed: Prepacked) -> tuple[list[str], lis
             continue
         comment = comment_safe(f"{entry.name}: constant {decl}")
         if name in packed.replaced:  # read only as panels: the values themselves are not kept
-            values = appended[name]
-            comment += f", as its gemm {packed.operands[name]} panels only"
+            values = appended_values(appended[name], values)
+            comment += f", as its gemm {appended[name].operand} panels only"
         elif name in appended:
-            values = np.concatenate([values.reshape(-1), appended[name]])
-            comment += f", then its gemm {packed.operands[name]} panels"
+            values = np.concatenate([values.reshape(-1), appended_values(appended[name], values)])
+            comment += f", then its gemm {appended[name].operand} panels"
         definitions.append(constant_array(symbol, ttype.dtype, values, comment))
         ctype = ttype.dtype.ctype
         bindings.append(

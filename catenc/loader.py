@@ -83,7 +83,7 @@ from catenc.runtime.manifest import (
     ShapeExpr,
     UnsupportedRuntimeError,
 )
-from catenc.runtime.weights_data import WeightsData
+from catenc.runtime.weights_data import PackedWeights, WeightsData, aligned_buffer
 
 __all__ = [
     "MANIFEST_NAME",
@@ -135,7 +135,7 @@ _CTYPES: dict[str, type] = {
     "double": ctypes.c_double,
 }
 
-_ARG_ROLES = ("input", "weights", "output", "dim", "workspace", "workspace_bytes")
+_ARG_ROLES = ("input", "weights", "packed_weights", "output", "dim", "workspace", "workspace_bytes")
 
 
 # --------------------------------------------------------------------------- errors
@@ -170,17 +170,6 @@ class CatencStatusError(RuntimeError):
 
 
 # -------------------------------------------------------------------------- buffers
-
-
-def aligned_buffer(nbytes: int, alignment: int = WORKSPACE_ALIGNMENT) -> np.ndarray:
-    """A new uint8 array of nbytes whose data starts at a multiple of alignment.
-
-    Use it for the workspace of :meth:`Entry.call_raw` (pass None, not an empty buffer, for
-    a zero-size workspace); calls through :meth:`Entry.__call__` allocate their own.
-    """
-    raw = np.empty(nbytes + alignment, dtype=np.uint8)
-    offset = -raw.ctypes.data % alignment
-    return raw[offset : offset + nbytes]
 
 
 def _to_buffer(value: np.ndarray, dtype: DType) -> np.ndarray:
@@ -342,7 +331,7 @@ class Entry:
                 self._roles.append((role, arg_spec))
                 by_value = role == "input" and arg_spec.rank == 0
                 argtypes.append(_CTYPES[arg_spec.dtype.ctype] if by_value else ctypes.c_void_p)
-            elif role == "weights":
+            elif role in ("weights", "packed_weights"):
                 self.weights = arg
                 self._roles.append((role, None))
                 argtypes.append(ctypes.c_void_p)
@@ -692,7 +681,7 @@ class Entry:
         for (role, spec), value in zip(self._roles, args, strict=True):
             if role == "input" and spec is not None and spec.rank == 0:
                 converted.append(self._scalar(spec, np.asarray(value)))
-            elif role in ("input", "weights", "output", "workspace") or role in self._trailing:
+            elif role in ("input", "weights", "packed_weights", "output", "workspace") or role in self._trailing:
                 converted.append(_pointer(value))
             else:
                 converted.append(operator.index(value))
@@ -828,7 +817,8 @@ class Library:
             path = Path(weights) if weights is not None else self.manifest_path.parent / takers[0].weights["file"]
             data = WeightsData(path, [entry.weights for entry in takers])
             for entry in takers:
-                entry._weights_data = data.address
+                packs = entry.weights["role"] == "packed_weights"
+                entry._weights_data = PackedWeights(data, self._cdll, entry.weights).address if packs else data.address
 
     def _shared_library(self, where: str, verify: bool) -> Path:
         """The manifest's shared library, checked against its sha256 when verify."""

@@ -6,6 +6,7 @@ The driver (catenc/driver.py) fills these; emit, build and --test read them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 import numpy as np
 
@@ -23,6 +24,14 @@ from catenc.schedule.tuning_file import Tuning
 from catenc.symbolic import Expr
 
 
+class WeightsMode(Enum):
+    """Where a composite's constants live (--weights; docs/cli.md)."""
+
+    BAKED = "baked"  # in the library, their panels packed at compile time
+    EXTERNAL = "external"  # in the weights file: the entry reads its data section
+    PACKED = "packed"  # in the weights file, which NAME_pack_weights packs once into the block the entry reads
+
+
 @dataclass(frozen=True)
 class Options:
     runtime: Runtime
@@ -38,7 +47,7 @@ class Options:
     time_passes: bool = False  # --time-passes: time every pass
     tune: Tune | None = None  # changes the schedule's decisions (never results): a tuner, a test
     tuning: Tuning | None = None  # --tuning: a tuning file's decisions, where its entries match
-    weights: str = "baked"  # --weights: constants "baked" into the library, or "external" (a weights file)
+    weights: WeightsMode = WeightsMode.BAKED  # --weights
 
 
 @dataclass(frozen=True)
@@ -57,7 +66,7 @@ class EntryPlan:
     convention: str = "host"  # "cuda": device pointers and a trailing stream argument
     # the values (storage form) of the program's last inputs, its constants
     constants: tuple[np.ndarray, ...] = field(default=(), compare=False)
-    baked: bool = False  # the constants are defined in the library, not in a weights file (--weights baked)
+    weights: WeightsMode = WeightsMode.EXTERNAL  # where the constants live (--weights)
 
     @property
     def name(self) -> str:
@@ -76,9 +85,27 @@ class EntryPlan:
         return self.program.inputs[len(self.arguments) :]
 
     @property
+    def baked(self) -> bool:
+        """Whether the constants are defined in the library (--weights baked)."""
+        return self.weights is WeightsMode.BAKED
+
+    @property
     def takes_weights(self) -> bool:
-        """Whether the entry has a `weights` argument (--weights external, and constants to read)."""
+        """Whether the entry has a weights argument (--weights external or packed, and constants to read)."""
         return bool(self.constants) and not self.baked
+
+    @property
+    def packs_weights(self) -> bool:
+        """Whether that argument is the block NAME_pack_weights fills (--weights packed)."""
+        return self.takes_weights and self.weights is WeightsMode.PACKED
+
+    @property
+    def pack_symbol(self) -> str:
+        return f"{self.symbol}_pack_weights"
+
+    @property
+    def packed_bytes_symbol(self) -> str:
+        return f"{self.symbol}_packed_weights_bytes"
 
     @property
     def constant_symbols(self) -> tuple[str, ...]:
@@ -96,7 +123,7 @@ class EntryPlan:
 
 
 def external_weights(entries: tuple[EntryPlan, ...]) -> dict[str, tuple[DType, np.ndarray]]:
-    """The tensors of the weights file (--weights external): the entries' constants by name, in
+    """The tensors of the weights file (--weights external or packed): the entries' constants by name, in
     order. Two entries may share a name only with the same value."""
     tensors: dict[str, tuple[DType, np.ndarray]] = {}
     owners: dict[str, str] = {}
@@ -107,8 +134,8 @@ def external_weights(entries: tuple[EntryPlan, ...]) -> dict[str, tuple[DType, n
             tensor = (DTYPES[decl.dtype], values)
             if decl.name in tensors and not _same(tensors[decl.name], tensor):
                 raise CatencError(
-                    f"--weights external: constant '{decl.name}' of '{entry.name}' differs from the one of "
-                    f"'{owners[decl.name]}', and the weights file holds one tensor per name; rename one of them",
+                    f"--weights {entry.weights.value}: constant '{decl.name}' of '{entry.name}' differs from the "
+                    f"one of '{owners[decl.name]}', and the weights file holds one tensor per name; rename one of them",
                     decl.loc,
                 )
             tensors[decl.name], owners[decl.name] = tensor, entry.name

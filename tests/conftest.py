@@ -20,7 +20,7 @@ import pytest
 from catenc.build import BuildRequest, build
 from catenc.driver import plan_file
 from catenc.loader import Library, load
-from catenc.plan import Options
+from catenc.plan import Options, WeightsMode
 from catenc.runtime.descriptor import load_runtime
 
 # Every compile of the suite, in-process or through `catenc` subprocesses, checks the IR's
@@ -114,11 +114,12 @@ def compile_file(
     include_dirs: tuple[str, ...] = (),
     config: Mapping[str, str] | None = None,
     runtime_name: str = "clang",
+    weights: str = "baked",
 ) -> Library:
     """Compile a composite file (TOML or YAML) in-process into out_dir and load it.
 
     config: runtime options (``{"OMP": "1"}`` ...), as ``--config``; runtime_name: a bundled
-    runtime that runs here (``clang``, ``opencl``).
+    runtime that runs here (``clang``, ``opencl``); weights: as ``--weights``.
     """
     rt = runtime(runtime_name)
     options = Options(
@@ -127,6 +128,7 @@ def compile_file(
         opt=opt,
         defines=dict(defines or {}),
         include_dirs=tuple(include_dirs),
+        weights=WeightsMode(weights),
     )
     plan = plan_file(str(path), options)
     request = BuildRequest(str(path), str(out_dir), ("c", "h", "manifest", "so"))

@@ -22,7 +22,7 @@ from catenc.driver import plan_file
 from catenc.dtypes import DTYPES, bf16_to_f32
 from catenc.frontend.composites import composite_file_from_text
 from catenc.loader import ManifestError, load
-from catenc.plan import Options
+from catenc.plan import Options, WeightsMode
 from catenc.runtime.descriptor import load_runtime
 from catenc.weights import read_weights, weights_bytes
 
@@ -79,7 +79,7 @@ def write_project(directory: Path) -> Path:
 
 
 def compile_in_process(path: Path, out_dir: Path, weights: str) -> dict[str, str]:
-    options = Options(load_runtime("clang"), weights=weights)
+    options = Options(load_runtime("clang"), weights=WeightsMode(weights))
     plan = plan_file(str(path), options)
     return build(plan, options, BuildRequest(str(path), str(out_dir), ("c", "h", "manifest", "so")))
 

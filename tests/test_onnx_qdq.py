@@ -15,6 +15,7 @@ import re
 import numpy as np
 import onnx
 import onnxruntime
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
@@ -90,15 +91,17 @@ def assert_integer_form(text: str, count: int, unless: str = "-", fused: bool = 
     assert not fused or "f64" not in text
 
 
-def assert_matches_onnxruntime(model: onnx.ModelProto, feeds: list[np.ndarray], tmp_path) -> None:
-    """catenc's u8 outputs equal onnxruntime's."""
-    entry = next(iter(compile_file(save(model, tmp_path, "model"), tmp_path / "out").entries.values()))
+def assert_matches_onnxruntime(model: onnx.ModelProto, feeds: list[np.ndarray], tmp_path, weights="baked") -> str:
+    """catenc's u8 outputs equal onnxruntime's (the weights as `--weights`); returns the C source."""
+    library = compile_file(save(model, tmp_path, "model"), tmp_path / "out", weights=weights)
+    entry = next(iter(library.entries.values()))
     session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     name = model.graph.input[0].name
     for x in feeds:
         got = entry(x)
         for g, w in zip(got if isinstance(got, tuple) else (got,), session.run(None, {name: x}), strict=True):
             assert g.dtype == w.dtype == np.uint8 and np.array_equal(g, w)
+    return (library.path.parent / "model.c").read_text()
 
 
 # ---- quantised models against onnxruntime ---------------------------------------------------------
@@ -119,14 +122,18 @@ def conv_stack() -> onnx.ModelProto:
     return make_model(nodes, [tensor("x", F, [2, 3, 8, 8])], [tensor("y", F, None)], inits, opset=17)
 
 
-def test_a_quantised_conv_stack_computes_in_integers_and_matches_onnxruntime(tmp_path):
+@pytest.mark.parametrize("weights", ["baked", "packed"])
+def test_a_quantised_conv_stack_computes_in_integers_and_matches_onnxruntime(tmp_path, weights):
+    """Baked, the int8 filters are the gemms' A panels in the library; packed, the pack function packs
+    them at load (8-bit panels in groups of depth steps)."""
     model = quantized(conv_stack(), (2, 3, 8, 8), tmp_path)
     fused = fuse_qdq(model)
     assert ops(fused).count("QLinearConv") == 3 and "Conv" not in ops(fused)
     assert "DequantizeLinear" not in ops(fused)  # every one fed a fused group only
     assert_integer_form(import_proto(model, "model.onnx").text, 3)
     feeds = [RNG.standard_normal((2, 3, 8, 8)).astype(np.float32) for _ in range(8)]
-    assert_matches_onnxruntime(model, feeds, tmp_path)
+    source = assert_matches_onnxruntime(model, feeds, tmp_path, weights)
+    assert ("gemm A panels */" in source) == (weights == "packed")
 
 
 def dense_layers() -> onnx.ModelProto:

@@ -1,11 +1,15 @@
-"""A gemm's baked constant B packed once, at compile time (catenc/codegen/prepack.py): the C has no
-B packing function for it, the call passes the panels stored after the constant's values, and the
-results are bit-identical to --weights external (which packs B on every call) and close to numpy,
-at odd sizes (N not a multiple of NR, K past one k-slice), on 1, 2 and 3 threads, in a kernel
-function shared by layers and in one shared with a product whose B is an argument."""
+"""A gemm's constant B packed once (catenc/codegen/prepack.py): at compile time when baked, at load
+with --weights packed (codegen/pack_weights.py, into the block NAME_pack_weights fills). The C has
+no B packing function for it, the call passes the panels stored after the constant's values, and
+the results are bit-identical to --weights external (which packs B on every call) and close to
+numpy, at odd sizes (N not a multiple of NR, K past one k-slice), on 1, 2 and 3 threads, in a kernel
+function shared by layers and in one shared with a product whose B is an argument. A packed build
+packs whichever file of the layout it is given, and its pack function refuses a block too small or
+misaligned."""
 
 from __future__ import annotations
 
+import ctypes
 import re
 from pathlib import Path
 
@@ -18,9 +22,10 @@ from onnx import TensorProto, helper, numpy_helper
 from catenc.build import BuildRequest, build
 from catenc.driver import plan_file
 from catenc.dtypes import DTYPES
-from catenc.loader import load
-from catenc.plan import Options
+from catenc.loader import aligned_buffer, load
+from catenc.plan import Options, WeightsMode
 from catenc.runtime.descriptor import load_runtime
+from catenc.runtime.weights_data import WeightsData
 from catenc.weights import weights_bytes
 
 K, N, NT, KT = 1100, 77, 45, 700  # K > KC = 512: several k-slices
@@ -72,7 +77,7 @@ def tensors() -> dict[str, np.ndarray]:
 
 def compile_model(path: Path, out: Path, weights: str) -> tuple[str, object]:
     rt = load_runtime("clang")
-    options = Options(rt, config=rt.validate_config({"CFLAGS": FORCE_THREADS}), weights=weights)
+    options = Options(rt, config=rt.validate_config({"CFLAGS": FORCE_THREADS}), weights=WeightsMode(weights))
     written = build(
         plan_file(str(path), options), options, BuildRequest(str(path), str(out), ("c", "h", "manifest", "so"))
     )
@@ -85,7 +90,12 @@ def composite(tmp_path_factory):
     values = {name: (DTYPES["f32"], v) for name, v in tensors().items()}
     (directory / "net.safetensors").write_bytes(weights_bytes(values))
     (directory / "net.toml").write_text(NET)
-    return {w: compile_model(directory / "net.toml", directory / w, w) for w in ("baked", "external")}
+    return {w: compile_model(directory / "net.toml", directory / w, w) for w in ("baked", "external", "packed")}
+
+
+def body(source: str, entry: str) -> str:
+    """The part of a source after its gemm support: the entries' kernels and functions."""
+    return source.split(f"---- {entry} ----")[1]
 
 
 def test_baked_b_operands_have_no_packing_function_and_pass_their_panels(composite) -> None:
@@ -103,18 +113,70 @@ def test_baked_b_operands_have_no_packing_function_and_pass_their_panels(composi
     assert wt is not None and int(wt[1]) == 4 * 1100 * 64  # one panel of 64 columns, and no values
 
 
+def test_packed_weights_read_the_panels_a_baked_build_holds(composite) -> None:
+    """The kernels of a packed build are the baked build's: the same calls, the panels at the same
+    places past each constant's start, only the constants bound to the block instead of arrays."""
+    baked, _ = composite["baked"]
+    packed, library = composite["packed"]
+    calls = re.compile(r"catenc_gemm_call_f32\(M, [^;]*;")
+    assert calls.findall(body(packed, "net")) == calls.findall(body(baked, "net"))
+    assert len(re.findall(r"static void net_k\d+_g\d+_pack_b\(", packed)) == 1  # x @ v only
+    assert re.search(r"const float\* w = \(const float\*\)\(\(const unsigned char\*\)packed_weights \+ \d+\);", packed)
+    header = (library.path.parent / "net.h").read_text()
+    assert "int net(const float* x, const float* v, const void* packed_weights, float* y," in header
+    assert "size_t net_packed_weights_bytes(void);" in header
+    assert "int net_pack_weights(const void* weights, void* packed_weights, size_t packed_weights_bytes);" in header
+    (arg,) = [a for a in library.entries["net"].spec["args"] if a["role"] == "packed_weights"]
+    # w: values (sum(w) reads them), then panels; wt: panels of 64 columns alone; b: values; 64-byte aligned
+    w_bytes = 4 * (K * N + K * 128)
+    assert arg["packed_bytes"] == -(-w_bytes // 64) * 64 + 4 * K * 64 + -(-4 * N // 64) * 64
+    assert arg["pack_symbol"] == "net_pack_weights" and [t["name"] for t in arg["tensors"]] == ["w", "wt", "b"]
+
+
+def test_a_packed_build_packs_the_file_it_is_given(composite, tmp_path: Path) -> None:
+    """Other values of the same layout, through load(weights=...): the results are theirs."""
+    other = {name: (DTYPES["f32"], v * 2 - 1) for name, v in tensors().items()}
+    (tmp_path / "other.safetensors").write_bytes(weights_bytes(other))
+    library = composite["packed"][1]
+    entry = load(library.manifest_path, weights=tmp_path / "other.safetensors").entries["net"]
+    x, v = randn((7, K), seed=13), randn((K, N), seed=14)
+    y, z, _, s = entry(x, v)
+    w = {name: t.astype(np.float64) for name, (_, t) in other.items()}
+    np.testing.assert_allclose(y, np.maximum(x @ w["w"] + w["b"], 0), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(z, x @ w["wt"].T, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(s, w["w"].sum(axis=0), rtol=1e-4, atol=1e-3)
+
+
+def test_the_pack_function_refuses_a_block_too_small_or_misaligned(composite) -> None:
+    library = composite["packed"][1]
+    cdll = ctypes.CDLL(str(library.path))
+    size = cdll.net_packed_weights_bytes
+    size.restype = ctypes.c_size_t
+    pack = cdll.net_pack_weights
+    pack.argtypes, pack.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t], ctypes.c_int
+    need = size()
+    mapped = WeightsData(library.manifest_path.parent / "net.safetensors", [])
+    data = mapped.address()  # valid while `mapped` lives
+    block = aligned_buffer(need + 64)
+    assert pack(data, block.ctypes.data, need - 1) == 2  # CATENC_E_WORKSPACE
+    assert pack(data, block.ctypes.data + 4, need) == 2
+    assert pack(None, block.ctypes.data, need) == 2
+    assert pack(data, block.ctypes.data, need) == 0
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("m", [13, 50])
 def test_prepacked_results_equal_packing_per_call(composite, threads: int, m: int) -> None:
     t = tensors()
     x, v = randn((m, K), seed=5), randn((K, N), seed=6)
     results = {}
-    for weights in ("baked", "external"):
+    for weights in ("baked", "external", "packed"):
         entry = composite[weights][1].entries["net"]
         entry.set_num_threads(threads)
         results[weights] = entry(x, v)
-    for got, want in zip(results["baked"], results["external"], strict=True):
-        assert got.tobytes() == want.tobytes()
+    for mode in ("external", "packed"):
+        for got, want in zip(results["baked"], results[mode], strict=True):
+            assert got.tobytes() == want.tobytes()
     y, z, u, s = results["baked"]
     x64 = x.astype(np.float64)
     np.testing.assert_allclose(y, np.maximum(x64 @ t["w"] + t["b"], 0), rtol=1e-4, atol=1e-3)

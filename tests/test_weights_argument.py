@@ -48,13 +48,17 @@ def chain_model(path: Path) -> list[np.ndarray]:
     return values
 
 
-def test_more_constants_than_ctypes_takes_arguments(tmp_path: Path) -> None:
+@pytest.mark.parametrize("weights", ["external", "packed"])
+def test_more_constants_than_ctypes_takes_arguments(tmp_path: Path, weights: str) -> None:
+    """Packed, each of the 8-byte constants takes a 64-byte place of its own in the block."""
     values = chain_model(tmp_path / "chain.onnx")
-    compile_ok(str(tmp_path / "chain.onnx"), "--weights", "external", "-O0", "-o", str(tmp_path / "out"))
+    compile_ok(str(tmp_path / "chain.onnx"), "--weights", weights, "-O0", "-o", str(tmp_path / "out"))
     manifest = json.loads((tmp_path / "out/chain.manifest.json").read_text())
     (entry,) = manifest["entries"]
-    assert [a["role"] for a in entry["args"]] == ["input", "weights", "output", "workspace", "workspace_bytes"]
+    role = "weights" if weights == "external" else "packed_weights"
+    assert [a["role"] for a in entry["args"]] == ["input", role, "output", "workspace", "workspace_bytes"]
     assert len(entry["args"][1]["tensors"]) == COUNT and entry["args"][1]["bytes"] == COUNT * 8
+    assert entry["args"][1].get("packed_bytes") == (None if weights == "external" else COUNT * 64)
     x = np.array([1.0, -2.0], np.float32)
     want = x.copy()
     for value in values:
@@ -66,14 +70,18 @@ AFFINE_W = np.array([[1.0, -1.0], [0.5, 2.0], [-3.0, 0.25]], np.float32)
 AFFINE_B = np.array([10.0, -20.0], np.float32)
 
 
-def test_the_c_program_of_abi_md_maps_the_weights_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("weights", ["external", "packed"])
+def test_the_c_programs_of_abi_md_map_the_weights_file(tmp_path: Path, weights: str) -> None:
+    """The program of "External weights" passes the mapped data; that of "Packed weights" packs it once
+    into a block of its own, unmaps the file and calls twice."""
     (composite,) = [e for e in examples("abi.md", ("toml",)) if "[composite.affine]" in e.text]
-    (program,) = [e for e in examples("abi.md", ("c",)) if '"affine.h"' in e.text]
+    programs = [e for e in examples("abi.md", ("c",)) if '"affine.h"' in e.text]
+    (program,) = [e for e in programs if ("affine_pack_weights(" in e.text) == (weights == "packed")]
     (tmp_path / "affine.toml").write_text(composite.text)
     tensors = {"w": (DTYPES["f32"], AFFINE_W), "b": (DTYPES["f32"], AFFINE_B)}
     (tmp_path / "affine.safetensors").write_bytes(weights_bytes(tensors))
     (tmp_path / "main.c").write_text(program.text)
-    compile_ok(str(tmp_path / "affine.toml"), "--weights", "external", "-S", "-o", str(tmp_path / "out"))
+    compile_ok(str(tmp_path / "affine.toml"), "--weights", weights, "-S", "-o", str(tmp_path / "out"))
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     assert cc, "a C compiler is required"
     build = [cc, "-std=c99", "-Wall", "-Werror", "-Iout", "main.c", "out/affine.c", "-lm", "-o", "main"]
@@ -81,8 +89,10 @@ def test_the_c_program_of_abi_md_maps_the_weights_file(tmp_path: Path) -> None:
     done = subprocess.run(["./main", "out/affine.safetensors"], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     x = np.array([[1, 2, 3], [-1, 0.5, 4]], np.float32)
-    got = np.array([float(line) for line in done.stdout.split()], np.float32).reshape(2, 2)
-    np.testing.assert_allclose(got, x @ AFFINE_W + AFFINE_B, rtol=1e-6)
+    got = np.array([float(line) for line in done.stdout.split()], np.float32).reshape(-1, 2, 2)
+    assert len(got) == (2 if weights == "packed" else 1)
+    for call in got:
+        np.testing.assert_allclose(call, x @ AFFINE_W + AFFINE_B, rtol=1e-6)
 
 
 HELPER_CHECK = """\
@@ -138,6 +148,19 @@ def test_opencl_builds_read_the_constants_from_the_weights_data(net_project: Pat
     assert np.isnan(y[:, 0]).all()
     np.testing.assert_allclose(z, want_z, rtol=1e-6)  # table (f64); the f32 row sums are the device's
     assert wc.tobytes() == tensors()["w"][1].tobytes() and hc.tobytes() == tensors()["h"][1].tobytes()
+
+
+@pytest.mark.parametrize("runtime", ["opencl", "cuda"])
+def test_gpu_runtimes_refuse_packed_weights(net_project: Path, runtime: str) -> None:
+    result = CliRunner().invoke(
+        main,
+        ["compile", str(net_project), "--runtime", runtime, "--weights", "packed", "-o", str(net_project.parent / "g")],
+    )  # a bad combination: a diagnostic at the composite, nothing written
+    assert result.exit_code == 1
+    assert "net.toml:1:12: error: 'net': --weights packed packs the constants for the host's gemm" in result.output
+    assert "compile with --weights external" in result.output
+    out = net_project.parent / "g"
+    assert not out.exists() or not any(out.iterdir())
 
 
 def test_cuda_entries_bind_the_constants_in_one_device_copy(net_project: Path) -> None:

@@ -9,6 +9,7 @@ the direct gemm, and the counted operations match what the statement executes.""
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 import numpy as np
@@ -22,7 +23,7 @@ from catenc.codegen.winograd import combination
 from catenc.driver import plan_file
 from catenc.lower.count import executed_ops
 from catenc.lower.loops import WinogradGemm, iter_stmts
-from catenc.plan import Options
+from catenc.plan import Options, WeightsMode
 from catenc.schedule.kernels import kernel_cost
 from catenc.schedule.winograd import ROUNDING, TRANSFORMS, combination_ops
 from catenc.testing.check import entry_env, entry_sizes
@@ -146,17 +147,21 @@ def test_uneven_padding_in_index_form(tmp_path):
     assert_close(library["uneven"](x, w), expected, rtol=1e-4, atol=1e-4)
 
 
-def test_baked_filters_are_transformed_at_compile_time(tmp_path):
-    """An ONNX convolution's initializer is baked: its transform is in the library, none runs per call."""
+@pytest.mark.parametrize("weights", ["baked", "packed"])
+def test_constant_filters_are_transformed_once(tmp_path, weights):
+    """An ONNX convolution's initializer, baked: its transform is in the library; packed: the pack
+    function transforms it into the block. None runs per call."""
     w, b = randn((24, 32, 3, 3), seed=12), randn(24, seed=14)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1], kernel_shape=[3, 3])]
     inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]
     model = make_model(
         nodes, [tensor("x", TensorProto.FLOAT, [1, 32, 10, 10])], [tensor("y", TensorProto.FLOAT, None)], inits
     )
-    library = compile_file(save(model, tmp_path, "baked"), tmp_path / "out")
-    source = (tmp_path / "out" / "baked.c").read_text()
-    assert "then its gemm Winograd filter panels" in source and "catenc_b > 0 ?" not in source
+    library = compile_file(save(model, tmp_path, "once"), tmp_path / "out", weights=weights)
+    source = (tmp_path / "out" / "once.c").read_text()
+    once = "then its gemm Winograd filter panels" if weights == "baked" else "its Winograd filter transform */"
+    assert once in source and "catenc_b > 0 ?" not in source
+    assert re.search(r"catenc_wino_f32 catenc_wino = \{.* w \+ \d+LL, 32LL", source)
     x = randn((1, 32, 10, 10), seed=13)
     expected = np_conv(x, w, 1, 1, 1) + b[None, :, None, None]
     assert_close(next(iter(library.entries.values()))(x), expected, rtol=1e-4, atol=1e-4)
@@ -201,10 +206,11 @@ def test_counted_operations_match_the_statement(tmp_path):
     assert found == 1
 
 
-@pytest.mark.parametrize("weights", ["baked", "external"])
+@pytest.mark.parametrize("weights", ["baked", "packed", "external"])
 def test_filters_transformed_per_call_need_enough_tiles(tmp_path, weights):
     """64 -> 64 at 7x7: 16 tiles of F(2x2), worth a Winograd convolution only with the filters' transform
-    made at compile time; with external weights it is transformed per call, and stays direct."""
+    made once (at compile time, or at load); with external weights it is transformed per call, and stays
+    direct."""
     w = randn((64, 64, 3, 3), seed=15)
     nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], kernel_shape=[3, 3])]
     model = make_model(
@@ -213,7 +219,7 @@ def test_filters_transformed_per_call_need_enough_tiles(tmp_path, weights):
         [tensor("y", TensorProto.FLOAT, None)],
         [numpy_helper.from_array(w, "w")],
     )
-    options = Options(runtime("clang"), weights=weights)
+    options = Options(runtime("clang"), weights=WeightsMode(weights))
     (entry,) = plan_file(str(save(model, tmp_path, "deep")), options).entries
     tiles = [k.decisions.winograd for k in entry.schedule.kernels if k.contraction is not None]
-    assert tiles == ([2] if weights == "baked" else [0])
+    assert tiles == ([0] if weights == "external" else [2])

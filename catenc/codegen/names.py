@@ -126,7 +126,7 @@ C_FUNCTIONS = (
 )
 C_NAMES = C_RESERVED | C_KEYWORDS | C_MACROS_AND_TYPES | C_FUNCTIONS
 # Locals and parameters of the entry function catenc writes (templates/model.c.j2).
-C_LOCALS = _words("workspace workspace_bytes weights need")
+C_LOCALS = _words("workspace workspace_bytes weights packed_weights need")
 
 CXX_KEYWORDS = _words(
     """alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t char32_t
@@ -267,7 +267,10 @@ class Reserved:
         return replace(self, symbols=tuple(sorted(set(symbols))))
 
 
-_HELPERS = r"(?:_workspace_bytes|_const_\d+|_k\d+(?:_row\d+|_g\d+(?:_pack_a|_pack_b|_epilogue)?)?)?"
+_HELPERS = (
+    r"(?:_workspace_bytes|_pack_weights|_packed_weights_bytes"
+    r"|_const_\d+|_k\d+(?:_row\d+|_g\d+(?:_pack_a|_pack_b|_epilogue)?)?)?"
+)
 
 
 @functools.cache

@@ -1,5 +1,5 @@
-"""Baked constants packed at compile time as an operand of the packed gemm (or transformed as a
-Winograd convolution's filters).
+"""Constants packed once as an operand of the packed gemm (or transformed as a Winograd convolution's
+filters): at compile time when baked, at load when packed (--weights packed, codegen/pack_weights.py).
 
 A gemm whose B is a plain read of a baked constant (a weight: `x @ w`, ONNX `Gemm` with transB=1,
 `MatMul` by an initializer), or an int8 gemm whose A is (a quantised convolution's weight), need
@@ -10,7 +10,8 @@ reads holds its panels alone (its values dropped: the library does not grow). A 
 other kernels share (catenc/lower/share.py) reads its panels only where every one of its callers'
 constants has them, at the same place; a constant holds one set of panels, for the first way a
 gemm reads it. A Winograd convolution's baked filters (schedule/winograd.py) get their transform
-appended the same way, after their values, which are kept.
+appended the same way, after their values, which are kept. With --weights packed the block that
+NAME_pack_weights fills holds each constant as its array here would be.
 """
 
 from __future__ import annotations
@@ -40,14 +41,33 @@ class TransformedFilters:
 
 
 @dataclass(frozen=True)
+class Appendix:
+    """What a constant's array holds after its values (or alone, when they are dropped): `pad` zeros, then
+    `elements` of either a gemm operand's panels (`source`, for the `kind` gemm's `tiles`) or a Winograd
+    convolution's filters transformed (`plan`). Computed here for a baked constant (`appended_values`), by
+    the library's NAME_pack_weights for a packed one (codegen/pack_weights.py)."""
+
+    pad: int
+    elements: int
+    tiles: GemmTiles
+    kind: str = "f32"
+    source: ConstantOperand | None = None
+    plan: WinogradPlan | None = None
+
+    @property
+    def operand(self) -> str:
+        """What the panels are, for a comment: the gemm's "A" or "B", or "Winograd filter"."""
+        return "Winograd filter" if self.plan is not None else self.source.side.upper()
+
+
+@dataclass(frozen=True)
 class Prepacked:
     """Which buffers each kernel function reads panels of (by its parameter names), and what
-    each baked constant's array holds after its values (padding, then the panels)."""
+    each constant's array holds after its values (padding, then the panels)."""
 
     panels: Mapping[str, Mapping[str, PackedPanels | TransformedFilters]]  # kernel function -> buffer -> its panels
-    appended: Mapping[str, np.ndarray]  # constant -> the elements after its values
+    appended: Mapping[str, Appendix] = field(default_factory=dict)  # constant -> what follows its values
     replaced: frozenset[str] = frozenset()  # constants whose array holds only their panels
-    operands: Mapping[str, str] = field(default_factory=dict)  # constant -> "A" or "B": which panels it holds
 
 
 ROUNDS = 4  # tries at dropping the values of constants read only as panels (their places move)
@@ -93,21 +113,51 @@ def prepack(
     else:
         dropped = frozenset()
         panels, read = _placed(sites, chosen, {n: _after(values[n]) for n in chosen})
-    filters = _transformed_filters(kernels, values, tiles, set(chosen))
+    filters = _transformed_filters(kernels, values, set(chosen))
     for function, found in _filter_sites(kernels, filters, values).items():
         panels.setdefault(function, {}).update(found)
     appended = {
-        name: np.concatenate([np.zeros(_after(values[name]) - values[name].size, np.float32), u])
-        for name, (_, u) in filters.items()
+        name: Appendix(
+            _after(values[name]) - values[name].size, filter_elements(plan, tiles["f32"]), tiles["f32"], plan=plan
+        )
+        for name, plan in filters.items()
     }
     for name in sorted(read):
-        v = values[name]
-        source = chosen[name]
-        operand = v.reshape(-1)[positions(source)]
-        pad = np.zeros(0 if name in dropped else _after(v) - v.size, dtype=v.dtype)
-        appended[name] = np.concatenate([pad, pack_panels(operand, tiles[kinds[name]], kinds[name], source.side)])
-    operands = {name: "Winograd filter" if name in filters else chosen[name].side.upper() for name in appended}
-    return Prepacked(panels, appended, dropped, operands)
+        v, source, kind = values[name], chosen[name], kinds[name]
+        pad = 0 if name in dropped else _after(v) - v.size
+        depth, outer = (product_of(axes) for axes in (source.depth, source.outer))
+        size = panels_elements(depth, outer, tiles[kind], kind, source.side)
+        appended[name] = Appendix(pad, size, tiles[kind], kind, source=source)
+    return Prepacked(panels, appended, dropped)
+
+
+def appended_values(appendix: Appendix, values: np.ndarray) -> np.ndarray:
+    """The elements a baked constant's array holds after its `values`: computed at compile time."""
+    pad = np.zeros(appendix.pad, values.dtype)
+    if appendix.plan is not None:
+        return np.concatenate([pad, transform_filters(appendix.plan, values, appendix.tiles)])
+    source = appendix.source
+    operand = values.reshape(-1)[positions(source)]
+    return np.concatenate([pad, pack_panels(operand, appendix.tiles, appendix.kind, source.side)])
+
+
+def product_of(axes: tuple[tuple[int, int], ...]) -> int:
+    """The positions an operand's (coefficient, extent) axes span."""
+    return int(np.prod([extent for _, extent in axes], dtype=np.int64))
+
+
+def panels_elements(depth: int, outer: int, tiles: GemmTiles, kind: str, side: str) -> int:
+    """How many elements pack_panels writes for a [depth, outer] operand."""
+    width, group = (tiles.mr if side == "a" else tiles.nr), KINDS[kind].group
+    kc = slice_depth(tiles, depth, group) if depth else 1
+    steps = sum(-(-min(kc, depth - pc) // group) * group for pc in range(0, depth, kc))
+    return steps * -(-outer // width) * width
+
+
+def filter_elements(plan: WinogradPlan, tiles: GemmTiles) -> int:
+    """How many elements transform_filters writes: (m+2)^2 products' B panels, C deep and K wide."""
+    conv = plan.conv
+    return plan.transform.alpha**2 * conv.channels * -(-conv.filters // tiles.nr) * tiles.nr
 
 
 def _placed(
@@ -207,23 +257,20 @@ def _winograd_sites(kernels: tuple[LoopKernel, ...]):
 
 
 def _transformed_filters(
-    kernels: tuple[LoopKernel, ...], values: Mapping[str, np.ndarray], tiles: Mapping[str, GemmTiles], taken: set[str]
-) -> dict[str, tuple[int, np.ndarray]]:
-    """Each baked constant a Winograd convolution reads as its filters (and no gemm as panels), transformed
-    for the first such convolution (by its tile side, and the array)."""
-    found: dict[str, tuple[int, np.ndarray]] = {}
+    kernels: tuple[LoopKernel, ...], values: Mapping[str, np.ndarray], taken: set[str]
+) -> dict[str, WinogradPlan]:
+    """Each constant a Winograd convolution reads as its filters (and no gemm as panels), with the plan of
+    the first such convolution, whose transform it holds."""
+    found: dict[str, WinogradPlan] = {}
     for _, stmt in _winograd_sites(kernels):
         conv = stmt.plan.conv
         if conv.weight in values and conv.weight not in taken and conv.weight not in found:
-            found[conv.weight] = (
-                stmt.plan.transform.m,
-                transform_filters(stmt.plan, values[conv.weight], tiles["f32"]),
-            )
+            found[conv.weight] = stmt.plan
     return found
 
 
 def _filter_sites(
-    kernels: tuple[LoopKernel, ...], filters: Mapping[str, tuple[int, np.ndarray]], values: Mapping[str, np.ndarray]
+    kernels: tuple[LoopKernel, ...], filters: Mapping[str, WinogradPlan], values: Mapping[str, np.ndarray]
 ) -> dict[str, dict[str, TransformedFilters]]:
     """Which transformed filters each kernel function reads (by its parameter's name, the first caller's
     buffer): those every caller's filters have, for its tile side, at the same place in each array (a
@@ -233,7 +280,7 @@ def _filter_sites(
         sites.setdefault(function, []).append((stmt.plan.conv.weight, stmt.plan.transform.m))
     placed: dict[str, dict[str, TransformedFilters]] = {}
     for function, reads in sites.items():
-        at = {_after(values[w]) if w in filters and filters[w][0] == m else -1 for w, m in reads}
+        at = {_after(values[w]) if w in filters and filters[w].transform.m == m else -1 for w, m in reads}
         if len(at) == 1 and -1 not in at:
             placed[function] = {reads[0][0]: TransformedFilters(reads[0][0], at.pop())}
     return placed

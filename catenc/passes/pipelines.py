@@ -138,7 +138,8 @@ def build_pipeline(
     """The passes of -O`level` for `target`; kernels are named `<symbol>_k<n>`; the verifier
     may assume `facts` (what the entry's runtime checks guarantee); `tune` changes the schedule's
     decisions before storage is planned (a tuner, a tuning file, a test's random schedule);
-    `baked`: the constants whose values the library holds (--weights baked)."""
+    `baked`: the constants whose gemm panels and transforms are made once, not per call (--weights baked
+    or packed)."""
     s = _structures(facts or Facts())
     graph, schedule, loops = s["graph"], s["schedule"], s["loops"]
     fuse = level != "0"

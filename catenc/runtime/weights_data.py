@@ -1,9 +1,11 @@
 """The `weights` argument of a build with --weights external, for the Python loader: the data
 section of its weights file, mapped once and checked against the layout the library was compiled
-for (docs/abi.md, "External weights")."""
+for (docs/abi.md, "External weights"); with --weights packed, the block the entry's pack function
+fills from that data once (docs/abi.md, "Packed weights")."""
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -13,6 +15,17 @@ import numpy as np
 
 from catenc.runtime.manifest import WORKSPACE_ALIGNMENT, ManifestError
 from catenc.weights import Tensor, WeightsError, data_start, map_file, parse_weights
+
+
+def aligned_buffer(nbytes: int, alignment: int = WORKSPACE_ALIGNMENT) -> np.ndarray:
+    """A new uint8 array of nbytes whose data starts at a multiple of alignment.
+
+    Use it for the workspace of :meth:`Entry.call_raw` (pass None, not an empty buffer, for
+    a zero-size workspace); calls through :meth:`Entry.__call__` allocate their own.
+    """
+    raw = np.empty(nbytes + alignment, dtype=np.uint8)
+    offset = -raw.ctypes.data % alignment
+    return raw[offset : offset + nbytes]
 
 
 class WeightsData:
@@ -41,10 +54,9 @@ class WeightsData:
         for spec in self.specs:
             self._check(spec, tensors, len(data))
         if data.ctypes.data % WORKSPACE_ALIGNMENT:  # a file not written by catenc: copied, aligned
-            aligned = np.empty(len(data) + WORKSPACE_ALIGNMENT, np.uint8)
-            start = -aligned.ctypes.data % WORKSPACE_ALIGNMENT
-            aligned[start : start + len(data)] = data
-            data = aligned[start : start + len(data)]
+            aligned = aligned_buffer(len(data))
+            aligned[:] = data
+            data = aligned
         return data
 
     def _check(self, spec: Mapping[str, Any], tensors: Mapping[str, Tensor], size: int) -> None:
@@ -65,3 +77,28 @@ class WeightsData:
                     f"weights file {self.path}: tensor {want['name']!r} is {found}, the library reads {expected} "
                     f"({fits})"
                 )
+
+
+class PackedWeights:
+    """An entry's `packed_weights` block: allocated and filled by its pack function at the first call."""
+
+    def __init__(self, data: WeightsData, library: ctypes.CDLL, spec: Mapping[str, Any]) -> None:
+        self.data = data
+        self.pack = library[spec["pack_symbol"]]
+        self.pack.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+        self.pack.restype = ctypes.c_int
+        size = library[spec["packed_bytes_symbol"]]
+        size.restype = ctypes.c_size_t
+        self.size = int(size())  # what the library itself says
+        self._block: np.ndarray | None = None
+        self._lock = threading.Lock()
+
+    def address(self) -> int:
+        with self._lock:
+            if self._block is None:
+                block = aligned_buffer(self.size)
+                status = self.pack(self.data.address(), block.ctypes.data, self.size)
+                if status != 0:
+                    raise ManifestError(f"weights file {self.data.path}: packing them returned status {status}")
+                self._block = block
+        return self._block.ctypes.data

@@ -154,15 +154,15 @@ def plan_storage(schedule: Schedule, pack_size: PackSize | None = None) -> Sched
 
 def choose_winograd(schedule: Schedule, largest: int, baked: frozenset[str] = frozenset()) -> Schedule:
     """Each gemm kernel that is a 3x3 stride-1 convolution gets the heuristics' `winograd` tile, at most
-    `largest` (-O2: 2, whose rounding is the direct sum's; -O3: 4); `baked`: the constants whose values
-    are in the library (their transform is made at compile time)."""
+    `largest` (-O2: 2, whose rounding is the direct sum's; -O3: 4); `baked`: the constants transformed once
+    (at compile time when the library holds them, at load with --weights packed), not per call."""
     buffers = {b.name: b for b in schedule.graph.buffers}
     kernels, notes = [], []
     for kernel in schedule.kernels:
         conv = None if kernel.contraction is None else match_conv(kernel.contraction, buffers)
         if conv is not None:
             m = heuristic_tile(conv, largest, conv.weight in baked)
-            how = "at compile time" if conv.weight in baked else "per call"
+            how = "once" if conv.weight in baked else "per call"
             notes.append(
                 f"{kernel.name}: 3x3 convolution {conv.channels} -> {conv.filters} at {conv.height}x{conv.width} "
                 + (f"as Winograd F({m}x{m}, 3x3), filters transformed {how}" if m else "direct")

@@ -214,7 +214,7 @@ FOUR_CHANNELS = 64
 TWO_SIDE = 6
 MIN_CHANNELS = 32
 MIN_FILTERS = 16
-# With filters transformed per call (not baked), at least this many tiles: a 512-channel layer at 7x7
+# With filters transformed per call (not baked or packed), at least this many tiles: a 512-channel layer at 7x7
 # ran 1.8x slower than direct (a 2.9 ms direct layer spent 4 ms transforming 16 MB of filters), one at
 # 14x14 (49 tiles of F(2x2)) 1.15x faster.
 PER_CALL_TILES = 48
@@ -234,7 +234,7 @@ ROUNDING = {2: 1.0, 4: 4.0}
 
 def heuristic_tile(conv: WinogradConv, largest: int, baked: bool = True) -> int:
     """The output tile side the heuristics choose for a convolution, at most `largest`: 4, 2 or 0 (direct);
-    `baked`: its filters are transformed at compile time, else on every call (then it must have
+    `baked`: its filters are transformed once (at compile time or load), else on every call (then it must have
     PER_CALL_TILES tiles at least: the transform writes (m+2)^2 x C x K elements)."""
     side = min(conv.height, conv.width)
     if conv.channels < MIN_CHANNELS or conv.filters < MIN_FILTERS or side < TWO_SIDE or largest < 2:
