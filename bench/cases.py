@@ -645,8 +645,8 @@ def _flops(model: onnx_models.Model) -> float:
 
 def _onnx_row(row: str, name: str, quick: bool, size: str, notes: str, weights: str) -> Case:
     """The row of model ``name`` of bench/onnx_models.py, built (random weights) only when the row runs;
-    weights: `catenc compile --weights` (baked: the default; external where baking would write a C source
-    three times the weights' size, 600 MB for bert4, 1.5 GB for GPT-2)."""
+    weights: `catenc compile --weights` (baked: the default; packed where baking would write a C source
+    three times the weights' size, 600 MB for bert4, 1.5 GB for GPT-2: the file packed once, at load)."""
     model = functools.partial(_onnx_model, name, "tiny" if quick else "full")
     path = _shown(_onnx_path(name))
     return Case(
@@ -660,8 +660,8 @@ def _onnx_row(row: str, name: str, quick: bool, size: str, notes: str, weights: 
         peers=[_onnxruntime_peer(model, 1), _onnxruntime_peer(model, 2), _torch_eager_peer(model)],
         notes=f"{notes} (bench/onnx_models.py, random weights); `catenc compile {path} --weights {weights}` "
         + (
-            "(the weights in a safetensors file beside the library, passed as inputs)"
-            if weights == "external"
+            "(the weights in a safetensors file beside the library, packed once at load by its pack function)"
+            if weights == "packed"
             else "(the weights in the library)"
         )
         + "; onnxruntime: the same file, CPU provider, default graph optimizations, its pool's spinning stopped when "
@@ -730,8 +730,8 @@ def onnx_cases(quick: bool = False) -> list[Case]:
     return [
         _onnx_row("resnet18", "resnet18", quick, "ResNet-18, 1x3x224x224", "ResNet-18, BatchNorm folded", "baked"),
         _onnx_row("mobilenetv2", "mobilenetv2", quick, "MobileNetV2 1.0, 1x3x224x224", "MobileNetV2, width 1", "baked"),
-        _onnx_row("bert4", "bert4", quick, "4 layers, 768, 12 heads, seq 128", "BERT-base, 4 layers", "external"),
-        _onnx_row("gpt2-onnx", "gpt2_small", quick, "GPT-2 small 124M, seq 128", "GPT-2 small, all logits", "external"),
+        _onnx_row("bert4", "bert4", quick, "4 layers, 768, 12 heads, seq 128", "BERT-base, 4 layers", "packed"),
+        _onnx_row("gpt2-onnx", "gpt2_small", quick, "GPT-2 small 124M, seq 128", "GPT-2 small, all logits", "packed"),
         *(
             _onnx_row(name, name, quick, f"{title}, 1x3x224x224", f"{title}, written from its paper", weights)
             for name, title, weights in PAPER_NETWORKS
@@ -745,12 +745,13 @@ INT8_NETWORKS = (("resnet18", "ResNet-18"), ("mobilenetv2", "MobileNetV2"), ("re
 
 
 # The image networks of bench/paper_models.py (issue 26): (model, title, --weights). Those over 20M
-# parameters keep them external, as bert4 and GPT-2 do (VGG-16 baked: a 1.6 GB C source, 126 s to compile).
+# parameters keep them in the weights file, packed at load, as bert4 and GPT-2 do (VGG-16 baked: a 1.6 GB C
+# source, 126 s to compile).
 PAPER_NETWORKS = (
-    ("alexnet", "AlexNet", "external"),
+    ("alexnet", "AlexNet", "packed"),
     ("googlenet", "GoogLeNet (Inception v1)", "baked"),
-    ("vgg16", "VGG-16", "external"),
-    ("resnet50", "ResNet-50", "external"),
+    ("vgg16", "VGG-16", "packed"),
+    ("resnet50", "ResNet-50", "packed"),
     ("densenet121", "DenseNet-121", "baked"),
     ("shufflenet", "ShuffleNet v1 (g=3)", "baked"),
     ("squeezenet", "SqueezeNet 1.1", "baked"),
