@@ -258,8 +258,9 @@ def test_an_output_plane_is_walked_as_one_run(tmp_path: Path):
         assert "catenc_run" not in function(f"pointwise_silu_k0_g0_{part}"), part
         assert "catenc_flat_" in function(f"pointwise_silu_k0_g0_{part}"), part
     assert "catenc_run" in function("pointwise_transposed_skip_k0_g0_epilogue")
-    # a concatenation's select per element stays in runs of a row (measured faster on DenseNet)
-    assert "catenc_run" in function("pointwise_concat_k0_g0_pack_b")
+    # a concatenation along the depth: each depth step copies one part, as one run (lower/gemm.py depth_cases)
+    concat = function("pointwise_concat_k0_g0_pack_b")
+    assert "if (catenc_case0)" in concat and "catenc_run" not in concat
     c, h, w, k = 19, 14, 14, 37
     x, wt, bias, skip = randn((c, h, w), seed=1), randn((k, c), seed=2), randn((k,), seed=3), randn((k, h, w), seed=4)
     t = np.einsum("kc,chw->khw", wt.astype(np.float64), x) + bias[:, None, None]

@@ -730,15 +730,25 @@ class CRenderer:
         i, width, walk = self.indent, _panel_width(call, side), side.fill
         out, pad = out.format(w=width), i * (level + 1)
         masked = walk.masked  # its masks were made for the panels (guard_masks)
+        if masked:
+            row = self.masked_row(masked, out, pad)
+        elif side.cases:  # a select along the depth: each step's row walks one of its sides
+            row = []
+            for n, case in enumerate(side.cases):
+                row += self.assignment(f"const unsigned char catenc_case{n}", case.cond, pad, "(unsigned char){0}")
+            for n, case in enumerate(side.cases):
+                row.append(f"{pad}{'if' if n == 0 else '} else if'} (catenc_case{n}) {{")
+                row += self.odometer_loop(case.fill, "catenc_n0", "catenc_j", "catenc_valid", out, pad + i)
+            row.append(f"{pad}}} else {{")
+            row += self.odometer_loop(walk, "catenc_n0", "catenc_j", "catenc_valid", out, pad + i)
+            row.append(f"{pad}}}")
+        else:
+            row = self.odometer_loop(walk, "catenc_n0", "catenc_j", "catenc_valid", out, pad)
         return [
             f"{i * level}for (int64_t catenc_k = 0; catenc_k < catenc_kb; ++catenc_k) {{",
             f"{pad}const int64_t catenc_q = {depth};",
             *[f"{pad}{line}" for line in self.indices(call.depth_indices, "catenc_q", const=True)],
-            *(
-                self.masked_row(masked, out, pad)
-                if masked
-                else self.odometer_loop(walk, "catenc_n0", "catenc_j", "catenc_valid", out, pad)
-            ),
+            *row,
             f"{pad}for (int64_t catenc_j = catenc_valid; catenc_j < {span or width}; ++catenc_j) {out} = 0;",
             f"{i * level}}}",
         ]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from functools import reduce
 
 from catenc.dtypes import DType
-from catenc.ir.nodes import Binary, Const, Gather, Load, SymInt, Value, Where, value_symbols, walk
+from catenc.ir.nodes import Binary, Const, Gather, Load, Reduce, SymInt, Value, Where, value_symbols, walk
 from catenc.ir.passes import substitute
 from catenc.ir.verify import as_nonnegative, conjuncts
 from catenc.lower.flat import Axes, Divisions, flat_extent, flatten, indices_at, step_along, unflatten
@@ -98,15 +98,27 @@ class Odometer:
 
 
 @dataclass(frozen=True)
+class DepthCase:
+    """The walk a packing takes at the depth steps where `cond` holds, a condition of the depth
+    indices and symbols alone: one side of a select along the depth (a concatenation that a
+    product contracts over, DenseNet's and SqueezeNet's), so each step's row is a plain copy."""
+
+    cond: Value
+    fill: Odometer
+
+
+@dataclass(frozen=True)
 class PackSide:
     """How operand `side` is packed: "a" in panels of MR rows (rows x depth), "b" in panels of
-    NR columns (depth x cols); each panel's positions walk `fill`, zero past the end."""
+    NR columns (depth x cols); each panel's positions walk `fill`, zero past the end. With
+    `cases`, a depth step takes the first case whose condition holds, else `fill`."""
 
     side: str
     width: str  # the tile dimension a panel spans: "MR" or "NR"
     extent: Expr  # positions along the panel's axes
     fill: Odometer
     runs: StridedOperand | None = None  # an int8 operand read in place along the depth: copied a word at a time
+    cases: tuple[DepthCase, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -407,6 +419,64 @@ def context_fields(
     return tuple(fields)
 
 
+def _pack_side(
+    c: Contraction, side: str, width: str, axes: Axes, value: Value, buffers: Mapping[str, Storage]
+) -> PackSide:
+    """How lowering packs one operand: split by depth_cases where it selects along the depth (an f32
+    one), each case's walk then free of the select."""
+    read, runs = narrow(value), _depth_runs(c, value, axes, buffers)
+    cases = depth_cases(read, {name for name, _ in axes}) if KINDS[c.kind].group == 1 else [(None, read)]
+    if len(cases) == 1:
+        fill = odometer(*contiguous_walk(axes, read, (), buffers)[:2], buffers, c.depth)
+        return PackSide(side, width, flat_extent(axes), fill, runs)
+    walks = [odometer(*contiguous_walk(axes, v, (), buffers)[:2], buffers) for _, v in cases]
+    chosen = tuple(DepthCase(cond, w) for (cond, _), w in zip(cases[:-1], walks))
+    return PackSide(side, width, flat_extent(axes), walks[-1], runs, chosen)
+
+
+MAX_DEPTH_CASES = 64  # beyond them a packing keeps its select (each case is a loop of its own in the C)
+
+
+def depth_cases(value: Value, positions: set[str]) -> list[tuple[Value | None, Value]]:
+    """`value` as (condition, value) cases to take in order, the last one's condition None (else):
+    a select anywhere in it whose condition reads no position index (`positions`) and no memory is
+    taken out of it, each side becoming a case (a concatenation along the depth under the
+    per-channel scale and ReLU of a pre-activation, DenseNet's), a nested one's conditions joined
+    by `and`; at most MAX_DEPTH_CASES, else the value as it is."""
+    if any(isinstance(v, Reduce) for v in walk(value)):  # a select in a reduction may read its indices
+        return [(None, value)]
+    cases = _split_selects(value, positions)
+    return cases if len(cases) <= MAX_DEPTH_CASES else [(None, value)]
+
+
+def _split_selects(value: Value, positions: set[str]) -> list[tuple[Value | None, Value]]:
+    select = next((v for v in walk(value) if _depth_select(v, positions)), None)
+    if select is None:
+        return [(None, value)]
+    taken = _split_selects(_replaced(value, select, select.a), positions)
+    if len(taken) > MAX_DEPTH_CASES:
+        return taken
+    both = [(select.cond if c is None else Binary(c.dtype, "and", select.cond, c), v) for c, v in taken]
+    return both + _split_selects(_replaced(value, select, select.b), positions)
+
+
+def _depth_select(value: Value, positions: set[str]) -> bool:
+    return (
+        isinstance(value, Where)
+        and not value_symbols(value.cond) & positions
+        and not any(isinstance(v, Load) for v in walk(value.cond))
+    )
+
+
+def _replaced(value: Value, node: Value, by: Value) -> Value:
+    """`value` with `node` (that very node, wherever it occurs) replaced by `by`."""
+    if value is node:
+        return by
+    children = value.children()
+    rebuilt = tuple(_replaced(child, node, by) for child in children)
+    return value if all(a is b for a, b in zip(rebuilt, children)) else value.with_children(rebuilt)
+
+
 WINDOW_LOW = "catenc_lo"  # the first position inside a window, in a run
 WINDOW_HIGH = "catenc_hi"  # ... and the first past it
 
@@ -439,13 +509,7 @@ def gemm_call(
         found = panels.get(source.buffer) if source is not None else None
         packed[side] = found if found is not None and found.source == source else None
     sides = tuple(
-        PackSide(
-            side,
-            width,
-            flat_extent(axes),
-            odometer(*contiguous_walk(axes, narrow(v), (), buffers)[:2], buffers, c.depth),
-            _depth_runs(c, v, axes, buffers),
-        )
+        _pack_side(c, side, width, axes, v, buffers)
         for side, width, axes, v in (("a", "MR", c.rows, c.a), ("b", "NR", c.cols, c.b))
     )
     epilogue, position = None, output_position(c)
