@@ -27,9 +27,10 @@ CONV = {"s1p1": (1, 1, 1), "s2p1": (2, 1, 1), "d2p2": (1, 2, 2), "wide": (1, 3, 
 FORCE_THREADS = "CFLAGS=-DCATENC_GEMM_PARALLEL_FLOPS=0 -DCATENC_GEMM_FLOPS_PER_THREAD=1"
 
 
-def _conv_source() -> str:
+def _conv_source(tags=tuple(CONV)) -> str:
     out = []
-    for tag, (s, p, d) in CONV.items():
+    for tag in tags:
+        s, p, d = CONV[tag]
         oh = f"(H + {2 * p} - {d}*(R - 1) - 1) // {s} + 1"
         ow = f"(W + {2 * p} - {d}*(S - 1) - 1) // {s} + 1"
         out.append(f"""
@@ -81,8 +82,9 @@ def np_conv(x, w, stride, padding, dilation):
 
 
 def test_contiguous_windows_pack_by_block_copies(conv):
-    """Stride 1 (any padding or dilation): one block copy per pack of the patches; stride 3: the
-    window's inside is a strided loop, no copy, kept scalar (clang's gathers were slower); the
+    """Stride 1 (any padding or dilation): one block copy per pack of the patches; stride 2: a copy of
+    every other element (two vectors' even elements); stride 3: the window's inside is a strided loop,
+    no copy, kept scalar (clang's gathers were slower); the
     weights (no guard) pack as before. (The window
     sizes are symbolic here, so no patch packs as masked rows: test_masked_pack.py.)"""
     source = (conv.path.parent / "convs.c").read_text()
@@ -91,7 +93,8 @@ def test_contiguous_windows_pack_by_block_copies(conv):
         pack_a = source.split(f"static void conv_{tag}_k0_g0_pack_a(")[1].split("\n}\n")[0]
         assert pack_b.count("catenc_lo") >= 3, tag  # the window's bounds and spans
         assert pack_b.count("CATENC_GEMM_COPY(") == (1 if stride == 1 else 0), tag
-        assert ("CATENC_SCALAR_LOOP" in pack_b) == (stride > 1), tag  # no gathers for a strided inside
+        assert pack_b.count("catenc_gemm_copy_even_f32(") == (1 if stride == 2 else 0), tag  # vector shuffles
+        assert ("CATENC_SCALAR_LOOP" in pack_b) == (stride > 2), tag  # no gathers for a strided inside
         assert "catenc_lo" not in pack_a and "CATENC_GEMM_COPY(" not in pack_a, tag
 
 
@@ -99,6 +102,17 @@ def test_contiguous_windows_pack_by_block_copies(conv):
 # column, one row, a depth C*R*S past the 512-deep k-slice (two equal slices), K not a multiple of 6
 CONV_SIZES = [(1, 1, 1, 1, 1, 3, 3), (2, 3, 13, 11, 8, 3, 3), (1, 5, 7, 70, 13, 3, 2), (2, 2, 40, 1, 7, 1, 3)]
 CONV_SIZES += [(1, 60, 9, 9, 5, 3, 3), (1, 4, 23, 37, 17, 3, 3)]
+
+
+@pytest.mark.parametrize("config", [{"MARCH": "x86-64"}, {"MARCH": "x86-64-v3"}, {"CC": "gcc"}])
+def test_stride_two_patches_copy_every_other_element_on_any_vectors(tmp_path, config):
+    """4- and 8-lane vectors and gcc's __builtin_shufflevector; rows of 1 to 40 columns (the copy's
+    vector loop, its scalar tail, and a row that ends the input: its last element read is the row's)."""
+    lib = compile_text(tmp_path, _conv_source(["s2p1"]), name="even", config=config)
+    assert "catenc_gemm_copy_even_f32(&" in (tmp_path / "out_even_O2" / "even.c").read_text()
+    for width in (1, 2, 17, 33, 80):
+        x, w = randn((1, 3, 5, width), seed=width), randn((4, 3, 3, 3), seed=1)
+        assert_close(lib["conv_s2p1"](x, w), np_conv(x, w, 2, 1, 1), rtol=1e-5, atol=1e-5)
 
 
 def _fits(tag: str, size: tuple[int, ...]) -> bool:

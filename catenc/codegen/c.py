@@ -878,6 +878,12 @@ class CRenderer:
         i = self.indent
         if walk.window is not None and not walk.carried:
             return self.window_run(walk, start, None, count, counter, target, pad)
+        if walk.step and not walk.carried:
+            return [
+                f"{pad}{{",
+                *self.copy_run(walk.step, walk.value, walk.last[0], start, counter, "0", target, count, pad + i),
+                f"{pad}}}",
+            ]
         if not walk.carried:
             return [
                 *self.scalar_loop(walk, pad),
@@ -891,6 +897,14 @@ class CRenderer:
         left = f"{count} - catenc_done"
         if walk.window is not None:
             run = self.window_run(walk, AT, "catenc_done", "catenc_run", counter, target, pad + i)
+        elif walk.step:
+            run = [
+                f"{pad}{i}{{",
+                *self.copy_run(
+                    walk.step, walk.value, last, AT, counter, "catenc_done", target, "catenc_run", pad + i * 2
+                ),
+                f"{pad}{i}}}",
+            ]
         else:
             run = [
                 *self.scalar_loop(walk, pad + i),
@@ -912,6 +926,19 @@ class CRenderer:
             f"{pad}}}",
         ]
 
+    def copy_run(
+        self, step: int, value: Value, last: str, at: str, counter: str, first: str, target: str, count: str, pad: str
+    ) -> list[str]:
+        """`count` positions of a plain load `value` copied into `target` from the last index `at` and the
+        counter `first`: a block copy (`step` 1, memcpy: fast at any length, with any compiler), or of
+        every other element (2, templates/gemm.c.j2's vector shuffles)."""
+        copy = "CATENC_GEMM_COPY" if step == 1 else "catenc_gemm_copy_even_f32"
+        return [
+            f"{pad}const int64_t {last} = {at};",
+            f"{pad}const int64_t {counter} = {first};",
+            f"{pad}{copy}(&{target}, &{self.value(value)}, {count});",
+        ]
+
     def scalar_loop(self, walk: Odometer, pad: str) -> list[str]:
         """The line that keeps the loop after it scalar when the walk reads a strided operand."""
         return [f"{pad}{SCALAR_LOOP}"] if walk.strided else []
@@ -931,13 +958,21 @@ class CRenderer:
             lines.append(f"{pad}{i}if (!catenc_keep) {WINDOW_HIGH} = {WINDOW_LOW};")
         spans = (("0", WINDOW_LOW, False), (WINDOW_LOW, WINDOW_HIGH, True), (WINDOW_HIGH, length, False))
         for first, end, inside in spans:
-            if inside and window.contiguous:  # a block copy (memcpy: fast at any length, with any compiler)
-                source, first_at = self.value(window.inside), f"{done} + {WINDOW_LOW}" if done else WINDOW_LOW
+            if inside and window.step:  # a copy of a block, or of every other element
+                first_at = f"{done} + {WINDOW_LOW}" if done else WINDOW_LOW
                 lines += [
                     f"{pad}{i}if ({WINDOW_HIGH} > {WINDOW_LOW}) {{",
-                    f"{pad}{i * 2}const int64_t {walk.last[0]} = {base} + {WINDOW_LOW};",
-                    f"{pad}{i * 2}const int64_t {counter} = {first_at};",
-                    f"{pad}{i * 2}CATENC_GEMM_COPY(&{target}, &{source}, {WINDOW_HIGH} - {WINDOW_LOW});",
+                    *self.copy_run(
+                        window.step,
+                        window.inside,
+                        walk.last[0],
+                        f"{base} + {WINDOW_LOW}",
+                        counter,
+                        first_at,
+                        target,
+                        f"{WINDOW_HIGH} - {WINDOW_LOW}",
+                        pad + i * 2,
+                    ),
                     f"{pad}{i}}}",
                 ]
                 continue

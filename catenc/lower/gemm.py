@@ -50,7 +50,7 @@ class Window:
     lows: tuple[Expr, ...]  # free of the last index
     highs: tuple[Expr, ...]
     keep: Value | None  # the conjuncts that do not read the last index
-    contiguous: bool = False  # inside is a plain load at unit stride along the last index: a block copy
+    step: int = 0  # inside's copy_step: 1, a block copy; 2, a copy of every other element; 0, neither
 
 
 # The most depth-index combinations a MaskedRow keeps a mask for (49: a 7x7 window's).
@@ -86,7 +86,8 @@ class Odometer:
     `window`: the value's guard as a range of the last index (None: evaluate it as it is);
     `masked`: the walk as masked panel rows (MaskedRow), where it is one; `strided`: the value
     reads memory at a constant stride other than 1 along the last index (a stride-2 convolution's
-    patches), a loop clang vectorises with gathers that ran 4.5x slower than scalar copies."""
+    patches), a loop clang vectorises with gathers that ran 4.5x slower than scalar copies, unless
+    `step` says it is copied by the renderer's even-element copy instead."""
 
     value: Value
     begin: Divisions  # lower.flat.unflatten of the start
@@ -95,6 +96,7 @@ class Odometer:
     window: Window | None = None
     masked: MaskedRow | None = None
     strided: bool = False
+    step: int = 0  # 2: an unguarded value read at every other element, copied so (copy_step)
 
 
 @dataclass(frozen=True)
@@ -240,11 +242,12 @@ def odometer(
     `depth` axes of the packing also as a MaskedRow when it is one."""
     window = None if buffers is None else guard_window(value, axes[-1][0], buffers)
     strided = buffers is not None and _strided(value, axes[-1][0], buffers)
+    step = 2 if strided and window is None and copy_step(value, axes[-1][0], buffers) == 2 else 0
     if len(axes) == 1:
-        return Odometer(value, (), axes[0], (), window, strided=strided)
+        return Odometer(value, (), axes[0], (), window, strided=strided, step=step)
     outer = tuple(axes[:-1]) + ((AT, axes[-1][1]),)
     rows = None if window is None or depth is None else masked_row(axes, value, buffers, depth)
-    return Odometer(value, unflatten(outer), axes[-1], tuple(axes[:-1]), window, rows, strided)
+    return Odometer(value, unflatten(outer), axes[-1], tuple(axes[:-1]), window, rows, strided, step)
 
 
 def _strided(value: Value, last: str, buffers: Mapping[str, Storage]) -> bool:
@@ -307,16 +310,23 @@ def guard_window(value: Value, last: str, buffers: Mapping[str, Storage]) -> Win
     joined = None
     for term in keep:
         joined = term if joined is None else Binary(term.dtype, "and", joined, term)
-    return Window(value.a, value.b, tuple(lows), tuple(highs), joined, _unit_stride(value.a, last, buffers))
+    return Window(value.a, value.b, tuple(lows), tuple(highs), joined, copy_step(value.a, last, buffers))
 
 
-def _unit_stride(value: Value, last: str, buffers: Mapping[str, Storage]) -> bool:
-    """Whether `value` reads its buffer as stored (no conversion) at consecutive elements as `last` steps."""
+def copy_step(value: Value, last: str, buffers: Mapping[str, Storage]) -> int:
+    """How a walk copies `value`: 1 when it reads its buffer as stored (no conversion) at consecutive
+    elements as `last` steps (a block copy), 2 when at every other element of an f32 buffer (a stride-2
+    convolution's patches: two vectors' even elements, where a compiler's vectoriser would gather);
+    else 0."""
     if type(value) is not Load or buffers[value.buffer].dtype != value.dtype:
-        return False
+        return 0
     flat = flatten(list(value.index), list(buffers[value.buffer].shape))
     step = flat.coefficient(last)
-    return step.is_const and step.value == 1 and last not in (flat - sym(last)).free_symbols()
+    if not step.is_const or last in (flat - step * sym(last)).free_symbols():
+        return 0
+    if step.value == 1 or (step.value == 2 and value.dtype.name == "f32"):  # templates/gemm.c.j2's copies
+        return step.value
+    return 0
 
 
 def direct_a(c: Contraction, buffers: Mapping[str, Storage]) -> DirectA | None:
