@@ -532,7 +532,8 @@ class CRenderer:
         per = call.slot_align
         slot = f"((catenc_gemm_pack_elements_{t}({rows}, {cols}, {depth}) + {per - 1}) / {per} * {per})"
         pack = f"{call.pack} + catenc_slot * {slot}"
-        args = [rows, cols, depth, "0", "0", "0", f"{name}_pack_a", f"{name}_pack_b", "&catenc_ctx", out]
+        epilogue = f"{name}_epilogue" if call.epilogue is not None else "0"  # the driver applies it per block
+        args = [rows, cols, depth, "0", "0", "0", f"{name}_pack_a", f"{name}_pack_b", "&catenc_ctx", epilogue, out]
         if call.direct_a is not None:  # A read in place: its buffer and row stride
             direct = call.direct_a
             at = direct.buffer if direct.offset == ZERO else f"{direct.buffer} + ({direct.offset.to_c()})"
@@ -567,17 +568,6 @@ class CRenderer:
             f"{pad}{i * 2}const struct {name}_ctx catenc_ctx = {{{init}}};",
             f"{pad}{i * 2}catenc_gemm_call_{t}({', '.join(args)});",
         ]
-        if call.epilogue is not None:
-            n = call.epilogue_rows
-            first, stride = "0", f"{n}"
-            if call.epilogue_parallel:  # a shared product's rows are shared too
-                first = f"catenc_shared ? {n} * catenc_thread_index() : 0"
-                stride = f"catenc_shared ? {n} * catenc_team_size() : {n}"
-            step = f"{rows} - catenc_m < {n} ? {rows} - catenc_m : {n}"
-            lines += [
-                f"{pad}{i * 2}for (int64_t catenc_m = {first}; catenc_m < {rows}; catenc_m += {stride})",
-                f"{pad}{i * 3}{name}_epilogue(&catenc_ctx, catenc_m, {step}, 0, {cols});",
-            ]
         lines.append(f"{pad}{i}}}")
         if parallel:  # the statement's outputs are complete before the team goes on
             lines.append(f"{pad}{i}CATENC_GEMM_BARRIER();")

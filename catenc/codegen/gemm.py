@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from enum import Enum
 
 from catenc.codegen.jinja import environment
-from catenc.lower.gemm import direct_a
+from catenc.lower.gemm import GemmCall, direct_a, gemm_call
 from catenc.lower.lanes import Storage
 from catenc.lower.loops import Gemm, LoopKernel, WinogradGemm, iter_stmts
 from catenc.schedule.tiles import (
@@ -55,10 +55,12 @@ def _kernels(mr: int, nv: int) -> list[tuple[int, int]]:
 
 
 class Driver(Enum):
-    """An entry point of the support code: both operands packed, or A read in place."""
+    """An entry point of the support code: both operands packed, or A read in place; or a helper the
+    packing functions call (the copy of every other element of a stride-2 convolution's patches)."""
 
     PACKED = "catenc_gemm"
     DIRECT_A = "catenc_gemm_direct_a"
+    COPY_EVEN = "catenc_gemm_copy_even"
 
 
 def called_drivers(kernels: Iterable[tuple[LoopKernel, Mapping[str, Storage]]]) -> dict[str, frozenset[Driver]]:
@@ -71,7 +73,15 @@ def called_drivers(kernels: Iterable[tuple[LoopKernel, Mapping[str, Storage]]]) 
                 winograd = isinstance(stmt, WinogradGemm)  # its products read the transformed filters in place
                 driver = Driver.PACKED if direct_a(c, buffers) is None and not winograd else Driver.DIRECT_A
                 called.setdefault(c.kind, set()).add(driver)
+                if not winograd and _copies_even(gemm_call(stmt, kernel, buffers, False)):
+                    called[c.kind].add(Driver.COPY_EVEN)
     return {dtype: frozenset(drivers) for dtype, drivers in called.items()}
+
+
+def _copies_even(call: GemmCall) -> bool:
+    """Whether a packing function of the call copies every other element (lower/gemm.py copy_step)."""
+    walks = [w for side in call.sides for w in (side.fill, *(case.fill for case in side.cases))]
+    return any(w.step == 2 or (w.window is not None and w.window.step == 2) for w in walks)
 
 
 def render_gemm_support(tiles: dict[str, GemmTiles], drivers: Mapping[str, frozenset[Driver]] | None = None) -> str:
@@ -117,6 +127,7 @@ def render_gemm_support(tiles: dict[str, GemmTiles], drivers: Mapping[str, froze
                 "pack_elements": pack_elements(t, sym("M"), sym("N"), sym("K"), kind).render(_NONNEGATIVE_C),
                 "packed": Driver.PACKED in called,
                 "direct": Driver.DIRECT_A in called,
+                "copy_even": Driver.COPY_EVEN in called,
             }
         )
     if not dtypes:

@@ -25,7 +25,6 @@ from catenc.schedule.tiles import KINDS, PANEL_ALIGN
 from catenc.symbolic import ONE, ZERO, Call, Expr, floordiv, maximum, merge_divmod, minimum, product, sym
 
 AT = "catenc_at"  # the last axis's index where an odometer run starts
-EPILOGUE_ROWS = 4  # output rows per epilogue call
 
 
 @dataclass(frozen=True)
@@ -198,8 +197,6 @@ class GemmCall:
     depth_indices: Divisions  # of a depth step (packing)
     slot_align: int  # elements: each thread's panels start this aligned
     batch_parallel: bool  # one product per thread
-    epilogue_parallel: bool
-    epilogue_rows: int = EPILOGUE_ROWS
     direct_a: DirectA | None = None
     packed_b: PackedPanels | None = None  # B read from panels packed at compile time: no pack_b
     packed_a: PackedPanels | None = None  # ... A (an int8 weight): no pack_a
@@ -542,7 +539,6 @@ def gemm_call(
         unflatten(c.depth),
         PANEL_ALIGN // c.dtype.itemsize,
         parallel and bool(c.batch),
-        parallel,
         direct_a=direct_a(c, buffers),
         packed_b=packed["b"],
         packed_a=packed["a"],
