@@ -185,3 +185,34 @@ def test_the_verifier_knows_a_copy_only_after_it_is_made(tmp_path: Path) -> None
     late = replace(kernel, body=(replace(outer, body=(*nest, copy)),))
     problems = verify_loops((late,), buffers)
     assert problems and all("reads unknown buffer catenc_plane0" in p for p in problems)
+
+
+@pytest.mark.parametrize("phases", [1, 2, 3])
+def test_a_padded_plane_fills_exactly_what_its_values_leave(phases):
+    """codegen/c.py plane_border: the padding runs and the plane's values (written as the renderer's copy
+    places them) are disjoint and cover the whole array, for every padding of 0 to 2 on each side,
+    planes of 1 to 5 a side, and 1 to 3 phases."""
+    from catenc.codegen.c import plane_border
+    from catenc.dtypes import DTYPES
+    from catenc.ir.nodes import Const
+
+    f32 = DTYPES["f32"]
+    for top, bottom, left, right in np.ndindex(3, 3, 3, 3):
+        for height, width in ((1, 1), (2, 5), (5, 3), (4, 4)):
+            rows, cols = top + height + bottom, -(-(left + width + right) // phases)
+            plane = PaddedPlane(
+                "p", Const(f32, 1.0), (height, width), (rows, cols), (top, left), Const(f32, 0.0), phases
+            )
+            values = {
+                ((column + left) % phases * rows + r + top) * cols + (column + left) // phases
+                for r in range(height)
+                for column in range(width)
+            }
+            border = [
+                start + n * stride + c
+                for start, length, count, stride in plane_border(plane)
+                for n in range(count)
+                for c in range(length)
+            ]
+            assert len(border) == len(set(border)) and not set(border) & values
+            assert set(border) | values == set(range(phases * rows * cols)), (top, bottom, left, right, height, width)

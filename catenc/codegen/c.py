@@ -416,10 +416,12 @@ class CRenderer:
             return self.assignment(f"{stmt.name}[{target}]", value, inner)
 
         groups, size = width // phases, phases * rows * cols
+        fill = self.literal(stmt.fill.value, stmt.fill.dtype)
+        lines += [f"{pad}{ctype} {stmt.name}[{size}];"]
+        for start, length, count, stride in plane_border(stmt):  # the padding: the values cover the rest
+            run = f"for (int64_t {c} = 0; {c} < {length}; ++{c}) {stmt.name}[{start} + {r} * {stride} + {c}] = {fill};"
+            lines.append(f"{pad}for (int64_t {r} = 0; {r} < {count}; ++{r}) {run}")
         lines += [
-            f"{pad}{ctype} {stmt.name}[{size}];",
-            f"{pad}for (int64_t {r} = 0; {r} < {size}; ++{r}) {stmt.name}[{r}] = "
-            f"{self.literal(stmt.fill.value, stmt.fill.dtype)};",
             f"{pad}for (int64_t {r} = 0; {r} < {height}; ++{r}) {{",
             f"{pad}{i}for (int64_t {c} = 0; {c} < {groups}; ++{c}) {{",
             *[line for p in range(phases) for line in copy(p, c, pad + i * 2)],
@@ -1047,3 +1049,25 @@ def prelude_tables(math_suffix: dict[str, str] = CRenderer.math_suffix, device_i
 
 def buffer_args(buffers: tuple[Buffer, ...]) -> dict[str, BufferArg]:
     return {b.name: BufferArg(b.name, b.dtype, b.shape, b.role in (Role.INPUT, Role.VIEW)) for b in buffers}
+
+
+def plane_border(stmt: PaddedPlane) -> list[tuple[int, int, int, int]]:
+    """The parts of a padded plane's array its values do not cover (the padding), as (start, length,
+    count, stride): `count` runs of `length` elements `stride` apart. Per phase: the rows above the
+    plane and its first row's left columns, the columns right of one row and left of the next, the last
+    row's right columns and the rows below."""
+    (rows, cols), (top, left), phases = stmt.shape, stmt.offset, stmt.phases
+    height, width = stmt.plane
+    parts = []
+    for p in range(phases):
+        base = p * rows * cols
+        first = max(0, -(-(left - p) // phases))  # the first position of phase p that holds a plane column
+        last = min(cols, (width - 1 + left - p) // phases + 1)  # ... one past the last
+        if first >= last or height == 0:
+            parts.append((base, rows * cols, 1, 0))
+            continue
+        parts.append((base, top * cols + first, 1, 0))
+        parts.append((base + top * cols + last, cols - last + first, height - 1, cols))
+        end = base + (top + height - 1) * cols + last
+        parts.append((end, base + rows * cols - end, 1, 0))
+    return [part for part in parts if part[1] > 0 and part[2] > 0]
