@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -190,14 +191,16 @@ def _pack_declarations(entry: EntryPlan, placed: Mapping[str, Placed], weights_f
     if not entry.packs_weights:
         return []
     block = f"{entry.packed_bytes_symbol}() = {packed_bytes(entry, placed)} bytes, 64-byte aligned"
-    packs = (
-        f"/* Fills `{PACKED_WEIGHTS}` ({block}) for {entry.symbol} from `{WEIGHTS}`, the data section of "
+    packs = comment_safe(
+        f"Fills `{PACKED_WEIGHTS}` ({block}) for {entry.symbol} from `{WEIGHTS}`, the data section of "
         f"{weights_file} (or of a file of the same layout: catenc_weights_data): each constant's values, gemm "
         "panels and Winograd filter transform. Once, before the calls, which then read only the block; "
-        "CATENC_E_WORKSPACE when it is too small or not aligned. */"
+        "CATENC_E_WORKSPACE when it is too small or not aligned."
     )
+    lines = textwrap.wrap(packs, 96)
+    comment = "/*\n" + "".join(f" * {line}\n" for line in lines) + " */"
     first, second = pack_declarations(_pack_symbols(entry), WEIGHTS, PACKED_WEIGHTS)
-    return [f"/* The bytes of {entry.symbol}'s `{PACKED_WEIGHTS}` block. */\n{first}", f"{packs}\n{second}"]
+    return [f"/* The bytes of {entry.symbol}'s `{PACKED_WEIGHTS}` block. */\n{first}", f"{comment}\n{second}"]
 
 
 def packed_bytes(entry: EntryPlan, placed: Mapping[str, Placed]) -> int:
