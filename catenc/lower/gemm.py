@@ -15,7 +15,7 @@ from functools import reduce
 
 from catenc.dtypes import DType
 from catenc.ir.nodes import Binary, Const, Gather, Load, Reduce, SymInt, Value, Where, value_symbols, walk
-from catenc.ir.passes import substitute
+from catenc.ir.passes import replace_node, substitute
 from catenc.ir.verify import as_nonnegative, conjuncts
 from catenc.lower.flat import Axes, Divisions, flat_extent, flatten, indices_at, step_along, unflatten
 from catenc.lower.lanes import Storage
@@ -460,11 +460,11 @@ def _split_selects(value: Value, positions: set[str]) -> list[tuple[Value | None
     select = next((v for v in walk(value) if _depth_select(v, positions)), None)
     if select is None:
         return [(None, value)]
-    taken = _split_selects(_replaced(value, select, select.a), positions)
+    taken = _split_selects(replace_node(value, select, select.a), positions)
     if len(taken) > MAX_DEPTH_CASES:
         return taken
     both = [(select.cond if c is None else Binary(c.dtype, "and", select.cond, c), v) for c, v in taken]
-    return both + _split_selects(_replaced(value, select, select.b), positions)
+    return both + _split_selects(replace_node(value, select, select.b), positions)
 
 
 def _depth_select(value: Value, positions: set[str]) -> bool:
@@ -473,15 +473,6 @@ def _depth_select(value: Value, positions: set[str]) -> bool:
         and not value_symbols(value.cond) & positions
         and not any(isinstance(v, Load) for v in walk(value.cond))
     )
-
-
-def _replaced(value: Value, node: Value, by: Value) -> Value:
-    """`value` with `node` (that very node, wherever it occurs) replaced by `by`."""
-    if value is node:
-        return by
-    children = value.children()
-    rebuilt = tuple(_replaced(child, node, by) for child in children)
-    return value if all(a is b for a, b in zip(rebuilt, children)) else value.with_children(rebuilt)
 
 
 WINDOW_LOW = "catenc_lo"  # the first position inside a window, in a run
