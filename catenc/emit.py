@@ -12,7 +12,7 @@ import numpy as np
 from catenc import __version__
 from catenc.codegen.c import BufferArg, CRenderer, buffer_args, prelude_tables, region_condition
 from catenc.codegen.constants import constant_array
-from catenc.codegen.gemm import called_drivers, render_gemm_support
+from catenc.codegen.gemm import called_drivers, render_gemm_support, render_work_support
 from catenc.codegen.gpu import GpuRenderer, launch_plan, status_offsets, temp_offsets
 from catenc.codegen.jinja import environment
 from catenc.codegen.names import Renamer, Reserved, collect_names, fresh_names
@@ -247,10 +247,11 @@ def render_source(
         return render_gpu_source(entries, stem, source, renderer, suffix)
     prelude = _ENV.get_template("prelude.c.j2").render(**prelude_tables())
     prelude += "\n" + _ENV.get_template("vecmath.c.j2").render()
+    prelude += "\n" + render_work_support()
     tiles = gemm_tiles(entries)
     if tiles:  # only the drivers a kernel calls: the rest would be compiled for nothing
         calls = ((k, buffer_args(e.schedule.graph.buffers)) for e in entries for k in e.kernels)
-        prelude += "\n" + render_gemm_support(tiles, called_drivers(calls))
+        prelude += "\n" + render_gemm_support(tiles, called_drivers(calls), work_support=False)
         if "f32" in tiles:
             prelude += "\n" + render_winograd_support(winograd_tiles(entries), tiles["f32"].vector_bytes // 4)
     if any(e.packs_weights for e in entries):

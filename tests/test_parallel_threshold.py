@@ -41,9 +41,9 @@ def test_parallel_loop_has_a_size_threshold(built):
     _, source = built
     threshold = PARALLEL_WORK
     # the entry opens its team only when the kernel is worth threads, and the kernel shares its rows
-    # among the team on the same condition
+    # among the team, in chunks, on the same condition
     assert f"#pragma omp parallel if((3LL*D*N) >= {threshold})" in source
-    assert f"#pragma omp for schedule(static, catenc_team_chunk(N, (3LL*D*N) >= {threshold}))" in source
+    assert f"catenc_loop_chunks(catenc_extent, (3LL*D*N) >= {threshold})" in source
     # the row body is a function of its own (restrict pointers survive OpenMP outlining)
     assert "static void scale_rows_k0_row0(" in source
 

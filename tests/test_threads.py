@@ -133,6 +133,26 @@ def test_results_do_not_depend_on_the_thread_count(built):
             np.testing.assert_array_equal(a, want)
 
 
+def test_more_threads_than_cores_take_every_chunk_once(built):
+    """Teams larger than the machine (threads descheduled while holding chunks, or arriving after the
+    others took them all) still compute each chunk exactly once, k-slice after k-slice: every call gives
+    the one-thread bits."""
+    lib, _ = built
+    entry = lib["block"]
+    x, w, b = randn((3, 50, 1100), seed=5), randn((1100, 200), seed=6), randn((200,), seed=7)  # 3 k-slices
+    v = randn((3, 200, 200), seed=8)
+    entry.set_num_threads(1)
+    want = entry(x, w, b, v)
+    try:
+        for n in (5, 8):
+            entry.set_num_threads(n)
+            for _ in range(10):
+                for got, expected in zip(entry(x, w, b, v), want, strict=True):
+                    np.testing.assert_array_equal(got, expected)
+    finally:
+        entry.set_num_threads(0)
+
+
 def test_the_thread_count_a_caller_sets_is_the_teams(built):
     """The process's threads after one call: the main thread and the team's others."""
     _, program = built

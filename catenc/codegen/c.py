@@ -119,13 +119,9 @@ class CRenderer:
     kernel_qualifier = "static void"
     restrict = "restrict"
     # Threads (docs/abi.md, "Threads"): an entry call opens one parallel region and runs every kernel
-    # on its team. A kernel the schedule runs on threads shares its parallel loop among them (one
-    # thread takes it all below the kernel's work threshold); any other runs on one thread while the
-    # rest wait. Guarded, so the file also compiles warning-free without OpenMP.
-    team_pragma = (
-        "#ifdef _OPENMP\n#pragma omp for schedule(static, catenc_team_chunk({extent}, {work} >= {threshold}))\n#endif"
-    )
-    single_pragma = "#ifdef _OPENMP\n#pragma omp single\n#endif"
+    # on its team, which takes the kernels' work in chunks (templates/work.c.j2). A kernel the schedule
+    # runs on threads cuts its parallel loop into a few chunks per thread (one below the kernel's work
+    # threshold); any other is one chunk. Without OpenMP the same loops run every chunk in order.
     # A batch of small products runs one product per thread (at most this many), each with its own panels.
     batch_slots = 2
     compute_ctype = {"f16": "float", "bf16": "float", "bool": "uint8_t"}
@@ -330,10 +326,10 @@ class CRenderer:
         lines = [f"{self.kernel_qualifier} {kernel.name}({', '.join(state.params) or 'void'})", "{"]
         if shares_work(kernel):
             self.statements(kernel.body, 1, lines, True)
-        else:  # one thread of the team runs it
-            lines += [f"{self.indent}{line}" for line in self.single_pragma.splitlines()] + [f"{self.indent}{{"]
-            self.statements(kernel.body, 2, lines, False)
-            lines.append(f"{self.indent}}}")
+        else:  # one chunk: the thread that takes it runs the kernel
+            body: list[str] = []
+            self.statements(kernel.body, 3, body, False)
+            lines += self.chunk_loop("1", body, self.indent)
         lines.append("}")
         return "\n\n".join(state.functions + ["\n".join(lines)])
 
@@ -362,7 +358,6 @@ class CRenderer:
     @STATEMENTS.register(For)
     def loop(self, stmt: For, pad: str, depth: int, lines: list[str], parallel: bool) -> None:
         if stmt.parallel and parallel:
-            lines += self.pragma_lines(stmt.extent.to_c(), f"({self.state.kernel.work.to_c()})", pad)
             self.parallel_loop(stmt, pad, lines)
             return
         extent = stmt.extent.to_c()
@@ -432,11 +427,22 @@ class CRenderer:
         plane = BufferArg(stmt.name, stmt.value.dtype, (const(phases), const(rows), const(cols)), const=False)
         self.state.buffers = {**self.state.buffers, stmt.name: plane}
 
-    def pragma_lines(self, extent: str, work: str, pad: str) -> list[str]:
-        """The work-sharing pragma of a loop of `extent` iterations in a kernel of `work` operations."""
-        threshold = self.state.kernel.decisions.parallel_work
-        text = self.team_pragma.format(extent=extent, work=work, threshold=threshold)
-        return [f"{pad}{line}" for line in text.splitlines()]
+    def chunk_loop(self, chunks: str, body: list[str], pad: str, before: tuple[str, ...] = ()) -> list[str]:
+        """A construct of `chunks` chunks (templates/work.c.j2) around `body` (indented two levels
+        deeper than `pad`), which reads its chunk as `catenc_c`; `before`: declarations ahead of it."""
+        i = self.indent
+        first, next_chunk = "catenc_chunk_first(catenc_chunks)", "catenc_chunk_next(catenc_c, catenc_chunks)"
+        loop = f"int64_t catenc_c = {first}; catenc_c >= 0; catenc_c = {next_chunk}"
+        return [
+            f"{pad}{{",
+            *(f"{pad}{i}{line}" for line in before),
+            f"{pad}{i}const int64_t catenc_chunks = {chunks};",
+            f"{pad}{i}for ({loop}) {{",
+            *body,
+            f"{pad}{i}}}",
+            f"{pad}{i}catenc_chunk_end(catenc_chunks);",
+            f"{pad}}}",
+        ]
 
     def parallel_loop(self, loop: For, pad: str, lines: list[str]) -> None:
         """A parallel loop whose body is a function of its own: the body keeps its restrict
@@ -448,8 +454,16 @@ class CRenderer:
         body.append("}")
         state.functions.append("\n".join(body))
         args = ", ".join([*state.kernel.buffers, *state.kernel.symbols, loop.index])
-        extent = loop.extent.to_c()
-        lines.append(f"{pad}for (int64_t {loop.index} = 0; {loop.index} < {extent}; ++{loop.index}) {row}({args});")
+        extent, work = loop.extent.to_c(), state.kernel.work.to_c()
+        worth = f"({work}) >= {state.kernel.decisions.parallel_work}"
+        i, index = self.indent, loop.index
+        body = [
+            f"{pad}{i * 2}int64_t catenc_lo, catenc_hi;",
+            f"{pad}{i * 2}catenc_chunk_span(catenc_extent, catenc_chunks, catenc_c, &catenc_lo, &catenc_hi);",
+            f"{pad}{i * 2}for (int64_t {index} = catenc_lo; {index} < catenc_hi; ++{index}) {row}({args});",
+        ]
+        before = (f"const int64_t catenc_extent = {extent};",)
+        lines += self.chunk_loop(f"catenc_loop_chunks(catenc_extent, {worth})", body, pad, before)
 
     def assignment(self, target: str, v: Value, pad: str, conversion: str = "{0}") -> list[str]:
         """`target = v;` with the locals v's rendering hoisted, as lines (for statements that
@@ -559,6 +573,7 @@ class CRenderer:
                 f"{pad}{i}const int catenc_ways = catenc_apart ? CATENC_GEMM_WAYS({slots}) : 1;",
                 f"{pad}{i}const int catenc_slot = catenc_apart ? catenc_thread_index() : 0;",
                 f"{pad}{i}const int catenc_shared = !catenc_apart;",
+                f"{pad}{i}if (catenc_apart) catenc_work_wait(); /* what the chunks before wrote */",
             ]
         else:
             shared = "1" if parallel else "0"
@@ -571,8 +586,8 @@ class CRenderer:
             f"{pad}{i * 2}catenc_gemm_call_{t}({', '.join(args)});",
         ]
         lines.append(f"{pad}{i}}}")
-        if parallel:  # the statement's outputs are complete before the team goes on
-            lines.append(f"{pad}{i}CATENC_GEMM_BARRIER();")
+        if call.batch_parallel:  # products apart are split by thread numbers, not chunks: the team meets
+            lines += [f"{pad}{i}if (catenc_apart) {{", f"{pad}{i * 2}CATENC_GEMM_BARRIER();", f"{pad}{i}}}"]
         lines.append(f"{pad}}}")
 
     @STATEMENTS.register(WinogradGemm)
@@ -622,10 +637,8 @@ class CRenderer:
             f"{pad}{i * 2}const catenc_wino_f32 catenc_wino = {{{', '.join(fields)}}};",
             f"{pad}{i * 2}catenc_wino{plan.transform.m}_f32(&catenc_wino, {1 if parallel else 0});",
             f"{pad}{i}}}",
+            f"{pad}}}",
         ]
-        if parallel:  # the statement's outputs are complete before the team goes on
-            lines.append(f"{pad}{i}CATENC_GEMM_BARRIER();")
-        lines.append(f"{pad}}}")
 
     def transformed_filters(self, weight: str, pack: str) -> str:
         """A Winograd convolution's `u`: its filters transformed at compile time (codegen/prepack.py),

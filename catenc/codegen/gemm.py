@@ -84,9 +84,12 @@ def _copies_even(call: GemmCall) -> bool:
     return any(w.step == 2 or (w.window is not None and w.window.step == 2) for w in walks)
 
 
-def render_gemm_support(tiles: dict[str, GemmTiles], drivers: Mapping[str, frozenset[Driver]] | None = None) -> str:
+def render_gemm_support(
+    tiles: dict[str, GemmTiles], drivers: Mapping[str, frozenset[Driver]] | None = None, work_support: bool = True
+) -> str:
     """C text defining the packing typedef, tile macros, micro-kernels and drivers for each dtype in
-    `tiles`: only the `drivers` called of each (None: all of every dtype; a dtype without any: none)."""
+    `tiles`: only the `drivers` called of each (None: all of every dtype; a dtype without any: none),
+    after the work sharing they use unless the file has it already (`work_support` false)."""
     dtypes = []
     for name in sorted(tiles):
         t = tiles[name]
@@ -132,6 +135,13 @@ def render_gemm_support(tiles: dict[str, GemmTiles], drivers: Mapping[str, froze
         )
     if not dtypes:
         return ""
-    return _ENV.get_template("gemm.c.j2").render(
+    drivers_text = _ENV.get_template("gemm.c.j2").render(
         dtypes=dtypes, parallel_flops=PARALLEL_FLOPS, flops_per_thread=FLOPS_PER_THREAD, batch_flops=BATCH_FLOPS
     )
+    return (render_work_support() + "\n" if work_support else "") + drivers_text
+
+
+def render_work_support() -> str:
+    """C text sharing a call's work among its team in chunks (templates/work.c.j2): the loops of
+    every kernel and the gemm drivers use it."""
+    return _ENV.get_template("work.c.j2").render()
