@@ -16,6 +16,7 @@ import json
 import math
 import os
 import platform
+import random
 import re
 import statistics
 import subprocess
@@ -330,10 +331,11 @@ def time_contenders(
     gc.disable()
     try:
         for turn in range(max((c.target for c in contenders), default=0)):
-            # each round starts one contender later: every contender follows every other equally
-            # often, so none is always timed while the same peer's idle pool still spins
-            start = turn % len(contenders)
-            for contender in contenders[start:] + contenders[:start]:
+            # each round in an order of its own (seeded: the same every run), so that no contender is
+            # always timed right after the same peer, while that peer's idle pool may still spin
+            order = list(contenders)
+            random.Random(turn).shuffle(order)
+            for contender in order:
                 if not contender.crashed and len(contender.samples) < contender.target:
                     contender.samples.append(_call(contender)[0])
     finally:
@@ -700,8 +702,8 @@ def report(
         "## Timings",
         "",
         f"Median of the timed runs (n; at most {runs}) after warm-up, milliseconds. Contenders run",
-        "round-robin (catenc, numpy, numpy out=, torch 1T, ..., each round starting one contender later, so",
-        f"that each follows every other equally often), {GAP_S * 1e3:g} ms apart, on the same inputs.",
+        "round-robin (catenc, numpy, numpy out=, torch 1T, ..., each round in its own seeded order, so that",
+        f"none always follows the same peer), {GAP_S * 1e3:g} ms apart, on the same inputs.",
         "catenc calls the C entry directly (catenc/ccall.py) with **preallocated** outputs and workspace;",
         "the `numpy` and `torch` columns are the peers as users call them, **allocating** their results;",
         "the `out=` columns write into **preallocated** outputs (`np.matmul(out=)`, `torch.matmul(out=)`,",
