@@ -7,6 +7,8 @@ the plane is edge: the edges run scalar, one guarded tap at a time. Here the pla
 reads is copied once per plane into a local array with the padding value around it
 (`PaddedPlane`), and every tap reads the copy unguarded: each row of outputs is one vector loop.
 The copy holds exactly what the guarded reads returned, so the values computed are the same.
+A window of stride 2 or more without padding (SqueezeNet's 3x3 stride-2 max pools) is copied as
+well, into its column phases, so that its taps read consecutive columns and the row vectorises.
 
 A row whose length is not a multiple of the vector then ends in a scalar remainder (12 of a
 28-wide row with 16 lanes) that costs as much as the vectors. Its last vector's worth of
@@ -93,7 +95,12 @@ def _padded(loop: For, buffers: Mapping[str, Storage], names: Iterator[int]) -> 
     written = {stmt.buffer for stmt in iter_stmts((loop,)) if isinstance(stmt, Store)}
     planes: list[PaddedPlane] = []
     rewrite: dict[Value, Value] = {}
-    for template in dict.fromkeys(reads[tap.a].template for tap in taps):  # first-read order
+    # an unguarded window of stride 2 or more (a max pool without padding) is copied to phases too, so that
+    # its taps read consecutive positions; not where a select decides which reads happen (a pool over a
+    # concatenation): a copy would read every element of both sides, some outside their buffers
+    selects = any(isinstance(n, Where) for n in nodes)
+    strided = [] if selects else [r.template for r in reads.values() if _column_step(r.col, cols) not in (None, 1)]
+    for template in dict.fromkeys([reads[tap.a].template for tap in taps] + strided):  # first-read order
         group = [tap for tap in taps if reads[tap.a].template == template]
         same = [read for read in reads.values() if read.template == template]
         copy = _plane_copy(template, group, same, rows, cols, ranges, buffers, written)
@@ -155,7 +162,9 @@ def _plane_copy(
     """The copy (unnamed) that the guarded reads of one plane can read instead, when each read's
     guard is exactly its position's being inside the plane and the copy is small enough."""
     source = buffers.get(template.buffer)
-    if source is None or template.buffer in written or len(group) < MIN_TAPS or len({tap.b for tap in group}) != 1:
+    if source is None or template.buffer in written or len({tap.b for tap in group}) > 1:
+        return None
+    if len(group if group else same) < MIN_TAPS:  # no guard: a strided window's taps, copied to phases
         return None
     if not all(e.is_const for e in source.shape[-2:]):
         return None
@@ -173,9 +182,10 @@ def _plane_copy(
     offset = (max(0, -low[0]), max(0, -low[1]))
     padded = tuple(plane[k] + offset[k] + max(0, high[k] - plane[k] + 1) for k in (0, 1))
     shape = (padded[0], -(-padded[1] // phases))
-    if padded == plane or phases * shape[0] * shape[1] * template.dtype.itemsize > PLANE_BYTES:
+    if (padded == plane and phases == 1) or phases * shape[0] * shape[1] * template.dtype.itemsize > PLANE_BYTES:
         return None
-    return PaddedPlane("", template, plane, shape, offset, group[0].b, phases)
+    fill = group[0].b if group else Const(template.dtype, 0)  # no guard, no padding: nothing is filled
+    return PaddedPlane("", template, plane, shape, offset, fill, phases)
 
 
 def _column_step(col: Expr, cols: str) -> int | None:
