@@ -65,7 +65,10 @@ def _pad_body(
         if planes:
             (inner,) = stmt.body
             width = lanes * 4 // planes[0].value.dtype.itemsize
-            out += [*planes, replace(stmt, body=_blocks(inner, width))]
+            # a window that pads ends its rows in one overlapping block; a strided one without padding
+            # keeps its row loop (its rows, 55 wide in SqueezeNet, would compute 16% of it twice)
+            padding = any(plane.shape != _phase_shape(plane.plane, plane.phases) for plane in planes)
+            out += [*planes, replace(stmt, body=_blocks(inner, width) if padding else (inner,))]
         else:
             out.append(stmt.with_children(_pad_body(stmt.children(), buffers, names, lanes)))
     return tuple(out)
@@ -181,11 +184,16 @@ def _plane_copy(
     high = [max(span[k][1] for span in spans) for k in (0, 1)]
     offset = (max(0, -low[0]), max(0, -low[1]))
     padded = tuple(plane[k] + offset[k] + max(0, high[k] - plane[k] + 1) for k in (0, 1))
-    shape = (padded[0], -(-padded[1] // phases))
+    shape = _phase_shape(padded, phases)
     if (padded == plane and phases == 1) or phases * shape[0] * shape[1] * template.dtype.itemsize > PLANE_BYTES:
         return None
     fill = group[0].b if group else Const(template.dtype, 0)  # no guard, no padding: nothing is filled
     return PaddedPlane("", template, plane, shape, offset, fill, phases)
+
+
+def _phase_shape(plane: tuple[int, int], phases: int) -> tuple[int, int]:
+    """The rows and columns of each of the phases a plane is copied to."""
+    return plane[0], -(-plane[1] // phases)
 
 
 def _column_step(col: Expr, cols: str) -> int | None:
