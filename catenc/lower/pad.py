@@ -61,14 +61,13 @@ def _pad_body(
 ) -> tuple[Stmt, ...]:
     out: list[Stmt] = []
     for stmt in body:
-        planes, stmt = _padded(stmt, buffers, names) if isinstance(stmt, For) else ((), stmt)
+        planes, stmt, guarded = _padded(stmt, buffers, names) if isinstance(stmt, For) else ((), stmt, False)
         if planes:
             (inner,) = stmt.body
             width = lanes * 4 // planes[0].value.dtype.itemsize
-            # a window that pads ends its rows in one overlapping block; a strided one without padding
-            # keeps its row loop (its rows, 55 wide in SqueezeNet, would compute 16% of it twice)
-            padding = any(plane.shape != _phase_shape(plane.plane, plane.phases) for plane in planes)
-            out += [*planes, replace(stmt, body=_blocks(inner, width) if padding else (inner,))]
+            # a window read through guards ends its rows in one overlapping block; a strided one without
+            # them keeps its row loop (its rows, 55 wide in SqueezeNet, would compute 16% of it twice)
+            out += [*planes, replace(stmt, body=_blocks(inner, width) if guarded else (inner,))]
         else:
             out.append(stmt.with_children(_pad_body(stmt.children(), buffers, names, lanes)))
     return tuple(out)
@@ -85,12 +84,12 @@ class _Read:
     col: Expr
 
 
-def _padded(loop: For, buffers: Mapping[str, Storage], names: Iterator[int]) -> tuple[list[PaddedPlane], For]:
-    """The copies a nest of loops over a plane reads, and the nest reading them (no copies:
-    the loop as it is)."""
+def _padded(loop: For, buffers: Mapping[str, Storage], names: Iterator[int]) -> tuple[list[PaddedPlane], For, bool]:
+    """The copies a nest of loops over a plane reads, the nest reading them (no copies: the loop as
+    it is), and whether the nest reads through a guard or a select (then every copy is a guarded window's)."""
     ranges = _nest_ranges(loop)
     if ranges is None:
-        return [], loop
+        return [], loop, False
     rows, cols = loop.index, loop.body[0].index
     nodes = list(dict.fromkeys(n for stmt in iter_stmts((loop,)) for v in stmt_values(stmt) for n in walk(v)))
     reads = {node: read for node in nodes if (read := _read(node, ranges)) is not None}
@@ -116,8 +115,8 @@ def _padded(loop: For, buffers: Mapping[str, Storage], names: Iterator[int]) -> 
         for tap in group:
             rewrite[tap] = rewrite[tap.a]
     if not planes:
-        return [], loop
-    return planes, _rewritten(loop, rewrite)
+        return [], loop, selects
+    return planes, _rewritten(loop, rewrite), selects
 
 
 def _nest_ranges(loop: For) -> Ranges | None:
@@ -184,16 +183,11 @@ def _plane_copy(
     high = [max(span[k][1] for span in spans) for k in (0, 1)]
     offset = (max(0, -low[0]), max(0, -low[1]))
     padded = tuple(plane[k] + offset[k] + max(0, high[k] - plane[k] + 1) for k in (0, 1))
-    shape = _phase_shape(padded, phases)
+    shape = (padded[0], -(-padded[1] // phases))
     if (padded == plane and phases == 1) or phases * shape[0] * shape[1] * template.dtype.itemsize > PLANE_BYTES:
         return None
     fill = group[0].b if group else Const(template.dtype, 0)  # no guard, no padding: nothing is filled
     return PaddedPlane("", template, plane, shape, offset, fill, phases)
-
-
-def _phase_shape(plane: tuple[int, int], phases: int) -> tuple[int, int]:
-    """The rows and columns of each of the phases a plane is copied to."""
-    return plane[0], -(-plane[1] // phases)
 
 
 def _column_step(col: Expr, cols: str) -> int | None:
