@@ -79,12 +79,14 @@ def accumulators(text: str) -> list[str]:
 
 def assert_integer_form(text: str, count: int, unless: str = "-", fused: bool = True) -> None:
     """`count` sums (those not starting with `unless`), each of products of 8-bit values cast to
-    i32 (`cast(x, i32) * cast(w, i32)`, `cast(a, i32) @ cast(b, i32)`), with no f64 in them; `fused`
-    (QDQ groups): requantised in f32 as onnxruntime does, `round(cast(acc, f32) * ...)`, no f64 at all."""
+    i32 (`cast(x, i32) * cast(w, i32)`, `cast(a, i32) @ cast(b, i32)`) or, a depthwise one written tap
+    by tap, to f32 (exact: quantization.py `_exact_in_f32`), with no f64 in them; `fused` (QDQ
+    groups): requantised in f32 as onnxruntime does, `round(cast(acc, f32) * ...)`, no f64 at all."""
     sums = [line for line in accumulators(text) if not line.startswith(unless)]
     assert len(sums) == count, sums
     for line in sums:
-        assert re.search(r", i32\) [*@] cast\(", line) and "f64" not in line, line
+        exact_taps = "sum[" not in line and re.search(r", f32\) \* cast\(\w+\[k, 0, ", line)
+        assert (re.search(r", i32\) [*@] cast\(", line) or exact_taps) and "f64" not in line, line
         if fused:
             acc = re.match(r"(\w+?_acc)(_groups)?\b", line)[1]
             assert re.search(rf"round\(cast\({acc}, f32\) \*", text), acc
@@ -234,6 +236,30 @@ def test_qlinear_conv_sums_in_i32_exactly_as_numpy(tmp_path):
         sums = conv_sums(x, x_zero, p["w"], p["wz"], p["b"] if bias else None, pads, strides, group)
         factor = np.float32(0.02) * p["ws"] / np.float32(0.15)
         np.testing.assert_array_equal(out, requantized(sums, factor.reshape(-1, 1, 1), 100), err_msg=name)
+
+
+def test_a_depthwise_qlinear_conv_sums_in_f32_only_below_two_to_the_24(tmp_path):
+    """5x5 taps of full-range weights sum exactly in f32 (255 * 25 * 128 < 2^24); a bias near 2^24
+    would leave f32's integers, so that convolution sums in i32. Both equal numpy's int64 sums."""
+    w = RNG.choice(np.array([-128, 127], np.int8), (4, 1, 5, 5))
+    biases = {"small": RNG.integers(-3000, 3000, 4), "large": np.array([1 << 24, -5, 7, -(1 << 24)])}
+    inits = [const(n, v, t) for n, v, t in (("xs", 0.02, np.float32), ("ys", 40.0, np.float32), ("yz", 100, np.uint8))]
+    inits += [const("xz", 255, np.uint8), const("w", w, np.int8), const("wz", np.zeros(4), np.int8)]
+    inits += [const("ws", RNG.uniform(0.001, 0.01, 4), np.float32)]
+    inits += [const(f"b_{name}", bias, np.int32) for name, bias in biases.items()]
+    params = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"]
+    nodes = [helper.make_node("QLinearConv", [*params, f"b_{n}"], [n], pads=[2] * 4, group=4) for n in biases]
+    model = make_model(nodes, [tensor("x", U8, [1, 4, 9, 9])], [tensor(n, U8, None) for n in biases], inits, opset=13)
+    sums = dict(zip(biases, accumulators(import_proto(model, "model.onnx").text), strict=True))
+    assert "cast(i32)" not in sums["small"] and sums["small"].count(", f32) * cast(w[k, 0, ") == 25, sums["small"]
+    assert sums["large"].count(", i32) * cast(w[k, 0, ") == 25 and "f32" not in sums["large"], sums["large"]
+    x = RNG.integers(0, 256, (1, 4, 9, 9)).astype(np.uint8)
+    x[0, 0] = 255  # the largest sums: every tap at the largest input
+    got = next(iter(compile_file(save(model, tmp_path), tmp_path / "out").entries.values()))(x)
+    factor = (np.float32(0.02) * numpy_helper.to_array(inits[6]) / np.float32(40.0)).reshape(-1, 1, 1)
+    for (name, bias), out in zip(biases.items(), got, strict=True):
+        want = requantized(conv_sums(x, 255, w, 0, bias, [2] * 4, [1, 1], 4), factor, 100)
+        np.testing.assert_array_equal(out, want, err_msg=name)
 
 
 def test_qlinear_matmul_sums_in_i32_exactly_as_numpy(tmp_path):

@@ -105,6 +105,35 @@ def test_a_row_ends_in_one_overlapping_block(tmp_path: Path) -> None:
     assert columns[-3:] == [29, 29 - 29 % lanes, lanes]  # rows; whole vectors, then the last one again
 
 
+U8_TAPS = """
+[composite.dw]
+inputs = ["x: u8[8, 29, 29]", "k: f32[8, 5, 5]"]
+outputs = ["y: f32[8, 29, 29]"]
+body = '''
+y[c, i < 29, j < 29] = sum[r < 5, s < 5](
+    cast(where((i + r >= 2) & (i + r < 31) & (j + s >= 2) & (j + s < 31), x[c, i + r - 2, j + s - 2], cast(0, u8)), f32)
+    * k[c, r, s])
+'''
+"""
+
+
+def test_a_u8_plane_multiplied_in_f32_ends_its_rows_in_f32_vectors(tmp_path: Path) -> None:
+    """The blocks are as wide as the vectors of the type the row computes in (f32), not of the
+    plane's bytes: 64 u8 lanes would be wider than the row and leave it a scalar remainder."""
+    plan, library = built(tmp_path, U8_TAPS)
+    (plane,) = _planes(plan)
+    assert plane.value.dtype.name == "u8"
+    (kernel,) = _kernels(plan)
+    lanes = kernel.decisions.vector_lanes
+    columns = [s.extent.value for s in iter_stmts(kernel.body) if isinstance(s, For) and not s.parallel]
+    assert columns[-3:] == [29, 29 - 29 % lanes, lanes]
+    x = np.random.default_rng(4).integers(0, 256, (8, 29, 29)).astype(np.uint8)
+    k = randn((8, 5, 5), np.float32, seed=5)
+    padded = np.pad(x.astype(np.float64), ((0, 0), (2, 2), (2, 2)))
+    want = sum(padded[:, r : r + 29, s : s + 29] * k[:, r, s, None, None] for r in range(5) for s in range(5))
+    np.testing.assert_allclose(library.entries["dw"](x, k), want, rtol=1e-5, atol=1e-3)
+
+
 POOL = """
 [composite.pool]
 inputs = ["x: f32[3, 30, 30]"]

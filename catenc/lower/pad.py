@@ -64,7 +64,7 @@ def _pad_body(
         planes, stmt, guarded = _padded(stmt, buffers, names) if isinstance(stmt, For) else ((), stmt, False)
         if planes:
             (inner,) = stmt.body
-            width = lanes * 4 // planes[0].value.dtype.itemsize
+            width = lanes * 4 // _widest(inner)
             # a window read through guards ends its rows in one overlapping block; a strided one without
             # them keeps its row loop (its rows, 55 wide in SqueezeNet, would compute 16% of it twice)
             out += [*planes, replace(stmt, body=_blocks(inner, width) if guarded else (inner,))]
@@ -258,6 +258,13 @@ def _guard_is_bounds(cond: Value, position: tuple[Expr, Expr], plane: tuple[int,
             if holds != inside:
                 return False
     return True
+
+
+def _widest(loop: For) -> int:
+    """The bytes of the widest value the loop computes: its vectors' lanes are of that type (a u8
+    plane's taps multiplied in f32 run 16 to an AVX-512 vector, not 64)."""
+    values = (n for s in iter_stmts(loop.body) for v in stmt_values(s) for n in walk(v))
+    return max((4 if n.dtype.name in ("f16", "bf16") else n.dtype.itemsize for n in values), default=4)
 
 
 def _blocks(loop: For, block: int) -> tuple[For, ...]:

@@ -230,6 +230,11 @@ def conv(node: OnnxNode, emit: Emitter) -> list[Value]:
     return [convolution(node, x, node.need(1), node.input(2), emit)]
 
 
+def is_depthwise(node: OnnxNode, x: Value, w: Value) -> bool:
+    """Whether the convolution reads one input channel per group (the weight's channels are 1)."""
+    return int(node.attr("group", 1)) > 1 and w.rank == x.rank and w.shape[1] == const(1)
+
+
 def _product(read: Node, weight: Node, accumulator: str | None) -> Node:
     """read * weight; with an accumulator type, each factor cast to it (`cast(x, i32) * cast(w, i32)`)."""
     if accumulator is None:

@@ -226,9 +226,9 @@ def _raw_operands(x: Value, x_zero: Value | None, w: Value, w_zero: Value | None
     return x.dtype == "u8" and w.dtype == "i8" and known and zero and weight_centred
 
 
-def _correction(node: OnnxNode, values: np.ndarray, emit: Emitter) -> Value:
-    """The i32 constant vector added to a raw product (`<output>_correction`), computed at import."""
-    correction = known_value(values.astype(np.int32), "i32")
+def _correction(node: OnnxNode, values: np.ndarray, emit: Emitter, dtype: str = "i32") -> Value:
+    """The constant vector added to a raw product (`<output>_correction`), computed at import."""
+    correction = known_value(values.astype(NUMPY[dtype]), dtype)
     emit.hint(correction, f"{node.outputs[0]}_correction")
     return correction
 
@@ -321,16 +321,29 @@ def _accumulator(node: OnnxNode, emit: Emitter, build: Callable[[], Value]) -> V
         emit.outputs = outputs
 
 
+F32_EXACT = 1 << 24  # every integer of smaller magnitude is an f32, and so is every partial sum below it
+
+
 def _raw_conv(node: OnnxNode, x: Value, x_zero: Value | None, w: Value, bias: Value | None, emit: Emitter) -> Value:
     """sum(cast(x padded with x_zero, i32) * cast(w, i32)) + correction[k], correction = bias -
-    x_zero * sum of w[k]: the convolution of (x - x_zero) and w plus the bias, in i32."""
+    x_zero * sum of w[k]: the convolution of (x - x_zero) and w plus the bias, in i32. A depthwise
+    one sums in f32 where every partial sum is an integer below 2^24 (`_exact_in_f32`): the same
+    integers, from f32 multiply-adds instead of i32 multiplies."""
     zero = _known_zero(x_zero)
-    sums = w.known.astype(np.int64).reshape(w.known.shape[0], -1).sum(axis=1)
-    correction = None
-    if zero or bias is not None:
-        correction = _correction(node, -zero * sums + (0 if bias is None else bias.known.astype(np.int64)), emit)
+    weights = w.known.astype(np.int64).reshape(w.known.shape[0], -1)
+    values = -zero * weights.sum(axis=1) + (0 if bias is None else bias.known.astype(np.int64))
+    exact = nn.is_depthwise(node, x, w) and _exact_in_f32(weights, values)
+    accumulator = "f32" if exact else "i32"
+    correction = _correction(node, values, emit, accumulator) if zero or bias is not None else None
     pad = cast(0, "u8") if x_zero is None else _scalar_param(x_zero, emit)
-    return _accumulator(node, emit, lambda: nn.convolution(node, x, w, correction, emit, pad, "i32"))
+    return _accumulator(node, emit, lambda: nn.convolution(node, x, w, correction, emit, pad, accumulator))
+
+
+def _exact_in_f32(weights: np.ndarray, correction: np.ndarray) -> bool:
+    """Whether every partial sum of a u8 input times each row of int8 `weights`, plus that row's
+    correction, stays below 2^24 in magnitude: then f32 computes each one exactly, in any order."""
+    bound = np.iinfo(np.uint8).max * np.abs(weights).sum(axis=1) + np.abs(correction)
+    return bool((bound < F32_EXACT).all())
 
 
 def _integer_conv(
