@@ -59,6 +59,11 @@ def _planes(plan) -> list[PaddedPlane]:
     return [s for k in _kernels(plan) for s in iter_stmts(k.body) if isinstance(s, PaddedPlane)]
 
 
+def _serial_extents(kernel) -> list[int]:
+    """The extents of the kernel's loops that run on one thread, outermost first."""
+    return [s.extent.value for s in iter_stmts(kernel.body) if isinstance(s, For) and not s.parallel]
+
+
 def _guarded_reads(plan) -> int:
     return sum(
         isinstance(n, Where)
@@ -101,7 +106,7 @@ def test_a_row_ends_in_one_overlapping_block(tmp_path: Path) -> None:
     (kernel,) = _kernels(plan)
     lanes = kernel.decisions.vector_lanes
     assert lanes >= 4
-    columns = [s.extent.value for s in iter_stmts(kernel.body) if isinstance(s, For) and not s.parallel]
+    columns = _serial_extents(kernel)
     assert columns[-3:] == [29, 29 - 29 % lanes, lanes]  # rows; whole vectors, then the last one again
 
 
@@ -125,7 +130,7 @@ def test_a_u8_plane_multiplied_in_f32_ends_its_rows_in_f32_vectors(tmp_path: Pat
     assert plane.value.dtype.name == "u8"
     (kernel,) = _kernels(plan)
     lanes = kernel.decisions.vector_lanes
-    columns = [s.extent.value for s in iter_stmts(kernel.body) if isinstance(s, For) and not s.parallel]
+    columns = _serial_extents(kernel)
     assert columns[-3:] == [29, 29 - 29 % lanes, lanes]
     x = np.random.default_rng(4).integers(0, 256, (8, 29, 29)).astype(np.uint8)
     k = randn((8, 5, 5), np.float32, seed=5)

@@ -22,6 +22,7 @@ import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
+from catenc.ir.build import compute_dtype
 from catenc.ir.evaluate import index_value
 from catenc.ir.nodes import Const, Load, Value, Where, walk
 from catenc.ir.verify import conjuncts
@@ -264,7 +265,7 @@ def _widest(loop: For) -> int:
     """The bytes of the widest value the loop computes: its vectors' lanes are of that type (a u8
     plane's taps multiplied in f32 run 16 to an AVX-512 vector, not 64)."""
     values = (n for s in iter_stmts(loop.body) for v in stmt_values(s) for n in walk(v))
-    return max((4 if n.dtype.name in ("f16", "bf16") else n.dtype.itemsize for n in values), default=4)
+    return max((compute_dtype(n.dtype).itemsize for n in values), default=4)
 
 
 def _blocks(loop: For, block: int) -> tuple[For, ...]:

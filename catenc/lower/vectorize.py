@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from catenc.dispatch import Table
 from catenc.dtypes import DType
+from catenc.ir.build import compute_dtype
 from catenc.ir.nodes import Binary, Const, Load, Local, Unary, Value, contains, value_symbols, walk
 from catenc.ir.passes import calls_expensive, replace_node, substitute
 from catenc.lower.loops import Assign, Declare, For, LaneReduce, LoopKernel, Stmt, Store
@@ -31,8 +32,7 @@ MAX_LANES = 64
 
 def lanes_for(dtype: DType, vector_lanes: int) -> int:
     """Partial accumulators for a reduction in dtype: two vector registers' worth."""
-    itemsize = 4 if dtype.name in ("f16", "bf16") else dtype.itemsize
-    return min(MAX_LANES, max(4, 2 * vector_lanes * 4 // itemsize))
+    return min(MAX_LANES, max(4, 2 * vector_lanes * 4 // compute_dtype(dtype).itemsize))
 
 
 def split_reduction_lanes(kernel: LoopKernel, storage: dict[str, DType]) -> LoopKernel:

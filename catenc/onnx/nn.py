@@ -270,7 +270,7 @@ def convolution(
     access = forward_access(win, x.shape[2:], outs, taps)
     c = ix("c")
     per_group = k_out // groups
-    depthwise = c_group == 1 and groups > 1
+    depthwise = is_depthwise(node, x, w)
     wtaps = [taps[i] if k > 1 else 0 for i, k in enumerate(kernel)]
 
     def expr_of(channel: Node, g: Index | None, j: Index | None) -> Node:
