@@ -588,11 +588,17 @@ class Facts:
         return Facts(self.nonneg + tuple(exprs), self.ranges)
 
     def with_range(self, name: str, extent: Expr) -> Facts:
-        return Facts(self.nonneg + (extent - 1,), self.ranges + ((name, extent),))
+        return Facts(self.nonneg + (_last_of(extent),), self.ranges + ((name, extent),))
 
     @property
     def extents(self) -> dict[str, Expr]:
         return dict(self.ranges)
+
+
+@lru_cache(maxsize=1 << 14)
+def _last_of(extent: Expr) -> Expr:
+    """extent - 1, remembered: every loop of every verified program asks it again."""
+    return extent - 1
 
 
 def _atom_is_nonneg(atom: Atom) -> bool:
