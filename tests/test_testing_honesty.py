@@ -21,6 +21,7 @@ from catenc.loader import load
 from catenc.plan import Options
 from catenc.runtime.descriptor import load_runtime
 from catenc.testing.check import check_entries, reduction_rounding
+from catenc.testing.reference import run_program
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,6 +82,42 @@ def test_a_long_reduction_passes_and_prints_its_tolerance(tmp_path):
         assert check.atol > 2e-5 and check.rtol > 2e-4  # widened for K = 1e5 terms
         assert f"(atol {check.atol:.2e})" in line and f"(rtol {check.rtol:.2e})" in line, line
         assert 0 < check.worst <= 1 and f"worst {check.worst:.0%} of atol+rtol*|want|" in line, line
+
+
+CONTRACTIONS = """
+[composite.mm]
+inputs = ["a: f64[M, K]", "b: f64[K, N]"]
+outputs = ["y: f64[M, N]"]
+body = "y[i, j] = sum[k](a[i, k] * b[k, j])"
+
+[composite.outer]
+inputs = ["x: f64[M, K]", "w: f64[N]"]
+outputs = ["y: f64[M]"]
+body = "y[i] = sum[k, j](x[i, k] * w[j])"
+
+[composite.scaled]
+inputs = ["x: f64[M, K]"]
+outputs = ["y: f64[M]"]
+body = "y[i] = sum[k](x[i, k] * 2.0) + max[k](x[i, k] * x[i, k])"
+"""
+
+
+@pytest.mark.parametrize("sizes", [{"M": 3, "K": 5, "N": 4}, {"M": 1, "K": 0, "N": 1}, {"M": 2, "K": 1, "N": 0}])
+def test_the_reference_contracts_a_sum_of_products_as_numpy_does(tmp_path, sizes):
+    """The interpreter's einsum path for `sum[k](a * b)` (no product grid) gives numpy's sums,
+    with empty and unit extents; other reductions keep the grid."""
+    path = tmp_path / "c.toml"
+    path.write_text(CONTRACTIONS)
+    plan = plan_file(str(path), Options(load_runtime("clang"), opt="0"))
+    m, k, n = sizes["M"], sizes["K"], sizes["N"]
+    g = np.random.default_rng(5)
+    a, b, w = g.standard_normal((m, k)), g.standard_normal((k, n)), g.standard_normal(n)
+    inputs = {"mm": {"a": a, "b": b}, "outer": {"x": a, "w": w}, "scaled": {"x": a}}
+    square = np.max(a * a, axis=1, initial=-np.inf)
+    expected = {"mm": a @ b, "outer": a.sum(axis=1) * w.sum(), "scaled": 2.0 * a.sum(axis=1) + square}
+    for entry in plan.entries:
+        (got,) = run_program(entry.program, inputs[entry.name], sizes).values()
+        np.testing.assert_allclose(got, expected[entry.name], rtol=1e-12, atol=1e-12)
 
 
 def test_a_wrong_reference_fails_at_every_size(tmp_path):

@@ -313,15 +313,47 @@ class _IndexGrid:
             self.extents[name] = extent
             self.env[name] = self.index_array(axis, extent)
             reduced.append(axis)
+        product = self.sum_of_products(node, reduced)
+        if product is not None:
+            for name, _ in node.indices:
+                del self.axes[name]
+            return product
         body = self.eval(node.body)
         shape = list(np.broadcast_shapes(body.shape, (1,) * self.total))
         for axis in reduced:
-            shape[axis] = self.extents[[n for n, a in self.axes.items() if a == axis][0]]
+            shape[axis] = self.extent_of(axis)
         body = np.broadcast_to(body, shape)
         out = reduce(node.op, body, tuple(reduced), True, node.body.type.dtype)
         for name, _ in node.indices:
             del self.axes[name]
         return out
+
+    def sum_of_products(self, node: T.IndexReduce, reduced: list[int]) -> np.ndarray | None:
+        """A float `sum` of `a * b` where a or b spans every reduced axis, contracted by np.einsum
+        without the product's grid (a gemm at K = 1e5 would be 5 GB); None for any other reduction."""
+        body = node.body
+        if not (node.op == "sum" and isinstance(body, T.Apply) and body.op == "mul" and self.total <= 52):
+            return None
+        if not (body.type.dtype.is_float and all(a.type.dtype == body.type.dtype for a in body.args)):
+            return None
+        dtype = compute_dtype(body.type.dtype)
+        grids = [np.asarray(self.eval(a), dtype=dtype) for a in body.args]
+        grids = [g.reshape((1,) * (self.total - g.ndim) + g.shape) for g in grids]
+        spanned = [[g.shape[axis] != 1 for g in grids] for axis in range(self.total)]
+        if not all(any(spanned[axis]) or self.extent_of(axis) == 1 for axis in reduced):
+            return None
+        letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+        terms = ["".join(letters[k] for k in range(self.total) if g.shape[k] != 1) for g in grids]
+        kept = [k for k in range(self.total) if k not in reduced and any(spanned[k])]
+        operands = [g.reshape([n for n in g.shape if n != 1]) for g in grids]
+        out = np.einsum(f"{terms[0]},{terms[1]}->{''.join(letters[k] for k in kept)}", *operands, optimize=True)
+        shape = [
+            g_extent if k in kept else 1 for k, g_extent in enumerate(np.broadcast_shapes(*(g.shape for g in grids)))
+        ]
+        return np.asarray(out, dtype=dtype).reshape(shape)
+
+    def extent_of(self, axis: int) -> int:
+        return self.extents[next(n for n, a in self.axes.items() if a == axis)]
 
 
 # ---- elementwise semantics ----
