@@ -85,10 +85,12 @@ def compile_text(
     extra_files: Mapping[str, str] | None = None,
     config: Mapping[str, str] | None = None,
     runtime_name: str = "clang",
+    composites: tuple[str, ...] = (),
 ) -> Library:
     """Write ``text`` (a TOML composite file) into ``directory``, compile it and load it.
 
-    ``extra_files`` are written next to it first (relative path -> text), for includes.
+    ``extra_files`` are written next to it first (relative path -> text), for includes;
+    ``composites``: the entries to build (as ``--composite``; none: all).
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -101,7 +103,14 @@ def compile_text(
     path.write_text(textwrap.dedent(text))
     out_dir = directory / f"out_{stem}_O{opt}"
     return compile_file(
-        path, out_dir, opt=opt, defines=defines, include_dirs=include_dirs, config=config, runtime_name=runtime_name
+        path,
+        out_dir,
+        opt=opt,
+        defines=defines,
+        include_dirs=include_dirs,
+        config=config,
+        runtime_name=runtime_name,
+        composites=composites,
     )
 
 
@@ -115,6 +124,7 @@ def compile_file(
     config: Mapping[str, str] | None = None,
     runtime_name: str = "clang",
     weights: str = "baked",
+    composites: tuple[str, ...] = (),
 ) -> Library:
     """Compile a composite file (TOML or YAML) in-process into out_dir and load it.
 
@@ -129,6 +139,7 @@ def compile_file(
         defines=dict(defines or {}),
         include_dirs=tuple(include_dirs),
         weights=WeightsMode(weights),
+        composites=tuple(composites),
     )
     plan = plan_file(str(path), options)
     request = BuildRequest(str(path), str(out_dir), ("c", "h", "manifest", "so"))

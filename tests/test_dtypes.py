@@ -397,7 +397,7 @@ TYPEVAR_TOL = {"f32": dict(rtol=1e-5, atol=1e-6), "f64": dict(rtol=1e-12, atol=1
 @pytest.fixture(scope="module", params=[None, "f32", "f64"], ids=["default", "T=f32", "T=f64"])
 def typevar(request, compile_composites):
     defines = {} if request.param is None else {"T": request.param}
-    lib = compile_composites(SOURCE, name="dtypes_tv", defines=defines)
+    lib = compile_composites(SOURCE, name="dtypes_tv", defines=defines, composites=("typevar",))
     return lib, request.param or "f32"
 
 
@@ -417,7 +417,7 @@ def test_dtype_variable(typevar, n):
 
 @pytest.mark.parametrize("dt", ["i32", "i8", "u16"])
 def test_int_dtype_variable(compile_composites, dt):
-    lib = compile_composites(SOURCE, name="dtypes_tvi", defines={"I": dt})
+    lib = compile_composites(SOURCE, name="dtypes_tvi", defines={"I": dt}, composites=("typevar_int",))
     info = np.iinfo(NP_INT[dt])
     for n in NS:
         x = randint(n, info.min, info.max, NP_INT[dt], seed=n)

@@ -167,10 +167,10 @@ build(FilePlan(root, library, entries), options, BuildRequest(str(path), str(pat
 """
 
 
-def test_samples_and_op_library_under_three_hash_seeds(tmp_path: Path) -> None:
-    """Every sample and every op of the library, compiled under three hash seeds (in parallel
+def test_samples_and_op_library_under_two_hash_seeds(tmp_path: Path) -> None:
+    """Every sample and every op of the library, compiled under two hash seeds (in parallel
     subprocesses), give byte-identical sources, headers, manifests and stage dumps."""
-    seeds = ("1", "2", "3")
+    seeds = ("1", "2")
     args = [",".join(SAMPLES), ",".join(GPU_SAMPLES)]
     procs = [
         subprocess.Popen(
