@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
@@ -15,7 +16,7 @@ from catenc.driver import plan_file
 from catenc.ir.nodes import Binary, walk
 from catenc.loader import load
 from catenc.lower.guards import PEEL
-from catenc.lower.loops import For, LoopKernel, iter_stmts, stmt_values
+from catenc.lower.loops import For, If, LoopKernel, PaddedPlane, iter_stmts, stmt_values
 from catenc.plan import Options
 from tests.conftest import runtime
 from tests.test_onnx_import import make_model, save, tensor
@@ -85,3 +86,36 @@ def test_depthwise_and_pool_interiors_have_no_guards(tmp_path: Path):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
     for g, u in zip(got, unsplit(x), strict=True):
         np.testing.assert_array_equal(g, u)  # the same operations in the same order
+
+
+def concat_pool_model():
+    """SqueezeNet's fire-module join: the two expands concatenated, then a 3x3/2 max pool, big
+    enough to run on threads."""
+    n = helper.make_node
+    nodes = [n("Concat", ["a", "b"], ["ab"], axis=1), n("MaxPool", ["ab"], ["y"], kernel_shape=[3, 3], strides=[2, 2])]
+    inputs = [tensor("a", F, [1, 64, 55, 55]), tensor("b", F, [1, 48, 55, 55])]
+    return make_model(nodes, inputs, [tensor("y", F, None)], [])
+
+
+@pytest.mark.parametrize("omp", ["1", "0"])
+def test_a_pool_over_a_concatenation_runs_a_body_per_side(tmp_path: Path, omp: str):
+    """On threads, the loop over channels keeps its iterations and each runs the version of its
+    body for its side; serial, it splits into a loop per side. Either way no tap compares the
+    channel, and each side's plane is copied to phases (lower/pad.py) as a pool over one tensor's is."""
+    path = save(concat_pool_model(), tmp_path, "fire")
+    options = Options(runtime("clang"), runtime("clang").validate_config({"OMP": omp}), opt="2")
+    plan = plan_file(str(path), options)
+    (kernel,) = plan.entries[0].kernels
+    loops = [s for s in kernel.body if isinstance(s, For)]
+    if omp == "1":
+        assert [(loop.parallel, loop.extent.value) for loop in loops] == [(True, 112)]
+        assert [type(s) for s in loops[0].body] == [If, If]
+    else:
+        assert [(loop.parallel, loop.extent.value) for loop in loops] == [(False, 64), (False, 48)]
+    assert sum(isinstance(s, PaddedPlane) for s in iter_stmts(kernel.body)) == 2
+    assert _vector_loops(kernel) and sum(map(_guards, _vector_loops(kernel))) == 0
+    written = build(plan, options, BuildRequest(str(path), str(tmp_path / "out"), ("c", "h", "manifest", "so")))
+    a, b = (RNG.standard_normal((1, c, 55, 55)).astype(np.float32) for c in (64, 48))
+    got = next(iter(load(written["manifest"]).entries.values()))(a, b)
+    (want,) = ReferenceEvaluator(concat_pool_model()).run(None, {"a": a, "b": b})
+    np.testing.assert_array_equal(got, want)

@@ -16,8 +16,8 @@ from dataclasses import replace
 from functools import partial
 
 from catenc.dispatch import Table
-from catenc.dtypes import BOOL
-from catenc.ir.nodes import Binary, Const, Value, walk
+from catenc.dtypes import BOOL, I64
+from catenc.ir.nodes import Binary, Const, SymInt, Value, walk
 from catenc.ir.passes import fold_node, substitute
 from catenc.ir.verify import as_expr
 from catenc.lower.loops import Assign, Declare, For, If, LaneReduce, LoopKernel, PaddedPlane, Stmt, Store, stmt_values
@@ -32,6 +32,26 @@ Ranges = dict[str, tuple[int, int]]  # loop index -> its lowest and highest valu
 def split_guarded_loops(kernel: LoopKernel) -> LoopKernel:
     """The kernel with every serial loop of constant extent split where its guards change."""
     return replace(kernel, body=_split_body(kernel.body, {}, 1))
+
+
+def unswitch_outer_loops(kernel: LoopKernel) -> LoopKernel:
+    """The kernel with each outermost loop whose guards change once (a select between the two
+    sides of a concatenation, on the loop over channels) running, per iteration, the version of
+    its body for its side: the loop keeps its iterations (and its threads), and each version
+    reads one side without a select, as a window over one plane (lower/pad.py)."""
+    body = []
+    for stmt in kernel.body:
+        pieces = _pieces(stmt, {}) if isinstance(stmt, For) and stmt.extent.is_const else []
+        body.append(_unswitched(stmt, pieces[1][0]) if len(pieces) == 2 else stmt)
+    return replace(kernel, body=tuple(body))
+
+
+def _unswitched(loop: For, split: int) -> For:
+    index = SymInt(I64, sym(loop.index))
+    sides = ((Binary(BOOL, "lt", index, Const(I64, split)), (0, split - 1)),
+             (Binary(BOOL, "le", Const(I64, split), index), (split, loop.extent.value - 1)))  # fmt: skip
+    versions = tuple(If(test, _decided(loop.body, {loop.index: span}, loop.index)) for test, span in sides)
+    return replace(loop, body=versions)
 
 
 def _split_body(body: tuple[Stmt, ...], ranges: Ranges, copies: int) -> tuple[Stmt, ...]:
@@ -154,7 +174,11 @@ def _decided(body: tuple[Stmt, ...], ranges: Ranges, index: str) -> tuple[Stmt, 
     for stmt in body:
         inner = _inner_ranges(stmt, ranges)
         stmt = _mapped(stmt, partial(_decide, ranges=inner, index=index), _same)
-        out.append(stmt.with_children(_decided(stmt.children(), inner, index)))
+        stmt = stmt.with_children(_decided(stmt.children(), inner, index))
+        if isinstance(stmt, If) and isinstance(stmt.cond, Const):  # a version decided: kept whole or dropped
+            out += stmt.body if stmt.cond.value else []
+        else:
+            out.append(stmt)
     return tuple(out)
 
 

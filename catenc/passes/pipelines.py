@@ -21,7 +21,7 @@ from catenc.ir.passes import fold_constants, inline_computes, remove_dead_comput
 from catenc.ir.verify import verify_graph
 from catenc.lower.collapse import collapse_loops
 from catenc.lower.gpu import GemmTile, GpuProgram, TensorTiles, format_gpu, lower_gpu
-from catenc.lower.guards import split_guarded_loops
+from catenc.lower.guards import split_guarded_loops, unswitch_outer_loops
 from catenc.lower.loops import LoopKernel, LoopProgram, format_loops, lower_schedule
 from catenc.lower.pad import pad_windows
 from catenc.lower.share import share_identical_kernels
@@ -218,6 +218,8 @@ def build_pipeline(
          loops, loops, each_kernel(lambda _, k: jam_rows(k)), False),
         (fast and cpu, "unroll-windows", "short loops of accumulator updates (a pool's taps) as straight code",
          loops, loops, each_kernel(lambda _, k: unroll_windows(k)), False),
+        (fast and cpu, "unswitch-concatenations", "a loop over both sides of a concatenation: a body per side",
+         loops, loops, each_kernel(lambda _, k: unswitch_outer_loops(k)), False),
         (fast and cpu, "pad-windows", "a padded window reads a padded copy of its plane, without guards",
          loops, loops, with_buffers(pad_windows), False),
         (fast and cpu, "split-guarded-loops", "loops split where padding guards change: an unguarded interior",
