@@ -796,7 +796,7 @@ def gen_deep() -> list[Case]:
     cases.append(single("call_chain_1000", calls))
     cases.append(single("self_call", comp_toml(body="y = c(x)")))
     cases.append(single("mutual_call", comp_toml("c", body="y = d(x)") + comp_toml("d", body="y = c(x)")))
-    cases.append(single("many_composites_1500", "\n".join(comp_toml(f"c{i}") for i in range(1500))))
+    cases.append(single("many_composites_600", "\n".join(comp_toml(f"c{i}") for i in range(600))))
     return cases
 
 
