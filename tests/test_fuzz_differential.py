@@ -27,10 +27,10 @@ from catenc.driver import plan_file
 from catenc.plan import Options
 from catenc.runtime.descriptor import load_runtime
 
-# 192 programs: each compile of a file costs its prelude and the toolchain's start again, so the
+# 144 programs: each compile of a file costs its prelude and the toolchain's start again, so the
 # programs go 12 to a file (the C toolchain is most of a file's time). The suite's share of the
 # search; `make fuzz` runs it for as long as it is given.
-EXAMPLES = 8  # hypothesis examples
+EXAMPLES = 6  # hypothesis examples
 FILES = 2  # composite files per example, checked in parallel
 BATCH = 12  # composites per file
 BINDINGS = 3  # symbol bindings per composite
