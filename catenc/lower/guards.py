@@ -7,6 +7,10 @@ whose guards compare x (with a constant coefficient) against constants splits in
 most PEEL iterations runs each iteration on its own. In every piece, a guard that the ranges of
 its loops decide is replaced by its value: the interior reads unguarded (vector code at -O2),
 and the values computed are the same, piece by piece.
+
+An outermost loop whose guards change once (the channels of a concatenation under a pool) is
+unswitched first instead (`unswitch_outer_loops`, before lower/pad.py): each iteration runs the
+version of the body for its side, so that a loop on threads keeps its iterations.
 """
 
 from __future__ import annotations
