@@ -124,8 +124,9 @@ def build(plan: FilePlan, options: Options, request: BuildRequest) -> dict[str, 
             if kind in emit:
                 steps = runtime.build_commands(names["c"], names[kind], options.config, options.opt, kind)
                 for argv in steps:
-                    _run_toolchain(argv, staging, user_flags=_user_flags(options))
-                commands += steps
+                    if argv not in commands:  # an archive's object is the object asked for: compiled once
+                        _run_toolchain(argv, staging, user_flags=_user_flags(options))
+                        commands.append(argv)
         dumps = stage_dumps(plan)
         for kind, text in dumps.items():
             if kind in emit:

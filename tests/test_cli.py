@@ -285,11 +285,15 @@ def test_emit_artifact_kinds_replace_the_defaults(work: Path) -> None:
 
 
 def test_emit_archive_and_object(work: Path) -> None:
-    ok(catenc_run(work, "compile", "model.toml", "-o", "out", "--emit", "h,a,o,so"))
+    ok(catenc_run(work, "compile", "model.toml", "-o", "out", "--emit", "h,a,o,so,manifest"))
     out = work / "out"
     assert {"model.h", "libmodel.a", "model.o", "libmodel.so"} <= files_in(out)
     assert (out / "libmodel.a").read_bytes().startswith(b"!<arch>\n")
     assert elf_type(out / "model.o") == 1
+    # the archive holds the object asked for: the source is compiled once for both
+    commands = manifest(out)["build"]["commands"]
+    assert sum("-c" in command for command in commands) == 1, commands
+    assert ["ar", "rcs", "libmodel.a", "model.o"] in commands, commands
 
 
 # --------------------------------------------------------------------------- #

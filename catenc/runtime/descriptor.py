@@ -301,7 +301,7 @@ class CRuntime(Runtime):
             return [[cc, *flags, "-fPIC", "-c", "-o", obj, source], [cc, *link, "-shared", "-o", output, obj, "-lm"]]
         if kind == "so":
             return [[cc, *flags, "-fPIC", "-shared", "-o", output, source, "-lm"]]
-        obj = output if kind == "o" else output[: -len(".a")] + ".o"
+        obj = output if kind == "o" else output[len("lib") : -len(".a")] + ".o"  # libNAME.a holds NAME.o
         commands = [[cc, *flags, "-fPIC", "-c", "-o", obj, source]]
         if kind == "a":
             commands.append(["ar", "rcs", output, obj])
