@@ -322,18 +322,6 @@ def bounds_problems(index: tuple[Expr, ...], buf: Buffer, facts: Facts, load: Lo
     return out
 
 
-@lru_cache(maxsize=1 << 16)
-def _proved_at_least_zero(e: Expr, facts: Facts) -> bool:
-    """0 <= e, remembered: the verifier asks it again of every access after every pass."""
-    return _at_least_zero(e, facts)
-
-
-@lru_cache(maxsize=1 << 16)
-def _proved_below(e: Expr, dim: Expr, facts: Facts) -> bool:
-    """e < dim, remembered like _proved_at_least_zero."""
-    return _below(e, dim, facts)
-
-
 def _floor_of(e: Expr, facts: Facts) -> tuple[Expr, Expr, Expr] | None:
     """(a, c, r) when e is a // c + r for a constant c > 0 or a size c and r the rest of e (a
     reshape's row of an inlined index, shifted by a concatenation's offset or a window's tap; a
@@ -351,9 +339,11 @@ def _floor_of(e: Expr, facts: Facts) -> tuple[Expr, Expr, Expr] | None:
     return None
 
 
-def _at_least_zero(e: Expr, facts: Facts) -> bool:
+@lru_cache(maxsize=1 << 16)
+def _proved_at_least_zero(e: Expr, facts: Facts) -> bool:
     """0 <= e; for e = a // c + r it is enough that 0 <= a + c*r, with c >= 1 unless 0 <= r (a
-    division by a size 0 gives 0, and then e = r)."""
+    division by a size 0 gives 0, and then e = r). Remembered: the verifier asks it again of every
+    access after every pass."""
     if proved_in_bounds(e, facts):
         return True
     floor = _floor_of(e, facts)
@@ -361,7 +351,7 @@ def _at_least_zero(e: Expr, facts: Facts) -> bool:
         return False
     a, c, rest = floor
     positive = proved_in_bounds(rest, facts) or proved_nonneg(c - 1, facts)
-    return positive and _at_least_zero(a + c * rest, facts)
+    return positive and _proved_at_least_zero(a + c * rest, facts)
 
 
 def _rounded_down(e: Expr, facts: Facts) -> tuple[Expr, int] | None:
@@ -378,19 +368,21 @@ def _rounded_down(e: Expr, facts: Facts) -> tuple[Expr, int] | None:
     return floor[0], coefficient
 
 
-def _below(e: Expr, dim: Expr, facts: Facts) -> bool:
+@lru_cache(maxsize=1 << 16)
+def _proved_below(e: Expr, dim: Expr, facts: Facts) -> bool:
     """e < dim; for e = a // c + r (c > 0) it is enough that a < c*(dim - r) (which a >= 0 makes
-    c > 0), and for e = c*(a // c) that a < c*ceil(dim / c) (the two are equivalent)."""
+    c > 0), and for e = c*(a // c) that a < c*ceil(dim / c) (the two are equivalent). Remembered
+    like _proved_at_least_zero."""
     if proved_in_bounds(dim - e - 1, facts):
         return True
     floor = _floor_of(e, facts)
     if floor is not None:
         a, c, rest = floor
-        return _below(a, c * (dim - rest), facts)
+        return _proved_below(a, c * (dim - rest), facts)
     rounded = _rounded_down(e, facts)
     if rounded is not None:
         a, c = rounded
-        return _below(a, const(c) * ((dim + c - 1) // c), facts)
+        return _proved_below(a, const(c) * ((dim + c - 1) // c), facts)
     return False
 
 

@@ -8,6 +8,7 @@ rounds them: when stored to an output and at an explicit `cast`.
 from __future__ import annotations
 
 import math
+import string
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -313,17 +314,14 @@ class _IndexGrid:
             self.extents[name] = extent
             self.env[name] = self.index_array(axis, extent)
             reduced.append(axis)
-        product = self.sum_of_products(node, reduced)
-        if product is not None:
-            for name, _ in node.indices:
-                del self.axes[name]
-            return product
-        body = self.eval(node.body)
-        shape = list(np.broadcast_shapes(body.shape, (1,) * self.total))
-        for axis in reduced:
-            shape[axis] = self.extent_of(axis)
-        body = np.broadcast_to(body, shape)
-        out = reduce(node.op, body, tuple(reduced), True, node.body.type.dtype)
+        out = self.sum_of_products(node, reduced)
+        if out is None:
+            body = self.eval(node.body)
+            shape = list(np.broadcast_shapes(body.shape, (1,) * self.total))
+            for axis in reduced:
+                shape[axis] = self.extent_of(axis)
+            body = np.broadcast_to(body, shape)
+            out = reduce(node.op, body, tuple(reduced), True, node.body.type.dtype)
         for name, _ in node.indices:
             del self.axes[name]
         return out
@@ -332,7 +330,8 @@ class _IndexGrid:
         """A float `sum` of `a * b` where a or b spans every reduced axis, contracted by np.einsum
         without the product's grid (a gemm at K = 1e5 would be 5 GB); None for any other reduction."""
         body = node.body
-        if not (node.op == "sum" and isinstance(body, T.Apply) and body.op == "mul" and self.total <= 52):
+        letters = string.ascii_letters  # einsum's subscripts: one letter per axis of the grid
+        if not (node.op == "sum" and isinstance(body, T.Apply) and body.op == "mul" and self.total <= len(letters)):
             return None
         if not (body.type.dtype.is_float and all(a.type.dtype == body.type.dtype for a in body.args)):
             return None
@@ -342,7 +341,6 @@ class _IndexGrid:
         spanned = [[g.shape[axis] != 1 for g in grids] for axis in range(self.total)]
         if not all(any(spanned[axis]) or self.extent_of(axis) == 1 for axis in reduced):
             return None
-        letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
         terms = ["".join(letters[k] for k in range(self.total) if g.shape[k] != 1) for g in grids]
         kept = [k for k in range(self.total) if k not in reduced and any(spanned[k])]
         operands = [g.reshape([n for n in g.shape if n != 1]) for g in grids]
