@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import assert_close, rng
+from conftest import assert_close, compile_text, rng
 
 from catenc.build import BuildRequest, build
 from catenc.driver import plan_file
@@ -400,3 +400,31 @@ def test_a_strided_slice_read_at_half_the_index(compile_composites, opt, k, m):
     x7 = gen.integers(-1000, 1000, 2 * m, dtype=np.int32)
     want = np.concatenate([x2[::2][np.arange(x5.size) // 2] + x5, x7])
     assert_close(lib["strided_pairs"](x2, x5, x7), want, **EXACT)
+
+
+# ------------------------------------------------------------------------------------------
+# An axis fixed to 0 by -D: indices under its empty range simplify vacuously (`t[i, j // 3]`
+# with j < 0 became `t[i, 0]`), and lowering hoisted `exp(-t[i, 0])` out of the loop that never
+# runs, so the kernel read column 0 of a tensor with no columns. The verifier caught the read
+# after lower-loops. A value is no longer hoisted out of a loop of constant extent 0.
+
+EMPTY_LOOP_HOIST = '''
+[composite.silu_repeated]
+inputs = ["x: f32[5, N]"]
+outputs = ["t: f32[5, N]", "y: f32[5, 3*N]"]
+body = """
+t = 0.5 - x
+y[i, j] = silu(t[i, j // 3])
+"""
+'''
+
+
+@pytest.mark.parametrize("n", [0, 2])
+def test_nothing_is_hoisted_out_of_a_loop_that_never_runs(tmp_path, n):
+    """Found as f1_7 of the fuzzer at -D N=0: t4[i, j] = silu(t2[i, j]) + ...; t5[i, j] = t4[i, j // 3]."""
+    lib = compile_text(tmp_path, EMPTY_LOOP_HOIST, defines={"N": n})
+    x = randn((5, n))
+    t, y = lib["silu_repeated"](x)
+    want = 0.5 - x
+    assert_close(t, want, rtol=1e-6, atol=1e-6)
+    assert_close(y, np.repeat(want / (1 + np.exp(-want)), 3, axis=1), rtol=1e-5, atol=1e-6)

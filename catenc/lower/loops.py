@@ -344,10 +344,11 @@ class _KernelLowerer:
     def hoist(self, value: Value) -> Value | None:
         """A value the innermost loop does not change, computed once into a local in the outermost
         loop it depends on (`rsqrt(var[n, c // D] + eps)` per channel, not per pixel); None where
-        it changes with the innermost loop."""
+        it changes with the innermost loop, or where a loop it would leave never runs (its body's
+        indices were simplified under the empty range, so the value may read out of bounds)."""
         used = value_symbols(value)
         target = max((level for level, frame in enumerate(self.stack) if frame.index in used), default=0)
-        if target >= len(self.stack) - 1:
+        if target >= len(self.stack) - 1 or any(_never_runs(f.extent) for f in self.stack[target + 1 :]):
             return None
         key = (value, tuple(self.stack))
         if key not in self.hoisted:
@@ -412,6 +413,10 @@ def _interchanges(kernel: Kernel, member: Compute, inner: list[tuple[str, Expr]]
         and inner[-1][0] == member.indices[-1][0]
         and strided_reduction(member, storage) is not None
     )
+
+
+def _never_runs(extent: Expr) -> bool:
+    return extent.is_const and extent.value <= 0
 
 
 def _worth_hoisting(value: Value) -> bool:
